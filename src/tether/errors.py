@@ -1,0 +1,135 @@
+"""Every error tether raises, in one tree. Vendor and library exceptions are translated into
+these at the adapter boundary (provider codecs, stores), nowhere else.
+
+    TetherError
+    ├── UsageError               built or called wrongly (bad model string, bad tool, bad URL)
+    │   └── ConfigError          configuration that cannot be used (missing key, bad store URL)
+    ├── ProviderError            a model call failed: status, body, retryable, retry_after
+    │   ├── RateLimited          429 rate limit: retry after a wait
+    │   ├── Overloaded           529 / overloaded_error: retry after a wait
+    │   ├── QuotaExhausted       out of credit: never retried
+    │   ├── ContextOverflow      the request is larger than the model's window
+    │   ├── AuthenticationError  401 / 403: never retried
+    │   ├── BadRequest           400 / 404 / 422: never retried
+    │   ├── ServerError          5xx: retried
+    │   ├── ConnectionFailed     no answer from the host: retried
+    │   └── ScriptExhausted      the scripted test model has no reply left
+    ├── LimitExceeded            a limit was reached where a stop reason cannot be used
+    └── StoreError               the event store refused or failed
+        ├── Conflict             stale expected_seq: someone else appended first
+        ├── LeaseLost            this worker no longer holds the session's lease
+        ├── SessionNotFound      no session with that id
+        └── CorruptLog           the stored log cannot be read as events
+"""
+
+from __future__ import annotations
+
+
+class TetherError(Exception):
+    """Root of every error tether raises."""
+
+
+class UsageError(TetherError):
+    """Something was built or called wrongly."""
+
+
+class ConfigError(UsageError):
+    """Configuration that cannot be used."""
+
+
+class ProviderError(TetherError):
+    """A model call failed. `kind` is the stable class name recorded in `model.failed`."""
+
+    kind = "provider_error"
+    retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        body: str | None = None,
+        retry_after: float | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.body = body
+        self.retry_after = retry_after
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class RateLimited(ProviderError):
+    kind = "rate_limited"
+    retryable = True
+
+
+class Overloaded(ProviderError):
+    kind = "overloaded"
+    retryable = True
+
+
+class QuotaExhausted(ProviderError):
+    kind = "quota_exhausted"
+
+
+class ContextOverflow(ProviderError):
+    kind = "context_overflow"
+
+
+class AuthenticationError(ProviderError):
+    kind = "authentication"
+
+
+class BadRequest(ProviderError):
+    kind = "bad_request"
+
+
+class ServerError(ProviderError):
+    kind = "server_error"
+    retryable = True
+
+
+class ConnectionFailed(ProviderError):
+    kind = "connection_failed"
+    retryable = True
+
+
+class ScriptExhausted(ProviderError):
+    kind = "script_exhausted"
+
+
+class LimitExceeded(TetherError):
+    """A limit was reached where a turn's stop reason cannot carry it."""
+
+
+class StoreError(TetherError):
+    """The event store refused or failed."""
+
+
+class Conflict(StoreError):
+    """A stale `expected_seq`: another writer appended first."""
+
+    def __init__(self, session_id: str, expected_seq: int, actual_seq: int) -> None:
+        super().__init__(
+            f"session {session_id}: append expected seq {expected_seq}, the log is at {actual_seq}"
+        )
+        self.session_id = session_id
+        self.expected_seq = expected_seq
+        self.actual_seq = actual_seq
+
+
+class LeaseLost(StoreError):
+    """This worker's lease on the session is gone; it must stop without writing."""
+
+
+class SessionNotFound(StoreError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r} in this store")
+        self.session_id = session_id
+
+
+class CorruptLog(StoreError):
+    """A stored event cannot be read back."""

@@ -1,0 +1,185 @@
+"""The neutral content model: messages made of text, tool calls and tool results.
+
+Owns the shapes every other piece speaks and their canonical JSON form. It knows no vendor:
+provider codecs translate to and from these types at their own boundary.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias, Union
+
+JSONValue: TypeAlias = Union[
+    None, bool, int, float, str, list["JSONValue"], dict[str, "JSONValue"]
+]
+JSONObject: TypeAlias = dict[str, JSONValue]
+
+Role = Literal["user", "assistant", "tool"]
+
+
+def canonical_json(value: object) -> str:
+    """One value, one byte form: sorted keys, no spaces, UTF-8 kept as is."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    text: str
+
+    def to_json(self) -> JSONObject:
+        return {"type": "text", "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call the model asked for. `raw_arguments` is set only when the model's arguments
+    could not be read as a JSON object; such a call is answered `invalid_input`, never run."""
+
+    id: str
+    name: str
+    arguments: JSONObject = field(default_factory=dict)
+    raw_arguments: str | None = None
+
+    def to_json(self) -> JSONObject:
+        out: JSONObject = {
+            "type": "tool_call",
+            "id": self.id,
+            "name": self.name,
+            "arguments": self.arguments,
+        }
+        if self.raw_arguments is not None:
+            out["raw_arguments"] = self.raw_arguments
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    call_id: str
+    content: str
+    is_error: bool = False
+
+    def to_json(self) -> JSONObject:
+        return {
+            "type": "tool_result",
+            "call_id": self.call_id,
+            "content": self.content,
+            "is_error": self.is_error,
+        }
+
+
+Part: TypeAlias = Text | ToolCall | ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message. An assistant turn is ONE message holding its text and all its calls; all
+    results of one turn go back as ONE `tool` message, in the model's call order."""
+
+    role: Role
+    parts: tuple[Part, ...]
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, Text))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return tuple(p for p in self.parts if isinstance(p, ToolCall))
+
+    @property
+    def tool_results(self) -> tuple[ToolResult, ...]:
+        return tuple(p for p in self.parts if isinstance(p, ToolResult))
+
+    def to_json(self) -> JSONObject:
+        return {"role": self.role, "parts": [p.to_json() for p in self.parts]}
+
+    @staticmethod
+    def from_json(data: Mapping[str, object]) -> Message:
+        role = data.get("role")
+        if role not in ("user", "assistant", "tool"):
+            raise ValueError(f"message role must be user, assistant or tool, not {role!r}")
+        raw_parts = data.get("parts")
+        if not isinstance(raw_parts, list):
+            raise ValueError("message parts must be a list")
+        return Message(role, tuple(part_from_json(p) for p in raw_parts))
+
+
+def part_from_json(data: object) -> Part:
+    if not isinstance(data, dict):
+        raise ValueError(f"a message part must be an object, not {type(data).__name__}")
+    kind = data.get("type")
+    if kind == "text":
+        return Text(str(data["text"]))
+    if kind == "tool_call":
+        arguments = data.get("arguments", {})
+        if not isinstance(arguments, dict):
+            raise ValueError("tool call arguments must be an object")
+        raw = data.get("raw_arguments")
+        return ToolCall(str(data["id"]), str(data["name"]), arguments, None if raw is None else str(raw))
+    if kind == "tool_result":
+        return ToolResult(str(data["call_id"]), str(data["content"]), bool(data.get("is_error", False)))
+    raise ValueError(f"unknown message part type {kind!r}")
+
+
+def user(text: str) -> Message:
+    return Message("user", (Text(text),))
+
+
+def assistant(text: str = "", calls: Iterable[ToolCall] = ()) -> Message:
+    parts: list[Part] = [Text(text)] if text else []
+    parts.extend(calls)
+    return Message("assistant", tuple(parts))
+
+
+def tool_results(results: Sequence[ToolResult]) -> Message:
+    return Message("tool", tuple(results))
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts normalised across providers. Cache and reasoning counts are parts of
+    input and output respectively, reported for cost and insight."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def to_json(self) -> JSONObject:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, object]) -> Usage:
+        def count(key: str) -> int:
+            value = data.get(key, 0)
+            return value if isinstance(value, int) else 0
+
+        return Usage(
+            count("input_tokens"),
+            count("output_tokens"),
+            count("cache_read_tokens"),
+            count("cache_write_tokens"),
+            count("reasoning_tokens"),
+        )

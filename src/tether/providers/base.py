@@ -1,0 +1,75 @@
+"""The seam between the loop and a model: a neutral request in, a neutral response out.
+
+Owns `ModelRequest`, `ModelResponse`, `ToolSpec` and the `Model` protocol. It does no I/O;
+codecs for real wire APIs and the scripted test model implement `Model`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from tether.messages import JSONObject, Message, Usage
+
+StopKind = Literal["end_turn", "tool_calls", "max_tokens", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the model is told of a tool: its name, description and JSON schema."""
+
+    name: str
+    description: str
+    parameters: JSONObject
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A piece of a streamed answer, offered to observers and never stored."""
+
+    kind: Literal["text", "tool_input", "progress"]
+    text: str
+    call_id: str | None = None
+
+
+DeltaObserver = Callable[[Delta], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """`messages` is the transcript as the loop holds it; a model must not change it."""
+
+    model: str
+    system: str | None
+    messages: Sequence[Message]
+    tools: tuple[ToolSpec, ...] = ()
+    max_output_tokens: int | None = None
+    on_delta: DeltaObserver | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """One assistant message with its stop reason, usage and cost.
+
+    `stop` is the normalised stop reason and `raw_stop_reason` the provider's own word.
+    `incomplete` is true when the output limit cut the answer inside a tool call: such a
+    message's calls are never executed. `cost_usd` is None when the price is unknown."""
+
+    message: Message
+    stop: StopKind = "end_turn"
+    raw_stop_reason: str | None = None
+    usage: Usage = Usage()
+    cost_usd: float | None = None
+    incomplete: bool = False
+    response_hash: str | None = None
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything that answers a `ModelRequest`. Raises `tether.errors.ProviderError` subclasses."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...
