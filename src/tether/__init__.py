@@ -1,0 +1,36 @@
+"""tether: a durable, provider-neutral agent runtime.
+
+The session is an append-only log of typed events; the transcript is a pure fold of it.
+"""
+
+from tether.agent import Agent, RunResult
+from tether.errors import TetherError
+from tether.events import SCHEMA_VERSION, Event
+from tether.fold import Folder, Transcript, fold
+from tether.limits import Limits
+from tether.messages import Message, Text, ToolCall, ToolResult, Usage
+from tether.state import SessionView, validate_observation
+from tether.store import open_store
+from tether.tools import ToolContext, tool
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Agent",
+    "Event",
+    "Folder",
+    "Limits",
+    "Message",
+    "RunResult",
+    "SessionView",
+    "TetherError",
+    "Text",
+    "ToolCall",
+    "ToolContext",
+    "ToolResult",
+    "Transcript",
+    "Usage",
+    "fold",
+    "open_store",
+    "tool",
+    "validate_observation",
+]

@@ -1,0 +1,281 @@
+"""Typed, immutable events: the session log's vocabulary and its canonical JSON form.
+
+Owns the payload types (one per event name in DESIGN §2), the `Event` envelope and the
+schema version. It does no I/O: stores persist these, the fold reads them.
+
+Schema changelog (one line per version; older logs must still fold to the same transcript):
+  1 — first version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Literal, TypeAlias
+
+from tether.errors import CorruptLog
+from tether.messages import JSONObject, Message, Usage, canonical_json
+
+SCHEMA_VERSION = 1
+
+Outcome = Literal[
+    "ok", "error", "timeout", "canceled", "denied", "unknown_effect", "invalid_input", "unknown_tool"
+]
+Effect = Literal["read", "idempotent", "write"]
+EndOutcome = Literal["completed", "failed", "canceled"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCreated:
+    type: ClassVar[str] = "session.created"
+    model: str
+    system: str | None = None
+    tools: JSONObject = field(default_factory=dict)  # tool name -> schema hash
+    limits: JSONObject = field(default_factory=dict)
+    metadata: JSONObject = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    type: ClassVar[str] = "user.message"
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequested:
+    type: ClassVar[str] = "model.requested"
+    model: str
+    request_hash: str
+    input_tokens_estimate: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponded:
+    type: ClassVar[str] = "model.responded"
+    message: Message
+    stop: str = "end_turn"
+    raw_stop_reason: str | None = None
+    usage: Usage = Usage()
+    cost_usd: float | None = None
+    latency_ms: float = 0.0
+    incomplete: bool = False
+    response_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailed:
+    type: ClassVar[str] = "model.failed"
+    error_class: str
+    message: str
+    status: int | None = None
+    retryable: bool = False
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    type: ClassVar[str] = "tool.started"
+    call_id: str
+    name: str
+    effect: str = "write"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    type: ClassVar[str] = "tool.finished"
+    call_id: str
+    outcome: str
+    content: str
+    duration_ms: float = 0.0
+
+    @property
+    def is_error(self) -> bool:
+        return self.outcome != "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    type: ClassVar[str] = "approval.requested"
+    call_id: str
+    name: str
+    arguments: JSONObject = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    type: ClassVar[str] = "approval.decided"
+    call_id: str
+    allow: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested:
+    """`scope="turn"` interrupts the running turn; `scope="session"` ends the session."""
+
+    type: ClassVar[str] = "cancel.requested"
+    scope: str = "turn"
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextCompacted:
+    type: ClassVar[str] = "context.compacted"
+    first_seq: int
+    last_seq: int
+    summary: str | None = None
+    cleared_call_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStarted:
+    type: ClassVar[str] = "thread.started"
+    thread: str
+    parent_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadFinished:
+    type: ClassVar[str] = "thread.finished"
+    thread: str
+    output: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnded:
+    type: ClassVar[str] = "turn.ended"
+    stop_reason: str
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnded:
+    type: ClassVar[str] = "session.ended"
+    outcome: str
+    detail: str | None = None
+
+
+Payload: TypeAlias = (
+    SessionCreated
+    | UserMessage
+    | ModelRequested
+    | ModelResponded
+    | ModelFailed
+    | ToolStarted
+    | ToolFinished
+    | ApprovalRequested
+    | ApprovalDecided
+    | CancelRequested
+    | ContextCompacted
+    | ThreadStarted
+    | ThreadFinished
+    | TurnEnded
+    | SessionEnded
+)
+
+PAYLOAD_TYPES: dict[str, type[Payload]] = {
+    cls.type: cls
+    for cls in (
+        SessionCreated,
+        UserMessage,
+        ModelRequested,
+        ModelResponded,
+        ModelFailed,
+        ToolStarted,
+        ToolFinished,
+        ApprovalRequested,
+        ApprovalDecided,
+        CancelRequested,
+        ContextCompacted,
+        ThreadStarted,
+        ThreadFinished,
+        TurnEnded,
+        SessionEnded,
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    session_id: str
+    seq: int
+    id: str
+    time: str
+    payload: Payload
+    thread: str = ""
+
+    @property
+    def type(self) -> str:
+        return self.payload.type
+
+    def to_json(self) -> JSONObject:
+        return {
+            "session_id": self.session_id,
+            "seq": self.seq,
+            "id": self.id,
+            "time": self.time,
+            "thread": self.thread,
+            "type": self.payload.type,
+            "data": payload_to_json(self.payload),
+        }
+
+    def canonical(self) -> str:
+        return canonical_json(self.to_json())
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Event:
+        try:
+            return Event(
+                session_id=str(data["session_id"]),
+                seq=int(data["seq"]),
+                id=str(data["id"]),
+                time=str(data["time"]),
+                thread=str(data.get("thread", "")),
+                payload=payload_from_json(str(data["type"]), data["data"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptLog(f"cannot read event {dict(data)!r:.200}: {exc}") from exc
+
+
+def format_time(epoch_seconds: float) -> str:
+    """The event time form: RFC 3339 in UTC with microseconds."""
+    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _encode(value: object) -> Any:
+    if isinstance(value, Message | Usage):
+        return value.to_json()
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def payload_to_json(payload: Payload) -> JSONObject:
+    return {
+        f.name: _encode(getattr(payload, f.name))
+        for f in dataclasses.fields(payload)  # type: ignore[arg-type]
+    }
+
+
+# Field annotations are strings (postponed evaluation); only these need more than a copy.
+_FIELD_DECODERS: dict[str, Callable[[Any], object]] = {
+    "Message": Message.from_json,
+    "Usage": Usage.from_json,
+    "tuple[str, ...]": lambda v: tuple(str(x) for x in v),
+}
+
+
+def payload_from_json(type_name: str, data: Mapping[str, Any]) -> Payload:
+    cls = PAYLOAD_TYPES.get(type_name)
+    if cls is None:
+        raise ValueError(f"unknown event type {type_name!r}")
+    kwargs: dict[str, object] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name not in data:
+            continue
+        decode = _FIELD_DECODERS.get(str(f.type))
+        kwargs[f.name] = decode(data[f.name]) if decode else data[f.name]
+    return cls(**kwargs)

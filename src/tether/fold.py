@@ -1,0 +1,245 @@
+"""The fold: events in, transcript and session view out. Pure and deterministic.
+
+`Folder` applies one event at a time (the loop keeps one per session, so no step re-reads the
+history); `fold(events)` is the same Folder over a whole log. Both give byte-identical output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from tether.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    CancelRequested,
+    Event,
+    ModelFailed,
+    ModelRequested,
+    ModelResponded,
+    SessionCreated,
+    SessionEnded,
+    ToolFinished,
+    ToolStarted,
+    TurnEnded,
+    UserMessage,
+)
+from tether.messages import JSONObject, Message, Text, ToolCall, ToolResult, Usage, canonical_json
+from tether.state import TERMINAL_STATES, SessionView, State
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    system: str | None
+    messages: tuple[Message, ...]
+
+    def to_json(self) -> JSONObject:
+        return {"system": self.system, "messages": [m.to_json() for m in self.messages]}
+
+    def canonical(self) -> str:
+        return canonical_json(self.to_json())
+
+
+class Folder:
+    """Incremental fold of one thread of one session's log."""
+
+    def __init__(self, thread: str = "") -> None:
+        self.thread = thread
+        self.session_id = ""
+        self.model = ""
+        self.system: str | None = None
+        self.tools: JSONObject = {}
+        self.limits: JSONObject = {}
+        self.metadata: JSONObject = {}
+        self.messages: list[Message] = []
+        self.state: State = "pending"
+        self.stop_reason: str | None = None
+        self.stop_detail: str | None = None
+        self.usage = Usage()
+        self.cost_usd: float | None = None
+        self._cost_unknown = False
+        self.steps = 0
+        self.turn_steps = 0
+        self.turns = 0
+        self.last_seq = 0
+        self.last_output = ""
+        self.open_calls: list[ToolCall] = []
+        self.results: dict[str, ToolResult] = {}
+        self.started: set[str] = set()
+        self.pending_approvals: list[str] = []
+        self.decisions: JSONObject = {}
+        self.cancel_scope: str | None = None
+        self.model_request_open = False
+        # Open from a user message (or a decision that makes the session runnable again)
+        # until turn.ended: whether a runner has work to do.
+        self.turn_open = False
+        self.transcript_chars = 0
+        # Chain hash over the transcript's messages: O(1) per step, names the request content.
+        self.transcript_hash = hashlib.sha256(b"tether.transcript").hexdigest()
+
+    # -- reading ----------------------------------------------------------------------------
+    def view(self) -> SessionView:
+        return SessionView(
+            session_id=self.session_id,
+            state=self.state,
+            stop_reason=self.stop_reason,
+            stop_detail=self.stop_detail,
+            model=self.model,
+            usage=self.usage,
+            cost_usd=None if self._cost_unknown else self.cost_usd,
+            steps=self.steps,
+            turn_steps=self.turn_steps,
+            turns=self.turns,
+            last_seq=self.last_seq,
+            last_output=self.last_output,
+            open_calls=tuple(self.open_calls),
+            started_calls=frozenset(self.started),
+            pending_approvals=tuple(self.pending_approvals),
+            decisions=dict(self.decisions),
+            cancel_scope=self.cancel_scope,
+            model_request_open=self.model_request_open,
+            transcript_chars=self.transcript_chars,
+        )
+
+    def transcript(self) -> Transcript:
+        return Transcript(self.system, tuple(self.messages))
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def cost_known(self) -> bool:
+        return not self._cost_unknown
+
+    # -- applying ---------------------------------------------------------------------------
+    def apply_all(self, events: Iterable[Event]) -> Folder:
+        for event in events:
+            self.apply(event)
+        return self
+
+    def apply(self, event: Event) -> None:
+        self.last_seq = event.seq
+        if not self.session_id:
+            self.session_id = event.session_id
+        if event.thread != self.thread:
+            return
+        p = event.payload
+        if self.terminal:
+            return  # terminal states absorb: nothing after session.ended changes the view
+        if isinstance(p, SessionCreated):
+            self.model, self.system = p.model, p.system
+            self.tools, self.limits, self.metadata = p.tools, p.limits, p.metadata
+        elif isinstance(p, UserMessage):
+            self._add_message(p.message)
+            self.turn_open = True
+            self.turn_steps = 0
+            self.stop_reason = self.stop_detail = None
+            self.state = "canceling" if self.cancel_scope == "session" else "pending"
+        elif isinstance(p, ModelRequested):
+            self.model_request_open = True
+            self._set_running("waiting_model")
+        elif isinstance(p, ModelFailed):
+            self.model_request_open = False
+        elif isinstance(p, ModelResponded):
+            self._apply_response(p)
+        elif isinstance(p, ApprovalRequested):
+            if p.call_id not in self.pending_approvals:
+                self.pending_approvals.append(p.call_id)
+            self._set_running("waiting_approval")
+        elif isinstance(p, ApprovalDecided):
+            self._apply_decision(p)
+        elif isinstance(p, ToolStarted):
+            self.started.add(p.call_id)
+            self._set_running("waiting_tool")
+        elif isinstance(p, ToolFinished):
+            self._apply_result(p)
+        elif isinstance(p, CancelRequested):
+            self._apply_cancel(p)
+        elif isinstance(p, TurnEnded):
+            self._end_turn(p)
+        elif isinstance(p, SessionEnded):
+            self.state = "completed" if p.outcome == "completed" else (
+                "canceled" if p.outcome == "canceled" else "failed"
+            )
+            if p.detail is not None:
+                self.stop_detail = p.detail
+        # context.compacted and thread events belong to later features; they leave this
+        # thread's transcript as it is.
+
+    def _set_running(self, state: State) -> None:
+        # A pending cancel shows until the turn closes: a client never sees work resume.
+        self.state = "canceling" if self.cancel_scope else state
+
+    def _add_message(self, message: Message) -> None:
+        self.messages.append(message)
+        body = canonical_json(message.to_json())
+        self.transcript_chars += len(body)
+        self.transcript_hash = hashlib.sha256(
+            (self.transcript_hash + body).encode()
+        ).hexdigest()
+
+    def _apply_response(self, p: ModelResponded) -> None:
+        self.model_request_open = False
+        message = p.message
+        if p.incomplete and message.tool_calls:
+            # A call cut by the output limit is never executable: keep only the text.
+            message = Message("assistant", tuple(x for x in message.parts if isinstance(x, Text)))
+        self._add_message(message)
+        self.usage = self.usage + p.usage
+        if p.cost_usd is None:
+            self._cost_unknown = True
+        else:
+            self.cost_usd = (self.cost_usd or 0.0) + p.cost_usd
+        self.steps += 1
+        self.turn_steps += 1
+        self.last_output = message.text
+        self.open_calls = list(message.tool_calls)
+        self.results = {}
+        self.started = set()
+        self._set_running("waiting_tool" if self.open_calls else "pending")
+
+    def _apply_decision(self, p: ApprovalDecided) -> None:
+        if p.call_id in self.pending_approvals:
+            self.pending_approvals.remove(p.call_id)
+        self.decisions[p.call_id] = {"allow": p.allow, "reason": p.reason}
+        self.turn_open = True
+        if not self.pending_approvals and self.state == "waiting_approval":
+            self.state = "pending"
+
+    def _apply_result(self, p: ToolFinished) -> None:
+        self.results[p.call_id] = ToolResult(p.call_id, p.content, p.is_error)
+        self.started.discard(p.call_id)
+        if self.open_calls and all(c.id in self.results for c in self.open_calls):
+            ordered = tuple(self.results[c.id] for c in self.open_calls)
+            self._add_message(Message("tool", ordered))
+            self.open_calls, self.results = [], {}
+            self._set_running("pending")
+
+    def _apply_cancel(self, p: CancelRequested) -> None:
+        if p.scope == "turn" and self.state in ("idle", "waiting_approval"):
+            return  # nothing runs: an interrupt of an idle session has nothing to stop
+        if self.cancel_scope != "session":
+            self.cancel_scope = p.scope
+        self.state = "canceling"
+
+    def _end_turn(self, p: TurnEnded) -> None:
+        self.stop_reason, self.stop_detail = p.stop_reason, p.detail
+        self.turns += 1
+        self.turn_open = False
+        self.model_request_open = False
+        if self.cancel_scope == "turn":
+            self.cancel_scope = None
+        if self.cancel_scope == "session":
+            self.state = "canceling"
+        elif p.stop_reason == "awaiting_approval":
+            self.state = "waiting_approval"
+        else:
+            self.state = "idle"
+
+
+def fold(events: Sequence[Event] | Iterable[Event], thread: str = "") -> tuple[Transcript, SessionView]:
+    """The full fold: the transcript and view of one thread of a session's log."""
+    folder = Folder(thread).apply_all(events)
+    return folder.transcript(), folder.view()

@@ -1,0 +1,219 @@
+"""The agent loop: fold → check → request → model → commit → tools → commit → again.
+
+Orchestration only. Limits live in `limits`, call decisions in `recovery`, running calls in
+`tools.run`, meaning in `fold`. Every exit appends exactly one `turn.ended` with its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+from tether.errors import ProviderError
+from tether.events import (
+    ApprovalRequested,
+    ModelFailed,
+    ModelRequested,
+    ModelResponded,
+    SessionEnded,
+    ToolFinished,
+    ToolStarted,
+    TurnEnded,
+)
+from tether.limits import Limits, Stop, StopCondition, check_before_request, estimate_input_tokens
+from tether.messages import ToolCall
+from tether.providers.base import DeltaObserver, Model, ModelRequest
+from tether.recovery import decide_open_calls
+from tether.session_log import SessionLog
+from tether.tools.base import Tool, Toolbox
+from tether.tools.run import CallOutcome, run_calls
+
+
+@dataclass
+class TurnContext:
+    log: SessionLog
+    model: Model
+    toolbox: Toolbox
+    limits: Limits
+    stop_when: StopCondition | None = None
+    on_delta: DeltaObserver | None = None
+    started_at: float = field(default_factory=time.monotonic)
+    # Why the turn is being cancelled, set by whoever cancels it (interrupt, time limit).
+    stop_cause: str = "interrupted"
+    end_session_on_stop: bool = False
+
+
+async def run_turn(ctx: TurnContext) -> None:
+    """Drive the session until its turn ends. On cancel, answer every open call `canceled`,
+    close the turn with `ctx.stop_cause` (shielded), and let the cancel propagate."""
+    try:
+        await _drive(ctx)
+    except asyncio.CancelledError:
+        await asyncio.shield(_close_cancelled(ctx))
+        raise
+
+
+async def _drive(ctx: TurnContext) -> None:
+    folder = ctx.log.folder
+    while True:
+        if folder.terminal or not folder.turn_open:
+            return
+        if folder.cancel_scope:
+            await _close_cancelled(ctx)
+            return
+        if folder.open_calls:
+            if not await _settle_calls(ctx):
+                await _end(ctx, Stop("awaiting_approval", "a call waits for a decision"))
+                return
+            continue
+        stop = _check(ctx)
+        if stop is not None:
+            await _end(ctx, stop)
+            return
+        if not await _step(ctx):
+            return
+
+
+def _check(ctx: TurnContext) -> Stop | None:
+    folder = ctx.log.folder
+    if ctx.stop_when is not None and folder.turn_steps > 0:
+        reason = ctx.stop_when(folder.view())
+        if reason:
+            return Stop(reason, f"stop condition {reason!r} held after step {folder.steps}")
+    estimate = _input_estimate(ctx)
+    estimate_cost = getattr(ctx.model, "estimate_cost", None)
+    return check_before_request(
+        ctx.limits,
+        turn_steps=folder.turn_steps,
+        tokens_used=folder.usage.total_tokens,
+        cost_usd=folder.cost_usd,
+        cost_known=folder.cost_known,
+        input_estimate=estimate,
+        input_cost_estimate=estimate_cost(estimate) if callable(estimate_cost) else None,
+        elapsed_seconds=time.monotonic() - ctx.started_at,
+    )
+
+
+def _input_estimate(ctx: TurnContext) -> int:
+    folder = ctx.log.folder
+    return estimate_input_tokens(folder.transcript_chars, folder.system, ctx.toolbox.schema_chars)
+
+
+def _request_hash(ctx: TurnContext, max_output: int | None) -> str:
+    folder = ctx.log.folder
+    head = f"{ctx.model.name}\x00{folder.system}\x00{ctx.toolbox.schema_chars}\x00{max_output}"
+    return hashlib.sha256(f"{head}\x00{folder.transcript_hash}".encode()).hexdigest()
+
+
+async def _step(ctx: TurnContext) -> bool:
+    """One model call and its commit. False when the turn ended here."""
+    folder = ctx.log.folder
+    max_output = ctx.limits.max_output_tokens
+    await ctx.log.append(
+        ModelRequested(ctx.model.name, _request_hash(ctx, max_output), _input_estimate(ctx))
+    )
+    request = ModelRequest(
+        model=ctx.model.name,
+        system=folder.system,
+        messages=folder.messages,
+        tools=ctx.toolbox.specs,
+        max_output_tokens=max_output,
+        on_delta=ctx.on_delta,
+    )
+    started = time.perf_counter()
+    try:
+        response = await ctx.model.complete(request)
+    except ProviderError as exc:
+        await ctx.log.append(
+            ModelFailed(exc.kind, str(exc), exc.status, exc.retryable, 1),
+            TurnEnded("error", f"{exc.kind}: {exc}"),
+        )
+        return False
+    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # a bug in a custom model must still end the turn by name
+        detail = f"{type(exc).__name__}: {exc}"
+        await ctx.log.append(
+            ModelFailed("unexpected", detail, None, False, 1), TurnEnded("error", detail)
+        )
+        return False
+    latency = round((time.perf_counter() - started) * 1000, 3)
+    await ctx.log.append(
+        ModelResponded(
+            message=response.message,
+            stop=response.stop,
+            raw_stop_reason=response.raw_stop_reason,
+            usage=response.usage,
+            cost_usd=response.cost_usd,
+            latency_ms=latency,
+            incomplete=response.incomplete,
+            response_hash=response.response_hash,
+        )
+    )
+    if response.incomplete:
+        await _end(ctx, Stop("output_limit", "the output limit cut the answer inside a tool call"))
+        return False
+    if not response.message.tool_calls:
+        await _end(ctx, Stop("end_turn"))
+        return False
+    return True
+
+
+async def _settle_calls(ctx: TurnContext) -> bool:
+    """Answer or run every open call. False when some call still waits for a decision."""
+    log = ctx.log
+    to_run: list[ToolCall] = []
+    waiting = False
+    for decision in decide_open_calls(log.folder.view(), ctx.toolbox):
+        if decision.action == "run":
+            to_run.append(decision.call)
+        elif decision.action == "answer":
+            await log.append(ToolFinished(decision.call.id, decision.outcome, decision.content))
+        elif decision.action == "request_approval":
+            call = decision.call
+            await log.append(ApprovalRequested(call.id, call.name, call.arguments))
+            waiting = True
+        else:
+            waiting = True
+
+    async def on_start(call: ToolCall, tool: Tool) -> None:
+        await log.append(ToolStarted(call.id, call.name, tool.effect))
+
+    async def on_finish(call: ToolCall, outcome: CallOutcome) -> None:
+        await log.append_shielded(
+            ToolFinished(call.id, outcome.outcome, outcome.content, outcome.duration_ms)
+        )
+
+    if to_run:
+        await run_calls(to_run, ctx.toolbox, log.session_id, on_start, on_finish)
+    return not waiting
+
+
+async def _end(ctx: TurnContext, stop: Stop) -> None:
+    await ctx.log.append(TurnEnded(stop.reason, stop.detail))
+
+
+async def _close_cancelled(ctx: TurnContext) -> None:
+    await close_canceled_turn(ctx.log, ctx.stop_cause, ctx.end_session_on_stop)
+
+
+async def close_canceled_turn(log: SessionLog, reason: str, end_session: bool = False) -> None:
+    """Answer the open calls `canceled`, then close the turn (and the session, if asked or
+    if a session-wide cancel is pending). Does nothing for a turn that is already closed."""
+    folder = log.folder
+    if folder.terminal:
+        return
+    if folder.turn_open:
+        for call in list(folder.open_calls):
+            if call.id in folder.results:
+                continue
+            if call.id in folder.started:
+                text = "The call was canceled while it ran: the turn was interrupted. Its effects may be partial."
+            else:
+                text = "The call was canceled before it ran: the turn was interrupted."
+            await log.append(ToolFinished(call.id, "canceled", text))
+        await log.append(TurnEnded(reason, f"the turn was stopped: {reason}"))
+    if end_session or folder.cancel_scope == "session":
+        await log.append(SessionEnded("canceled", "canceled by request"))

@@ -1,0 +1,272 @@
+"""The Anthropic Messages codec: neutral request -> `/v1/messages` JSON, and the JSON answer or
+SSE stream -> `ModelResponse`. `system` is top level; all tool results of a turn travel as one
+user message of `tool_result` blocks. Thinking blocks are not kept (see the report's gaps).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import httpx
+
+from tether.errors import ConnectionFailed
+from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, ToolResult, Usage
+from tether.providers import catalog
+from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
+from tether.providers.classify import classify_anthropic, stream_error
+from tether.providers.common import (
+    count,
+    finish,
+    is_obj,
+    items,
+    load_json,
+    obj,
+    text,
+    tool_call,
+    truncated,
+)
+from tether.providers.http import Endpoint, RateLimits, SSEDecoder, parse_rate_limits
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_VERSION = "2023-06-01"
+# The API requires max_tokens; used when neither the request nor the catalog gives one.
+FALLBACK_MAX_TOKENS = 8192
+
+
+class AnthropicModel:
+    """A `Model` over the Anthropic Messages API. `stream=True` reads SSE and reports deltas."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str,
+        base_url: str = DEFAULT_BASE_URL,
+        http_client: httpx.AsyncClient | None = None,
+        stream: bool = False,
+        version: str = DEFAULT_VERSION,
+    ) -> None:
+        self.model = model
+        self.streaming = stream
+        self.last_rate_limits: RateLimits | None = None
+        headers = {"x-api-key": api_key, "anthropic-version": version}
+        url = base_url.rstrip("/") + "/v1/messages"
+        self._endpoint = Endpoint(url, headers, classify_anthropic, http_client)
+
+    @property
+    def name(self) -> str:
+        return f"anthropic:{self.model}"
+
+    async def aclose(self) -> None:
+        await self._endpoint.aclose()
+
+    def encode(self, request: ModelRequest) -> JSONObject:
+        return encode_request(self.model, request, stream=self.streaming)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        body = self.encode(request)
+        if self.streaming:
+            assembler = StreamAssembler(self.model, request.on_delta)
+            raw = await self._endpoint.stream(body, assembler.feed)
+            self.last_rate_limits = parse_rate_limits(raw.headers)
+            return assembler.finish(raw.body)
+        raw = await self._endpoint.post(body)
+        self.last_rate_limits = parse_rate_limits(raw.headers)
+        return decode_response(self.model, raw.body)
+
+
+# --- request ------------------------------------------------------------------------------
+
+
+def encode_request(model: str, request: ModelRequest, *, stream: bool = False) -> JSONObject:
+    info = catalog.lookup(model)
+    max_tokens = request.max_output_tokens or (info and info.max_output_tokens)
+    body: JSONObject = {"model": model, "max_tokens": max_tokens or FALLBACK_MAX_TOKENS}
+    if request.system:
+        body["system"] = request.system
+    if request.tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in request.tools
+        ]
+    body["messages"] = encode_messages(request.messages)
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
+    out: list[JSONValue] = []
+    for message in messages:
+        role, content = _encode_message(message)
+        if not content:
+            continue  # the API refuses empty content; an empty turn carries nothing anyway
+        last = out[-1] if out else None
+        if is_obj(last) and last.get("role") == role:
+            # Results followed by a user's words are one user turn: the API wants roles to
+            # alternate and tool_result blocks first.
+            last["content"] = _blocks(last["content"]) + _blocks(content)
+        else:
+            out.append({"role": role, "content": content})
+    return out
+
+
+def _encode_message(message: Message) -> tuple[str, JSONValue]:
+    if message.role == "user" and all(isinstance(p, Text) for p in message.parts):
+        return "user", message.text
+    blocks: list[JSONValue] = []
+    for part in message.parts:
+        if isinstance(part, Text):
+            if part.text:
+                blocks.append({"type": "text", "text": part.text})
+        elif isinstance(part, ToolCall):
+            blocks.append(
+                {"type": "tool_use", "id": part.id, "name": part.name, "input": part.arguments}
+            )
+        elif isinstance(part, ToolResult):
+            block: JSONObject = {
+                "type": "tool_result",
+                "tool_use_id": part.call_id,
+                "content": part.content,
+            }
+            if part.is_error:
+                block["is_error"] = True
+            blocks.append(block)
+    return ("assistant" if message.role == "assistant" else "user"), blocks
+
+
+def _blocks(content: JSONValue) -> list[JSONValue]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return list(content) if isinstance(content, list) else []
+
+
+# --- response -----------------------------------------------------------------------------
+
+
+def decode_usage(usage: JSONObject) -> Usage:
+    """Anthropic's `input_tokens` excludes cached tokens; tether's includes them."""
+    cache_read = count(usage, "cache_read_input_tokens")
+    cache_write = count(usage, "cache_creation_input_tokens")
+    return Usage(
+        input_tokens=count(usage, "input_tokens") + cache_read + cache_write,
+        output_tokens=count(usage, "output_tokens"),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )
+
+
+def decode_response(model: str, body: bytes) -> ModelResponse:
+    data = load_json(body)
+    if not is_obj(data):
+        raise ConnectionFailed("the model host answered 200 with a body that is not JSON")
+    if data.get("type") == "error":
+        raise stream_error(data, body.decode("utf-8", "replace"))
+    stop = text(data, "stop_reason")
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    blocks = [b for b in items(data, "content") if is_obj(b)]
+    for block in blocks:
+        if block.get("type") == "text":
+            texts.append(text(block, "text") or "")
+        elif block.get("type") == "tool_use":
+            calls.append(
+                tool_call(text(block, "id") or "", text(block, "name") or "", block.get("input"))
+            )
+    cut = stop == "max_tokens" and bool(blocks) and blocks[-1].get("type") == "tool_use"
+    if cut:
+        calls[-1] = truncated(calls[-1], json.dumps(blocks[-1].get("input")))
+    return finish(
+        model=model,
+        text_parts=texts,
+        calls=calls,
+        raw_stop=stop,
+        usage=decode_usage(obj(data, "usage")),
+        body=body,
+        incomplete=cut,
+    )
+
+
+class _Block:
+    __slots__ = ("id", "kind", "name", "parts")
+
+    def __init__(self, kind: str, call_id: str = "", name: str = "") -> None:
+        self.kind = kind
+        self.id = call_id
+        self.name = name
+        self.parts: list[str] = []
+
+
+class StreamAssembler:
+    """Folds SSE events into one assistant message. Blocks are keyed by `index`, so fragments
+    of different blocks may interleave. Deltas go to the observer as they arrive."""
+
+    def __init__(self, model: str, on_delta: DeltaObserver | None = None) -> None:
+        self.model = model
+        self._on_delta = on_delta
+        self._sse = SSEDecoder()
+        self._blocks: dict[int, _Block] = {}
+        self._usage: JSONObject = {}
+        self._stop: str | None = None
+        self._done = False
+
+    def feed(self, chunk: bytes) -> None:
+        for event in self._sse.feed(chunk):
+            self._handle(event.data)
+
+    def finish(self, body: bytes) -> ModelResponse:
+        for event in self._sse.close():
+            self._handle(event.data)
+        if not self._done:
+            raise ConnectionFailed("the stream ended before message_stop")
+        ordered = [self._blocks[i] for i in sorted(self._blocks)]
+        texts = [("".join(b.parts)) for b in ordered if b.kind == "text"]
+        calls = [tool_call(b.id, b.name, "".join(b.parts)) for b in ordered if b.kind == "tool_use"]
+        cut = self._stop == "max_tokens" and bool(ordered) and ordered[-1].kind == "tool_use"
+        if cut:
+            calls[-1] = truncated(calls[-1], "".join(ordered[-1].parts))
+        return finish(
+            model=self.model,
+            text_parts=texts,
+            calls=calls,
+            raw_stop=self._stop,
+            usage=decode_usage(self._usage),
+            body=body,
+            incomplete=cut,
+        )
+
+    def _handle(self, data: str) -> None:
+        payload = load_json(data)
+        kind = text(payload, "type")
+        if kind == "content_block_delta":
+            self._delta(count(payload, "index"), obj(payload, "delta"))
+        elif kind == "content_block_start":
+            block = obj(payload, "content_block")
+            self._blocks[count(payload, "index")] = _Block(
+                text(block, "type") or "", text(block, "id") or "", text(block, "name") or ""
+            )
+        elif kind == "message_start":
+            self._usage.update(obj(obj(payload, "message"), "usage"))
+        elif kind == "message_delta":
+            self._stop = text(obj(payload, "delta"), "stop_reason") or self._stop
+            self._usage.update(obj(payload, "usage"))
+        elif kind == "message_stop":
+            self._done = True
+        elif kind == "error" or not is_obj(payload):
+            raise stream_error(payload, data)
+
+    def _delta(self, index: int, delta: JSONObject) -> None:
+        block = self._blocks.get(index)
+        if block is None:
+            return
+        kind = delta.get("type")
+        piece = text(delta, "text") if kind == "text_delta" else text(delta, "partial_json")
+        if piece is None or kind not in ("text_delta", "input_json_delta"):
+            return
+        block.parts.append(piece)
+        if self._on_delta is not None and piece:
+            if kind == "text_delta":
+                self._on_delta(Delta("text", piece))
+            else:
+                self._on_delta(Delta("tool_input", piece, block.id))

@@ -1,0 +1,224 @@
+"""The Ollama `/api/chat` codec. Arguments are JSON objects, not strings; streaming is NDJSON;
+calls from servers that send no id get a stable synthesized one (same request and answer, same
+id), and each tool result is a `tool` message naming its call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import httpx
+
+from tether.errors import ConnectionFailed
+from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, Usage
+from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
+from tether.providers.classify import classify_ollama, stream_error
+from tether.providers.common import (
+    count,
+    error_text,
+    finish,
+    is_obj,
+    items,
+    load_json,
+    obj,
+    request_seed,
+    synthesize_call_id,
+    text,
+    tool_call,
+    truncated,
+)
+from tether.providers.http import Endpoint, NDJSONDecoder
+
+DEFAULT_HOST = "http://localhost:11434"
+
+
+class OllamaModel:
+    """A `Model` over Ollama's native chat API. `options` (e.g. `num_ctx`) go to every call:
+    Ollama silently cuts a prompt longer than its window at the front, so set it."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        host: str = DEFAULT_HOST,
+        http_client: httpx.AsyncClient | None = None,
+        stream: bool = False,
+        options: Mapping[str, JSONValue] | None = None,
+        api_key: str | None = None,
+    ) -> None:
+        self.model = model
+        self.streaming = stream
+        self.options = dict(options or {})
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        url = host.rstrip("/") + "/api/chat"
+        self._endpoint = Endpoint(url, headers, classify_ollama, http_client)
+
+    @property
+    def name(self) -> str:
+        return f"ollama:{self.model}"
+
+    async def aclose(self) -> None:
+        await self._endpoint.aclose()
+
+    def encode(self, request: ModelRequest) -> JSONObject:
+        return encode_request(self.model, request, stream=self.streaming, options=self.options)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        body = self.encode(request)
+        seed = request_seed(body)
+        if self.streaming:
+            assembler = StreamAssembler(self.model, request.on_delta, seed)
+            raw = await self._endpoint.stream(body, assembler.feed)
+            return assembler.finish(raw.body)
+        raw = await self._endpoint.post(body)
+        return decode_response(self.model, raw.body, seed)
+
+
+# --- request ------------------------------------------------------------------------------
+
+
+def encode_request(
+    model: str,
+    request: ModelRequest,
+    *,
+    stream: bool = False,
+    options: Mapping[str, JSONValue] | None = None,
+) -> JSONObject:
+    messages: list[JSONValue] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    messages.extend(encode_messages(request.messages))
+    # Ollama streams unless told not to, so `stream` is always explicit.
+    body: JSONObject = {"model": model, "messages": messages, "stream": stream}
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
+            for t in request.tools
+        ]
+    merged: JSONObject = dict(options or {})
+    if request.max_output_tokens is not None:
+        merged["num_predict"] = request.max_output_tokens
+    if merged:
+        body["options"] = merged
+    return body
+
+
+def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
+    names: dict[str, str] = {}
+    out: list[JSONValue] = []
+    for message in messages:
+        if message.role == "user":
+            out.append({"role": "user", "content": message.text})
+        elif message.role == "assistant":
+            wire: JSONObject = {"role": "assistant", "content": message.text}
+            if message.tool_calls:
+                wire["tool_calls"] = [_encode_call(c) for c in message.tool_calls]
+            names.update((c.id, c.name) for c in message.tool_calls)
+            out.append(wire)
+        else:
+            for result in message.tool_results:
+                wire = {"role": "tool", "content": error_text(result.content, result.is_error)}
+                if result.call_id in names:
+                    wire["tool_name"] = names[result.call_id]
+                wire["tool_call_id"] = result.call_id
+                out.append(wire)
+            if any(isinstance(p, Text) and p.text for p in message.parts):
+                out.append({"role": "user", "content": message.text})
+    return out
+
+
+def _encode_call(call: ToolCall) -> JSONValue:
+    return {"id": call.id, "function": {"name": call.name, "arguments": call.arguments}}
+
+
+# --- response -----------------------------------------------------------------------------
+
+
+def decode_usage(chunk: JSONObject) -> Usage:
+    return Usage(
+        input_tokens=count(chunk, "prompt_eval_count"), output_tokens=count(chunk, "eval_count")
+    )
+
+
+def _decode_calls(wire_calls: Sequence[JSONValue], seed: str, start: int) -> list[ToolCall]:
+    calls: list[ToolCall] = []
+    for offset, wire in enumerate(c for c in wire_calls if is_obj(c)):
+        function = obj(wire, "function")
+        name = text(function, "name") or ""
+        arguments = function.get("arguments")
+        call_id = text(wire, "id") or synthesize_call_id(seed, start + offset, name, arguments)
+        calls.append(tool_call(call_id, name, arguments))
+    return calls
+
+
+def _finish(
+    model: str, texts: list[str], calls: list[ToolCall], last: JSONObject, body: bytes
+) -> ModelResponse:
+    stop = text(last, "done_reason")
+    cut = stop == "length" and bool(calls)
+    if cut:
+        calls[-1] = truncated(calls[-1], "")
+    return finish(
+        model=model,
+        text_parts=texts,
+        calls=calls,
+        raw_stop=stop,
+        usage=decode_usage(last),
+        body=body,
+        incomplete=cut,
+    )
+
+
+def decode_response(model: str, body: bytes, seed: str = "") -> ModelResponse:
+    data = load_json(body)
+    if not is_obj(data):
+        raise ConnectionFailed("the model host answered 200 with a body that is not JSON")
+    if data.get("error") is not None:
+        raise stream_error(data, body.decode("utf-8", "replace"))
+    message = obj(data, "message")
+    calls = _decode_calls(items(message, "tool_calls"), seed, 0)
+    return _finish(model, [text(message, "content") or ""], calls, data, body)
+
+
+class StreamAssembler:
+    """Folds NDJSON chunks into one message. Ollama sends each call whole, in one chunk."""
+
+    def __init__(self, model: str, on_delta: DeltaObserver | None = None, seed: str = "") -> None:
+        self.model = model
+        self._on_delta = on_delta
+        self._seed = seed
+        self._ndjson = NDJSONDecoder()
+        self._texts: list[str] = []
+        self._calls: list[ToolCall] = []
+        self._last: JSONObject | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        for line in self._ndjson.feed(chunk):
+            self._handle(line)
+
+    def finish(self, body: bytes) -> ModelResponse:
+        for line in self._ndjson.close():
+            self._handle(line)
+        if self._last is None:
+            raise ConnectionFailed("the stream ended before a chunk with done: true")
+        return _finish(self.model, self._texts, self._calls, self._last, body)
+
+    def _handle(self, line: object) -> None:
+        if not is_obj(line) or line.get("error") is not None:
+            raise stream_error(line if is_obj(line) else None, str(line))
+        message = obj(line, "message")
+        piece = text(message, "content")
+        if piece:
+            self._texts.append(piece)
+            if self._on_delta is not None:
+                self._on_delta(Delta("text", piece))
+        self._calls.extend(_decode_calls(items(message, "tool_calls"), self._seed, len(self._calls)))
+        if line.get("done") is True:
+            self._last = line

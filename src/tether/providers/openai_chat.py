@@ -1,0 +1,322 @@
+"""The OpenAI Chat Completions codec, which also serves OpenRouter, vLLM, llama.cpp and any
+OpenAI-compatible base URL. Arguments travel as JSON strings; each tool result is its own
+`tool` message, in call order; streamed call fragments are keyed by `index` and interleave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import httpx
+
+from tether.errors import ConnectionFailed
+from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, Usage
+from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
+from tether.providers.classify import classify_openai, stream_error
+from tether.providers.common import (
+    count,
+    dump_arguments,
+    error_text,
+    finish,
+    is_obj,
+    items,
+    load_json,
+    obj,
+    request_seed,
+    synthesize_call_id,
+    text,
+    tool_call,
+    truncated,
+)
+from tether.providers.http import Endpoint, RateLimits, SSEDecoder, parse_rate_limits
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
+
+
+class OpenAIChatModel:
+    """A `Model` over `/chat/completions`. `provider` only names it (`openrouter:…`); servers
+    that predate `max_completion_tokens` get `max_tokens_field="max_tokens"`."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str = DEFAULT_BASE_URL,
+        http_client: httpx.AsyncClient | None = None,
+        stream: bool = False,
+        provider: str = "openai",
+        max_tokens_field: MaxTokensField = "max_completion_tokens",
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.model = model
+        self.provider = provider
+        self.streaming = stream
+        self.max_tokens_field: MaxTokensField = max_tokens_field
+        self.last_rate_limits: RateLimits | None = None
+        headers = dict(extra_headers or {})
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        url = base_url.rstrip("/") + "/chat/completions"
+        self._endpoint = Endpoint(url, headers, classify_openai, http_client)
+
+    @property
+    def name(self) -> str:
+        return f"{self.provider}:{self.model}"
+
+    async def aclose(self) -> None:
+        await self._endpoint.aclose()
+
+    def encode(self, request: ModelRequest) -> JSONObject:
+        return encode_request(
+            self.model, request, stream=self.streaming, max_tokens_field=self.max_tokens_field
+        )
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        body = self.encode(request)
+        # Ids synthesized for calls that come without one are tied to this exact request.
+        seed = request_seed(body)
+        if self.streaming:
+            assembler = StreamAssembler(self.model, request.on_delta, seed)
+            raw = await self._endpoint.stream(body, assembler.feed)
+            self.last_rate_limits = parse_rate_limits(raw.headers)
+            return assembler.finish(raw.body)
+        raw = await self._endpoint.post(body)
+        self.last_rate_limits = parse_rate_limits(raw.headers)
+        return decode_response(self.model, raw.body, seed)
+
+
+# --- request ------------------------------------------------------------------------------
+
+
+def encode_request(
+    model: str,
+    request: ModelRequest,
+    *,
+    stream: bool = False,
+    max_tokens_field: MaxTokensField = "max_completion_tokens",
+) -> JSONObject:
+    messages: list[JSONValue] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    messages.extend(encode_messages(request.messages))
+    body: JSONObject = {"model": model, "messages": messages}
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
+            for t in request.tools
+        ]
+    if request.max_output_tokens is not None:
+        body[max_tokens_field] = request.max_output_tokens
+    if stream:
+        body["stream"] = True
+        # Without this the usage chunk never comes.
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
+    out: list[JSONValue] = []
+    for message in messages:
+        if message.role == "user":
+            out.append({"role": "user", "content": message.text})
+        elif message.role == "assistant":
+            calls = message.tool_calls
+            if not calls and not message.text:
+                continue  # content null with no calls is refused
+            wire: JSONObject = {"role": "assistant", "content": message.text or None}
+            if calls:
+                wire["tool_calls"] = [_encode_call(c) for c in calls]
+            out.append(wire)
+        else:
+            for result in message.tool_results:
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": result.call_id,
+                        "content": error_text(result.content, result.is_error),
+                    }
+                )
+            if any(isinstance(p, Text) and p.text for p in message.parts):
+                out.append({"role": "user", "content": message.text})
+    return out
+
+
+def _encode_call(call: ToolCall) -> JSONValue:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": dump_arguments(call)},
+    }
+
+
+# --- response -----------------------------------------------------------------------------
+
+
+def decode_usage(usage: JSONObject) -> Usage:
+    """`prompt_tokens` already includes cached tokens. `cache_write_tokens` is OpenRouter's."""
+    prompt = obj(usage, "prompt_tokens_details")
+    return Usage(
+        input_tokens=count(usage, "prompt_tokens"),
+        output_tokens=count(usage, "completion_tokens"),
+        cache_read_tokens=count(prompt, "cached_tokens"),
+        cache_write_tokens=count(prompt, "cache_write_tokens"),
+        reasoning_tokens=count(obj(usage, "completion_tokens_details"), "reasoning_tokens"),
+    )
+
+
+def provider_cost(usage: JSONObject) -> float | None:
+    """OpenRouter states what it charged; that beats any catalog price."""
+    cost = usage.get("cost")
+    return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
+
+
+def _content_text(content: JSONValue) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # some compatible servers send content parts
+        return "".join(text(p, "text") or "" for p in content)
+    return ""
+
+
+def decode_response(model: str, body: bytes, seed: str = "") -> ModelResponse:
+    data = load_json(body)
+    if not is_obj(data):
+        raise ConnectionFailed("the model host answered 200 with a body that is not JSON")
+    if data.get("error") is not None and not items(data, "choices"):
+        raise stream_error(data, body.decode("utf-8", "replace"))
+    choice = next((c for c in items(data, "choices") if is_obj(c)), {})
+    message = obj(choice, "message")
+    answer = _content_text(message.get("content")) or text(message, "refusal") or ""
+    calls = []
+    for index, wire in enumerate(w for w in items(message, "tool_calls") if is_obj(w)):
+        function = obj(wire, "function")
+        name = text(function, "name") or ""
+        arguments = function.get("arguments")
+        call_id = text(wire, "id") or synthesize_call_id(seed, index, name, arguments)
+        calls.append(tool_call(call_id, name, arguments))
+    stop = text(choice, "finish_reason")
+    cut = stop == "length" and bool(calls)
+    if cut:
+        raw = text(obj(items(message, "tool_calls")[-1], "function"), "arguments") or ""
+        calls[-1] = truncated(calls[-1], raw)
+    usage = obj(data, "usage")
+    return finish(
+        model=model,
+        text_parts=[answer],
+        calls=calls,
+        raw_stop=stop,
+        usage=decode_usage(usage),
+        body=body,
+        incomplete=cut,
+        cost_usd=provider_cost(usage),
+    )
+
+
+class _Call:
+    __slots__ = ("id", "name", "parts")
+
+    def __init__(self, call_id: str, name: str) -> None:
+        self.id = call_id
+        self.name = name
+        self.parts: list[str] = []
+
+
+class StreamAssembler:
+    """Folds `chat.completion.chunk` events into one assistant message. Call fragments are
+    keyed by `index`; a fragment with a new id at a used index starts a new call (some
+    compatible servers send every call at index 0)."""
+
+    def __init__(self, model: str, on_delta: DeltaObserver | None = None, seed: str = "") -> None:
+        self.model = model
+        self._on_delta = on_delta
+        self._seed = seed
+        self._sse = SSEDecoder()
+        self._texts: list[str] = []
+        self._calls: list[_Call] = []
+        self._slot: dict[int, _Call] = {}
+        self._usage: JSONObject = {}
+        self._stop: str | None = None
+        self._done = False
+
+    def feed(self, chunk: bytes) -> None:
+        for event in self._sse.feed(chunk):
+            self._handle(event.data)
+
+    def finish(self, body: bytes) -> ModelResponse:
+        for event in self._sse.close():
+            self._handle(event.data)
+        if not self._done and self._stop is None:
+            raise ConnectionFailed("the stream ended before a finish_reason or [DONE]")
+        calls = [
+            tool_call(
+                c.id or synthesize_call_id(self._seed, i, c.name, "".join(c.parts)),
+                c.name,
+                "".join(c.parts),
+            )
+            for i, c in enumerate(self._calls)
+        ]
+        cut = self._stop == "length" and bool(calls)
+        if cut:
+            calls[-1] = truncated(calls[-1], "".join(self._calls[-1].parts))
+        return finish(
+            model=self.model,
+            text_parts=self._texts,
+            calls=calls,
+            raw_stop=self._stop,
+            usage=decode_usage(self._usage),
+            body=body,
+            incomplete=cut,
+            cost_usd=provider_cost(self._usage),
+        )
+
+    def _handle(self, data: str) -> None:
+        if data.strip() == "[DONE]":
+            self._done = True
+            return
+        payload = load_json(data)
+        if not is_obj(payload) or payload.get("error") is not None:
+            raise stream_error(payload, data)
+        usage = payload.get("usage")
+        if is_obj(usage):
+            self._usage = usage
+        for choice in items(payload, "choices"):
+            if count(choice, "index") != 0:
+                continue  # n > 1 is never requested
+            delta = obj(choice, "delta")
+            piece = text(delta, "content")
+            if piece:
+                self._texts.append(piece)
+                if self._on_delta is not None:
+                    self._on_delta(Delta("text", piece))
+            for fragment in items(delta, "tool_calls"):
+                self._fragment(fragment)
+            self._stop = text(choice, "finish_reason") or self._stop
+
+    def _fragment(self, fragment: JSONValue) -> None:
+        index = count(fragment, "index")
+        call_id = text(fragment, "id") or ""
+        function = obj(fragment, "function")
+        call = self._slot.get(index)
+        if call is None or (call_id and call.id and call_id != call.id):
+            call = _Call(call_id, "")
+            self._slot[index] = call
+            self._calls.append(call)
+        call.id = call.id or call_id
+        call.name = call.name or text(function, "name") or ""
+        piece = function.get("arguments")
+        if isinstance(piece, dict):  # a few servers send the whole object at once
+            piece = dump_arguments(ToolCall(call.id, call.name, piece))
+        if isinstance(piece, str) and piece:
+            call.parts.append(piece)
+            if self._on_delta is not None:
+                self._on_delta(Delta("tool_input", piece, call.id or None))

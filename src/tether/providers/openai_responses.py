@@ -1,0 +1,247 @@
+"""The OpenAI Responses codec (`/responses`, stateless: `store: false`). Calls and results are
+input items (`function_call`, `function_call_output`) beside the messages; the system prompt
+is `instructions`. Reasoning items are not carried between turns (see the report's gaps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import httpx
+
+from tether.errors import ConnectionFailed
+from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, Usage
+from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
+from tether.providers.classify import classify_openai, stream_error
+from tether.providers.common import (
+    count,
+    dump_arguments,
+    error_text,
+    finish,
+    is_obj,
+    items,
+    load_json,
+    obj,
+    text,
+    tool_call,
+    truncated,
+)
+from tether.providers.http import Endpoint, RateLimits, SSEDecoder, parse_rate_limits
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class OpenAIResponsesModel:
+    """A `Model` over the Responses API; `stream=True` reads its typed SSE events."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str = DEFAULT_BASE_URL,
+        http_client: httpx.AsyncClient | None = None,
+        stream: bool = False,
+    ) -> None:
+        self.model = model
+        self.streaming = stream
+        self.last_rate_limits: RateLimits | None = None
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        url = base_url.rstrip("/") + "/responses"
+        self._endpoint = Endpoint(url, headers, classify_openai, http_client)
+
+    @property
+    def name(self) -> str:
+        return f"openai-responses:{self.model}"
+
+    async def aclose(self) -> None:
+        await self._endpoint.aclose()
+
+    def encode(self, request: ModelRequest) -> JSONObject:
+        return encode_request(self.model, request, stream=self.streaming)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        body = self.encode(request)
+        if self.streaming:
+            assembler = StreamAssembler(self.model, request.on_delta)
+            raw = await self._endpoint.stream(body, assembler.feed)
+            self.last_rate_limits = parse_rate_limits(raw.headers)
+            return assembler.finish(raw.body)
+        raw = await self._endpoint.post(body)
+        self.last_rate_limits = parse_rate_limits(raw.headers)
+        return decode_response(self.model, raw.body)
+
+
+# --- request ------------------------------------------------------------------------------
+
+
+def encode_request(model: str, request: ModelRequest, *, stream: bool = False) -> JSONObject:
+    body: JSONObject = {"model": model}
+    if request.system:
+        body["instructions"] = request.system
+    body["input"] = encode_input(request.messages)
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters,
+                # strict mode demands every property be required; tether's schemas are not.
+                "strict": False,
+            }
+            for t in request.tools
+        ]
+    if request.max_output_tokens is not None:
+        body["max_output_tokens"] = request.max_output_tokens
+    body["store"] = False
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def encode_input(messages: Sequence[Message]) -> list[JSONValue]:
+    out: list[JSONValue] = []
+    for message in messages:
+        if message.role == "user":
+            out.append({"role": "user", "content": message.text})
+        elif message.role == "assistant":
+            if message.text:
+                out.append({"role": "assistant", "content": message.text})
+            out.extend(_encode_call(c) for c in message.tool_calls)
+        else:
+            for result in message.tool_results:
+                out.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": result.call_id,
+                        "output": error_text(result.content, result.is_error),
+                    }
+                )
+            if any(isinstance(p, Text) and p.text for p in message.parts):
+                out.append({"role": "user", "content": message.text})
+    return out
+
+
+def _encode_call(call: ToolCall) -> JSONValue:
+    return {
+        "type": "function_call",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": dump_arguments(call),
+    }
+
+
+# --- response -----------------------------------------------------------------------------
+
+
+def decode_usage(usage: JSONObject) -> Usage:
+    details = obj(usage, "input_tokens_details")
+    return Usage(
+        input_tokens=count(usage, "input_tokens"),
+        output_tokens=count(usage, "output_tokens"),
+        cache_read_tokens=count(details, "cached_tokens"),
+        cache_write_tokens=count(details, "cache_write_tokens"),
+        reasoning_tokens=count(obj(usage, "output_tokens_details"), "reasoning_tokens"),
+    )
+
+
+def decode_response(model: str, body: bytes) -> ModelResponse:
+    data = load_json(body)
+    if not is_obj(data):
+        raise ConnectionFailed("the model host answered 200 with a body that is not JSON")
+    return _decode(model, data, items(data, "output"), body)
+
+
+def _decode(
+    model: str, response: JSONObject, output: list[JSONValue], body: bytes
+) -> ModelResponse:
+    error = response.get("error")
+    if response.get("status") == "failed" or is_obj(error):
+        raise stream_error({"error": error} if is_obj(error) else response)
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    wire_items = [i for i in output if is_obj(i)]
+    for item in wire_items:
+        if item.get("type") == "message":
+            for part in items(item, "content"):
+                texts.append(text(part, "text") or text(part, "refusal") or "")
+        elif item.get("type") == "function_call":
+            call_id = text(item, "call_id") or text(item, "id") or ""
+            calls.append(tool_call(call_id, text(item, "name") or "", item.get("arguments")))
+    status = text(response, "status")
+    reason = text(obj(response, "incomplete_details"), "reason")
+    raw_stop = reason if status == "incomplete" and reason else status
+    cut = (
+        reason == "max_output_tokens"
+        and bool(wire_items)
+        and wire_items[-1].get("type") == "function_call"
+    )
+    if cut:
+        calls[-1] = truncated(calls[-1], text(wire_items[-1], "arguments") or "")
+    return finish(
+        model=model,
+        text_parts=texts,
+        calls=calls,
+        raw_stop=raw_stop,
+        usage=decode_usage(obj(response, "usage")),
+        body=body,
+        incomplete=cut,
+    )
+
+
+class StreamAssembler:
+    """Folds Responses SSE events into one message. Items are keyed by `output_index`; the
+    final `response.completed` (or `.incomplete`) carries usage and, usually, the whole
+    output, which wins over what the deltas assembled."""
+
+    def __init__(self, model: str, on_delta: DeltaObserver | None = None) -> None:
+        self.model = model
+        self._on_delta = on_delta
+        self._sse = SSEDecoder()
+        self._items: dict[int, JSONObject] = {}
+        self._final: JSONObject | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        for event in self._sse.feed(chunk):
+            self._handle(event.data)
+
+    def finish(self, body: bytes) -> ModelResponse:
+        for event in self._sse.close():
+            self._handle(event.data)
+        if self._final is None:
+            raise ConnectionFailed("the stream ended before response.completed")
+        output = items(self._final, "output")
+        if not output:
+            output = [self._items[i] for i in sorted(self._items)]
+        return _decode(self.model, self._final, output, body)
+
+    def _handle(self, data: str) -> None:
+        payload = load_json(data)
+        kind = text(payload, "type") or ""
+        if kind in ("response.completed", "response.incomplete"):
+            self._final = obj(payload, "response")
+        elif kind == "response.output_text.delta":
+            self._text_delta(count(payload, "output_index"), text(payload, "delta") or "")
+        elif kind == "response.function_call_arguments.delta":
+            self._arguments_delta(count(payload, "output_index"), text(payload, "delta") or "")
+        elif kind in ("response.output_item.added", "response.output_item.done"):
+            self._items[count(payload, "output_index")] = dict(obj(payload, "item"))
+        elif kind == "response.failed":
+            raise stream_error({"error": obj(obj(payload, "response"), "error")}, data)
+        elif kind == "error" or not is_obj(payload):
+            raise stream_error(payload, data)
+
+    def _text_delta(self, index: int, piece: str) -> None:
+        item = self._items.setdefault(index, {"type": "message", "content": []})
+        content = item.setdefault("content", [])
+        if isinstance(content, list):
+            content.append({"type": "output_text", "text": piece})
+        if self._on_delta is not None and piece:
+            self._on_delta(Delta("text", piece))
+
+    def _arguments_delta(self, index: int, piece: str) -> None:
+        item = self._items.setdefault(index, {"type": "function_call", "arguments": ""})
+        item["arguments"] = (text(item, "arguments") or "") + piece
+        if self._on_delta is not None and piece:
+            self._on_delta(Delta("tool_input", piece, text(item, "call_id")))

@@ -1,0 +1,65 @@
+"""What to do with each unanswered call of the last assistant message (DESIGN §4).
+
+Pure: from the session view and the tool's properties to one decision per call. The loop
+uses it at every step, so the same rules serve a running session, one resumed after an
+approval and one taken over after a crash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tether.messages import ToolCall
+from tether.state import SessionView
+from tether.tools.base import Tool, Toolbox
+
+Action = Literal["run", "answer", "request_approval", "await_approval"]
+
+UNKNOWN_EFFECT = (
+    "The run stopped while this call was running, so its effects are unknown: it may or may "
+    "not have happened. It was not repeated. Inspect the current state before repeating it."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    call: ToolCall
+    action: Action
+    outcome: str = ""  # for action "answer"
+    content: str = ""
+
+
+def decide_open_calls(view: SessionView, toolbox: Toolbox) -> list[Decision]:
+    decisions: list[Decision] = []
+    for call in view.open_calls:
+        tool = toolbox.get(call.name)
+        if tool is None:
+            decisions.append(Decision(call, "run"))  # the runner answers unknown_tool
+        elif call.id in view.started_calls:
+            decisions.append(_started_before(call, tool))
+        elif tool.needs_approval:
+            decisions.append(_approval(call, view))
+        else:
+            decisions.append(Decision(call, "run"))
+    return decisions
+
+
+def _started_before(call: ToolCall, tool: Tool) -> Decision:
+    # A call started by an earlier runner that never finished it: repeat only what is safe.
+    if tool.effect in ("read", "idempotent"):
+        return Decision(call, "run")
+    return Decision(call, "answer", "unknown_effect", UNKNOWN_EFFECT)
+
+
+def _approval(call: ToolCall, view: SessionView) -> Decision:
+    decision = view.decisions.get(call.id)
+    if isinstance(decision, dict):
+        if decision.get("allow"):
+            return Decision(call, "run")
+        reason = decision.get("reason")
+        why = f": {reason}" if reason else ""
+        return Decision(call, "answer", "denied", f"The user denied this call{why}")
+    if call.id in view.pending_approvals:
+        return Decision(call, "await_approval")
+    return Decision(call, "request_approval")

@@ -1,0 +1,122 @@
+"""Session states, stop reasons, the `SessionView` a fold produces, and what successive
+observations of one session may do. Pure: nothing here reads a clock or a store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tether.errors import TetherError
+from tether.messages import JSONObject, ToolCall, Usage
+
+State = Literal[
+    "pending",
+    "waiting_model",
+    "waiting_tool",
+    "waiting_approval",
+    "canceling",
+    "idle",
+    "completed",
+    "failed",
+    "canceled",
+]
+TERMINAL_STATES: frozenset[str] = frozenset({"completed", "failed", "canceled"})
+
+# Named stop reasons of a turn; a custom stop condition adds its own name.
+STOP_REASONS: frozenset[str] = frozenset(
+    {
+        "end_turn",
+        "awaiting_approval",
+        "budget",
+        "turn_limit",
+        "time_limit",
+        "output_limit",
+        "interrupted",
+        "error",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """What a session is doing, derived from its log and never stored beside it.
+
+    `open_calls` are the calls of the last assistant message with no result yet, in call
+    order; `started_calls` the subset whose `tool.started` is in the log. `steps` counts
+    model answers over the whole session, `turn_steps` those of the current turn."""
+
+    session_id: str = ""
+    state: State = "pending"
+    stop_reason: str | None = None
+    stop_detail: str | None = None
+    model: str = ""
+    usage: Usage = Usage()
+    cost_usd: float | None = None
+    steps: int = 0
+    turn_steps: int = 0
+    turns: int = 0
+    last_seq: int = 0
+    last_output: str = ""
+    open_calls: tuple[ToolCall, ...] = ()
+    started_calls: frozenset[str] = frozenset()
+    pending_approvals: tuple[str, ...] = ()
+    decisions: JSONObject = field(default_factory=dict)  # call id -> {"allow", "reason"}
+    cancel_scope: str | None = None
+    model_request_open: bool = False
+    transcript_chars: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def to_json(self) -> JSONObject:
+        return {
+            "session_id": self.session_id,
+            "state": self.state,
+            "stop_reason": self.stop_reason,
+            "stop_detail": self.stop_detail,
+            "model": self.model,
+            "usage": self.usage.to_json(),
+            "cost_usd": self.cost_usd,
+            "steps": self.steps,
+            "turn_steps": self.turn_steps,
+            "turns": self.turns,
+            "last_seq": self.last_seq,
+            "last_output": self.last_output,
+            "open_calls": [c.to_json() for c in self.open_calls],
+            "started_calls": sorted(self.started_calls),
+            "pending_approvals": list(self.pending_approvals),
+            "decisions": self.decisions,
+            "cancel_scope": self.cancel_scope,
+            "model_request_open": self.model_request_open,
+        }
+
+
+class InvalidObservation(TetherError):
+    """Two successive observations of one session contradict the lifecycle."""
+
+
+def validate_observation(previous: SessionView, current: SessionView) -> None:
+    """Raise `InvalidObservation` if `current` cannot follow `previous` for one session."""
+    problems: list[str] = []
+    if previous.session_id != current.session_id:
+        problems.append(f"session id changed from {previous.session_id} to {current.session_id}")
+    if previous.terminal and current.state != previous.state:
+        problems.append(f"terminal state {previous.state} changed to {current.state}")
+    for name in ("last_seq", "steps", "turns"):
+        before, after = getattr(previous, name), getattr(current, name)
+        if after < before:
+            problems.append(f"{name} went down from {before} to {after}")
+    for name in ("input_tokens", "output_tokens"):
+        before, after = getattr(previous.usage, name), getattr(current.usage, name)
+        if after < before:
+            problems.append(f"usage.{name} went down from {before} to {after}")
+    if (
+        previous.cost_usd is not None
+        and current.cost_usd is not None
+        and current.cost_usd < previous.cost_usd
+    ):
+        problems.append(f"cost went down from {previous.cost_usd} to {current.cost_usd}")
+    if problems:
+        raise InvalidObservation("; ".join(problems))

@@ -1,0 +1,16 @@
+"""What tests and demos need: the scripted model and the conformance suites."""
+
+from tether.testing.scripted import Delay, Fail, Hang, ScriptedCall, ScriptedModel, Truncated, call
+from tether.testing.store_conformance import STORE_CHECKS, run_store_conformance
+
+__all__ = [
+    "STORE_CHECKS",
+    "Delay",
+    "Fail",
+    "Hang",
+    "ScriptedCall",
+    "ScriptedModel",
+    "Truncated",
+    "call",
+    "run_store_conformance",
+]

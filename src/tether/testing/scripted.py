@@ -1,0 +1,160 @@
+"""The scripted model: prepared replies, in order, with fault injection. For tests and demos;
+it is never chosen implicitly.
+
+It picks its reply from the transcript it is sent (the number of assistant turns so far),
+not from a counter of its own, so a session resumed in a fresh process goes on where it
+stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from tether.errors import ProviderError, ScriptExhausted
+from tether.messages import JSONValue, Message, Text, ToolCall, Usage
+from tether.providers.base import ModelRequest, ModelResponse
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedCall:
+    name: str
+    arguments: dict[str, JSONValue]
+
+
+def call(name: str, /, **arguments: JSONValue) -> ScriptedCall:
+    """One scripted tool call; a list of them is one turn of parallel calls."""
+    return ScriptedCall(name, arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """Raise `error` instead of answering."""
+
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True)
+class Delay:
+    """Answer `reply` after `seconds`."""
+
+    seconds: float
+    reply: Reply
+
+
+@dataclass(frozen=True, slots=True)
+class Hang:
+    """Never answer (until cancelled)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Truncated:
+    """An answer cut by the output limit inside a tool call: text and an unusable call."""
+
+    text: str = ""
+
+
+Reply: TypeAlias = (
+    str | ScriptedCall | Sequence[ScriptedCall] | Fail | Delay | Hang | Truncated
+    | Callable[[Sequence[Message]], "Reply"]
+)
+
+
+class ScriptedModel:
+    """`ScriptedModel(["final answer"])`, `ScriptedModel([call("add", a=1, b=2), "3"])`.
+
+    `repeat_last=True` answers with the last reply forever (a model that never stops asking
+    for tools). `delay` sleeps before every answer, as a network would. `price_per_million`
+    (input, output) makes the cost known; otherwise it is None, never a made-up 0."""
+
+    def __init__(
+        self,
+        replies: Sequence[Reply],
+        *,
+        name: str = "scripted",
+        repeat_last: bool = False,
+        delay: float = 0.0,
+        price_per_million: tuple[float, float] | None = None,
+    ) -> None:
+        self._replies = list(replies)
+        self._name = name
+        self._repeat_last = repeat_last
+        self._delay = delay
+        self._price = price_per_million
+        # (id of the transcript list, its length, assistant turns in it): counting only the
+        # new tail keeps a long session's cost per step flat.
+        self._count_cache: tuple[int, int, int] = (0, 0, 0)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def estimate_cost(self, input_tokens: int) -> float | None:
+        return None if self._price is None else input_tokens * self._price[0] / 1e6
+
+    def _assistant_turns(self, messages: Sequence[Message]) -> int:
+        list_id, seen, count = self._count_cache
+        if list_id != id(messages) or seen > len(messages):
+            seen, count = 0, 0
+        for message in messages[seen:]:
+            if message.role == "assistant":
+                count += 1
+        self._count_cache = (id(messages), len(messages), count)
+        return count
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        turn = self._assistant_turns(request.messages)
+        if turn < len(self._replies):
+            reply = self._replies[turn]
+        elif self._repeat_last and self._replies:
+            reply = self._replies[-1]
+        else:
+            raise ScriptExhausted(
+                f"the scripted model has {len(self._replies)} replies and was asked for reply {turn + 1}"
+            )
+        if self._delay:
+            await asyncio.sleep(self._delay)
+        return await self._answer(reply, turn, request)
+
+    async def _answer(self, reply: Reply, turn: int, request: ModelRequest) -> ModelResponse:
+        if isinstance(reply, Fail):
+            raise reply.error
+        if isinstance(reply, Delay):
+            await asyncio.sleep(reply.seconds)
+            return await self._answer(reply.reply, turn, request)
+        if isinstance(reply, Hang):
+            await asyncio.Event().wait()
+        if callable(reply) and not isinstance(reply, ScriptedCall):
+            return await self._answer(reply(request.messages), turn, request)
+        if isinstance(reply, Truncated):
+            cut = ToolCall(f"call_{turn}_0", "unfinished", {}, raw_arguments='{"partial": ')
+            parts = ((Text(reply.text),) if reply.text else ()) + (cut,)
+            return self._response(Message("assistant", parts), "max_tokens", incomplete=True, request=request)
+        if isinstance(reply, str):
+            return self._response(Message("assistant", (Text(reply),)), "end_turn", request=request)
+        calls = [reply] if isinstance(reply, ScriptedCall) else list(reply)
+        if not all(isinstance(c, ScriptedCall) for c in calls):
+            raise ProviderError(f"scripted reply {turn + 1} is not a str, a call or a list of calls")
+        tool_calls = tuple(
+            ToolCall(f"call_{turn}_{i}", c.name, dict(c.arguments)) for i, c in enumerate(calls)
+        )
+        return self._response(Message("assistant", tool_calls), "tool_calls", request=request)
+
+    def _response(
+        self, message: Message, stop: str, *, request: ModelRequest, incomplete: bool = False
+    ) -> ModelResponse:
+        # Deterministic usage that grows with the conversation, as a real model's would.
+        usage = Usage(input_tokens=20 + 10 * len(request.messages), output_tokens=5 + len(message.text) // 4)
+        cost = None
+        if self._price is not None:
+            cost = (usage.input_tokens * self._price[0] + usage.output_tokens * self._price[1]) / 1e6
+        return ModelResponse(
+            message=message,
+            stop="max_tokens" if incomplete else ("tool_calls" if message.tool_calls else "end_turn"),
+            raw_stop_reason=stop,
+            usage=usage,
+            cost_usd=cost,
+            incomplete=incomplete,
+        )

@@ -1,0 +1,148 @@
+"""The store conformance suite: what every event store must do, as plain async checks.
+
+Each check takes a fresh, empty store and raises AssertionError on a violation. A backend's
+tests run them all, e.g. `@pytest.mark.parametrize("check", STORE_CHECKS)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from tether.errors import Conflict, UsageError
+from tether.events import Event, ModelResponded, Payload, SessionCreated, ToolFinished, UserMessage
+from tether.messages import Message, Text, ToolCall, Usage, user
+from tether.store.base import Store
+
+Check = Callable[[Store], Awaitable[None]]
+
+
+def make_events(session_id: str, start_seq: int, payloads: list[Payload], tag: str = "a") -> list[Event]:
+    return [
+        Event(session_id, start_seq + i, f"{session_id}-{tag}-{start_seq + i}", "2026-01-01T00:00:00.000000Z", p)
+        for i, p in enumerate(payloads)
+    ]
+
+
+def _sample(n: int) -> list[Payload]:
+    base: list[Payload] = [
+        SessionCreated(model="scripted", system="Be brief. Ünïcode ✓", tools={"add": "abc"}),
+        UserMessage(user("hello\nworld \u2603")),
+        ModelResponded(
+            Message("assistant", (Text("sure"), ToolCall("c1", "add", {"a": 1, "b": [1.5, None]}))),
+            stop="tool_calls", raw_stop_reason="tool_use", usage=Usage(10, 5, 1, 2, 3), cost_usd=0.25,
+        ),
+        ToolFinished("c1", "ok", "2", 1.5),
+    ]
+    return [base[i % len(base)] for i in range(n)]
+
+
+async def appended_events_read_back_equal(store: Store) -> None:
+    events = make_events("s1", 1, _sample(4))
+    await store.append("s1", events, 0)
+    assert await store.read("s1") == events
+    assert await store.last_seq("s1") == 4
+    assert await store.read("s1", after_seq=2) == events[2:]
+
+
+async def a_stale_expected_seq_is_a_conflict(store: Store) -> None:
+    await store.append("s1", make_events("s1", 1, _sample(2)), 0)
+    stale = make_events("s1", 2, _sample(1), tag="b")
+    try:
+        await store.append("s1", stale, 1)
+    except Conflict as exc:
+        assert exc.actual_seq == 2
+    else:
+        raise AssertionError("a stale expected_seq was accepted")
+    assert [e.id for e in await store.read("s1")] == ["s1-a-1", "s1-a-2"]
+
+
+async def a_retried_batch_is_accepted_once(store: Store) -> None:
+    batch = make_events("s1", 1, _sample(3))
+    await store.append("s1", batch, 0)
+    await store.append("s1", batch, 0)  # the same call again, e.g. after a lost reply
+    assert len(await store.read("s1")) == 3
+    later = make_events("s1", 4, _sample(1))
+    await store.append("s1", later, 3)
+    await store.append("s1", batch, 0)  # still recognised once the log has moved on
+    assert [e.seq for e in await store.read("s1")] == [1, 2, 3, 4]
+
+
+async def a_batch_with_other_ids_at_stored_seqs_conflicts(store: Store) -> None:
+    await store.append("s1", make_events("s1", 1, _sample(2)), 0)
+    try:
+        await store.append("s1", make_events("s1", 1, _sample(2), tag="other"), 0)
+    except Conflict:
+        pass
+    else:
+        raise AssertionError("a different batch at stored seqs was accepted")
+
+
+async def a_malformed_batch_is_refused_and_writes_nothing(store: Store) -> None:
+    gap = make_events("s1", 1, _sample(1)) + make_events("s1", 3, _sample(1))
+    for bad in (gap, make_events("other", 1, _sample(1)), []):
+        try:
+            await store.append("s1", bad, 0)
+        except UsageError:
+            pass
+        else:
+            raise AssertionError(f"malformed batch accepted: {bad}")
+    assert await store.read("s1") == []
+    assert await store.last_seq("s1") == 0
+
+
+async def concurrent_appends_at_one_seq_let_exactly_one_win(store: Store) -> None:
+    await store.append("s1", make_events("s1", 1, _sample(1)), 0)
+
+    async def attempt(tag: str) -> bool:
+        try:
+            await store.append("s1", make_events("s1", 2, _sample(2), tag=tag), 1)
+        except Conflict:
+            return False
+        return True
+
+    wins = await asyncio.gather(*(attempt(f"w{i}") for i in range(8)))
+    assert sum(wins) == 1, f"{sum(wins)} writers won"
+    events = await store.read("s1")
+    assert [e.seq for e in events] == [1, 2, 3]
+    assert len({e.id.split("-")[1] for e in events[1:]}) == 1, "a batch was split between writers"
+
+
+async def sessions_are_separate_and_listed(store: Store) -> None:
+    await store.append("s1", make_events("s1", 1, _sample(2)), 0)
+    await store.append("s2", make_events("s2", 1, _sample(3)), 0)
+    assert len(await store.read("s1")) == 2
+    assert len(await store.read("s2")) == 3
+    listed = {i.session_id: i.last_seq for i in await store.sessions()}
+    assert listed == {"s1": 2, "s2": 3}
+    assert await store.read("nobody") == []
+    assert await store.last_seq("nobody") == 0
+
+
+async def large_and_unicode_payloads_round_trip(store: Store) -> None:
+    big = "x" * 2_000_000 + "\u0000\u2028\U0001f600"
+    events = make_events("s1", 1, [ToolFinished("c", "ok", big)])
+    await store.append("s1", events, 0)
+    assert await store.read("s1") == events
+
+
+STORE_CHECKS: list[Check] = [
+    appended_events_read_back_equal,
+    a_stale_expected_seq_is_a_conflict,
+    a_retried_batch_is_accepted_once,
+    a_batch_with_other_ids_at_stored_seqs_conflicts,
+    a_malformed_batch_is_refused_and_writes_nothing,
+    concurrent_appends_at_one_seq_let_exactly_one_win,
+    sessions_are_separate_and_listed,
+    large_and_unicode_payloads_round_trip,
+]
+
+
+async def run_store_conformance(factory: Callable[[], Awaitable[Store]]) -> None:
+    """Run every check, each on a fresh store from `factory`."""
+    for check in STORE_CHECKS:
+        store = await factory()
+        try:
+            await check(store)
+        finally:
+            await store.close()

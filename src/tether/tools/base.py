@@ -1,0 +1,155 @@
+"""What a tool is, and the `@tool` decorator that makes one from a typed function.
+
+Owns `Tool` and `Toolbox` (tools by name). Running a call belongs to `tools.run`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, overload
+
+from pydantic import BaseModel
+
+from tether.errors import UsageError
+from tether.messages import canonical_json
+from tether.providers.base import ToolSpec
+from tether.tools.schema import build_validator, json_schema, parse_docstring
+
+Effect = Literal["read", "idempotent", "write"]
+EFFECTS: tuple[str, ...] = ("read", "idempotent", "write")
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_OUTPUT_CAP = 100_000  # characters the model sees of one result
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A named capability the model may call. `effect` says what repeating it would do and
+    drives crash recovery: `write` (the default) is never blindly repeated."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    fn: Callable[..., Any]
+    validator: type[BaseModel] | None = None
+    effect: Effect = "write"
+    timeout: float | None = DEFAULT_TIMEOUT
+    needs_approval: bool = False
+    output_cap: int = DEFAULT_OUTPUT_CAP
+    context_param: str | None = None
+    is_async: bool = field(default=False)
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.parameters)
+
+    @property
+    def schema_hash(self) -> str:
+        body = canonical_json({"d": self.description, "p": self.parameters})
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def make_tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effect: Effect = "write",
+    timeout: float | None = DEFAULT_TIMEOUT,
+    needs_approval: bool = False,
+    output_cap: int = DEFAULT_OUTPUT_CAP,
+) -> Tool:
+    tool_name = name or getattr(fn, "__name__", "")
+    if not tool_name.isidentifier() and not all(c.isalnum() or c in "_-" for c in tool_name):
+        raise UsageError(f"tool name {tool_name!r} must be letters, digits, '_' or '-'")
+    if effect not in EFFECTS:
+        raise UsageError(f"tool {tool_name}: effect must be one of {', '.join(EFFECTS)}, not {effect!r}")
+    if timeout is not None and timeout <= 0:
+        raise UsageError(f"tool {tool_name}: timeout must be positive, not {timeout}")
+    summary, param_docs = parse_docstring(inspect.getdoc(fn))
+    validator, context_param = build_validator(fn, tool_name, param_docs)
+    return Tool(
+        name=tool_name,
+        description=description if description is not None else summary,
+        parameters=json_schema(validator),
+        fn=fn,
+        validator=validator,
+        effect=effect,
+        timeout=timeout,
+        needs_approval=needs_approval,
+        output_cap=output_cap,
+        context_param=context_param,
+        is_async=inspect.iscoroutinefunction(fn),
+    )
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effect: Effect = "write",
+    timeout: float | None = DEFAULT_TIMEOUT,
+    needs_approval: bool = False,
+    output_cap: int = DEFAULT_OUTPUT_CAP,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effect: Effect = "write",
+    timeout: float | None = DEFAULT_TIMEOUT,
+    needs_approval: bool = False,
+    output_cap: int = DEFAULT_OUTPUT_CAP,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a tool from a typed function: `@tool` or `@tool(effect="read", timeout=5)`.
+
+    The JSON schema comes from the type hints, the descriptions from the docstring (a
+    Google-style `Args:` section or `:param x:` lines)."""
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return make_tool(
+            f,
+            name=name,
+            description=description,
+            effect=effect,
+            timeout=timeout,
+            needs_approval=needs_approval,
+            output_cap=output_cap,
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class Toolbox:
+    """Tools by name, in the order given. Plain functions are made into tools."""
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for item in tools:
+            t = item if isinstance(item, Tool) else make_tool(item)
+            if t.name in self._tools:
+                raise UsageError(f"two tools are named {t.name!r}")
+            self._tools[t.name] = t
+        self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self._tools.values())
+        self.schema_chars = len(canonical_json([s.parameters for s in self.specs]))
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)

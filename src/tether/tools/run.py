@@ -1,0 +1,140 @@
+"""Running tool calls: validation, timeouts, errors as data, output caps, parallel turns.
+
+Owns what happens between a call and its result. Committing `tool.started` and
+`tool.finished` is the caller's, through the two callbacks `run_calls` takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from tether.messages import ToolCall
+from tether.tools.base import Tool, Toolbox
+from tether.tools.schema import ToolContext
+
+# Sync tools get threads of their own: the default executor has only a few on small
+# machines, which would serialise a turn of parallel blocking calls.
+_SYNC_TOOL_THREADS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="tether-tool")
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    outcome: str  # ok | error | timeout | canceled | denied | unknown_effect | invalid_input | unknown_tool
+    content: str
+    duration_ms: float = 0.0
+
+
+def render_output(value: object, cap: int) -> str:
+    """The text the model sees of a tool's return value, cut at `cap` with a visible marker."""
+    if value is None:
+        text = ""
+    elif isinstance(value, str):
+        text = value
+    elif isinstance(value, BaseModel):
+        text = value.model_dump_json()
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            text = repr(value)
+    if len(text) > cap:
+        return f"{text[:cap]}\n[output truncated: {len(text):,} characters, first {cap:,} shown]"
+    return text
+
+
+def describe_validation_error(tool_name: str, exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(x) for x in err["loc"]) or "arguments"
+        problems.append(f"{where}: {err['msg']}")
+    return f"invalid arguments for tool {tool_name}: " + "; ".join(problems)
+
+
+async def execute(tool: Tool, call: ToolCall, session_id: str = "") -> CallOutcome:
+    """Run one call. Never raises for what the tool or the model did wrong; re-raises a cancel."""
+    started = time.perf_counter()
+
+    def done(outcome: str, content: str) -> CallOutcome:
+        return CallOutcome(outcome, content, round((time.perf_counter() - started) * 1000, 3))
+
+    if call.raw_arguments is not None:
+        return done(
+            "invalid_input",
+            f"the arguments for tool {tool.name} are not a JSON object: {call.raw_arguments[:200]!r}",
+        )
+    kwargs: dict[str, Any]
+    if tool.validator is not None:
+        try:
+            validated = tool.validator.model_validate(call.arguments)
+        except ValidationError as exc:
+            return done("invalid_input", describe_validation_error(tool.name, exc))
+        kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
+    else:
+        kwargs = dict(call.arguments)
+    if tool.context_param:
+        kwargs[tool.context_param] = ToolContext(session_id, call.id)
+    try:
+        async with asyncio.timeout(tool.timeout) as deadline:
+            if tool.is_async:
+                value = await tool.fn(**kwargs)
+            else:
+                loop = asyncio.get_running_loop()
+                value = await loop.run_in_executor(
+                    _SYNC_TOOL_THREADS, functools.partial(tool.fn, **kwargs)
+                )
+    except TimeoutError:
+        if deadline.expired():
+            return done("timeout", f"tool {tool.name} did not finish within {tool.timeout:g} s")
+        return done("error", f"tool {tool.name} raised TimeoutError")
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return done("error", f"tool {tool.name} raised {type(exc).__name__}: {exc}")
+    return done("ok", render_output(value, tool.output_cap))
+
+
+def unknown_tool(call: ToolCall, toolbox: Toolbox) -> CallOutcome:
+    known = ", ".join(toolbox.names()) or "none"
+    return CallOutcome("unknown_tool", f"there is no tool named {call.name!r}; tools: {known}")
+
+
+OnStart = Callable[[ToolCall, Tool], Awaitable[None]]
+OnFinish = Callable[[ToolCall, CallOutcome], Awaitable[None]]
+
+
+async def run_calls(
+    calls: Sequence[ToolCall],
+    toolbox: Toolbox,
+    session_id: str,
+    on_start: OnStart,
+    on_finish: OnFinish,
+) -> None:
+    """Run a turn's calls in parallel. `on_start` commits right before a call runs and
+    `on_finish` as each returns; results reach the transcript in call order via the fold.
+    On cancel every running call is cancelled and the cancel propagates: answering the
+    interrupted calls is the caller's job, since only it knows what is committed."""
+
+    async def one(call: ToolCall) -> None:
+        tool = toolbox.get(call.name)
+        if tool is None:
+            await on_finish(call, unknown_tool(call, toolbox))
+            return
+        await on_start(call, tool)
+        outcome = await execute(tool, call, session_id)
+        await on_finish(call, outcome)
+
+    if len(calls) == 1:
+        await one(calls[0])  # no task group for the common single call
+        return
+    async with asyncio.TaskGroup() as group:
+        for call in calls:
+            group.create_task(one(call))

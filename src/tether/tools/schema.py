@@ -1,0 +1,113 @@
+"""JSON schemas and argument validation derived from a typed Python signature.
+
+Owns the translation of a function's parameters and docstring into a pydantic model (the
+validator) and the JSON schema the model is shown. It runs nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from tether.errors import UsageError
+from tether.messages import JSONObject
+
+
+class ToolContext:
+    """Passed to a tool that declares a parameter of this type: who is calling, and the key
+    that makes a repeated `idempotent` call recognisable (the call id)."""
+
+    __slots__ = ("call_id", "session_id")
+
+    def __init__(self, session_id: str, call_id: str) -> None:
+        self.session_id = session_id
+        self.call_id = call_id
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.call_id
+
+
+_ARGS_HEADER = re.compile(r"^\s*(args|arguments|parameters|params)\s*:\s*$", re.IGNORECASE)
+_SECTION_HEADER = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
+_ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+_SPHINX_PARAM = re.compile(r"^\s*:param\s+(?:\w+\s+)?(\w+)\s*:\s*(.*)$")
+
+
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """The description (text before any section) and each parameter's description, from a
+    Google-style `Args:` section or Sphinx `:param x:` lines."""
+    if not doc:
+        return "", {}
+    lines = inspect.cleandoc(doc).splitlines()
+    summary: list[str] = []
+    params: dict[str, str] = {}
+    current: str | None = None
+    in_args = False
+    for line in lines:
+        sphinx = _SPHINX_PARAM.match(line)
+        if sphinx:
+            current, in_args = sphinx.group(1), False
+            params[current] = sphinx.group(2).strip()
+            continue
+        if _ARGS_HEADER.match(line):
+            in_args, current = True, None
+            continue
+        if _SECTION_HEADER.match(line) or line.strip().startswith(":"):
+            in_args, current = False, None
+            continue
+        if in_args:
+            arg = _ARG_LINE.match(line)
+            if arg and (len(line) - len(line.lstrip())) <= 4:
+                current = arg.group(1).lstrip("*")
+                params[current] = arg.group(3).strip()
+            elif current and line.strip():
+                params[current] = f"{params[current]} {line.strip()}".strip()
+            continue
+        if current is None and not params:
+            summary.append(line)
+    return "\n".join(summary).strip(), params
+
+
+def build_validator(
+    fn: Callable[..., Any], name: str, param_docs: dict[str, str]
+) -> tuple[type[BaseModel], str | None]:
+    """A pydantic model of the parameters, and the name of a `ToolContext` parameter if any."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:
+        raise UsageError(f"tool {name}: cannot read its type hints: {exc}") from exc
+    fields: dict[str, Any] = {}
+    context_param: str | None = None
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise UsageError(f"tool {name}: *args and **kwargs cannot be described to a model")
+        annotation = hints.get(param.name)
+        if annotation is None:
+            raise UsageError(f"tool {name}: parameter {param.name!r} needs a type hint")
+        if annotation is ToolContext:
+            context_param = param.name
+            continue
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, Field(default, description=param_docs.get(param.name)))
+    model = create_model(  # type: ignore[call-overload]
+        f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return model, context_param
+
+
+def json_schema(validator: type[BaseModel]) -> JSONObject:
+    schema: JSONObject = validator.model_json_schema()
+    schema.pop("title", None)
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for prop in properties.values():
+            if isinstance(prop, dict):
+                prop.pop("title", None)
+    schema.setdefault("properties", {})
+    return schema
