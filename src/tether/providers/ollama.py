@@ -219,6 +219,8 @@ class StreamAssembler:
             self._texts.append(piece)
             if self._on_delta is not None:
                 self._on_delta(Delta("text", piece))
-        self._calls.extend(_decode_calls(items(message, "tool_calls"), self._seed, len(self._calls)))
+        self._calls.extend(
+            _decode_calls(items(message, "tool_calls"), self._seed, len(self._calls))
+        )
         if line.get("done") is True:
             self._last = line

@@ -1,0 +1,218 @@
+"""The `tether` command: a thin adapter over `Agent` and the store.
+
+Owns argument parsing, loading tools from `module:attr`, and what is printed. Bad input is
+a one-line error naming the problem and exit code 2; it is checked before anything is stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from tether.agent import Agent, RunResult, resolve_model
+from tether.errors import SessionNotFound, TetherError, UsageError
+from tether.events import Event
+from tether.fold import fold
+from tether.limits import Limits
+from tether.render import Timeline, render_transcript, render_view
+from tether.store.base import DEFAULT_STORE_URL, Store, open_store
+from tether.tools.base import Tool, make_tool
+
+
+class CliError(Exception):
+    """A problem with what the user typed; printed as one line."""
+
+
+def load_tools(specs: Sequence[str]) -> list[Tool]:
+    """`module:attr` (a tool, a function, or a list of them) or `module` (its `tools`)."""
+    loaded: list[Tool] = []
+    for spec in specs:
+        module_name, _, attr = spec.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            raise CliError(f"--tools {spec}: cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+        attr = attr or "tools"
+        if not hasattr(module, attr):
+            raise CliError(f"--tools {spec}: module {module_name} has no attribute {attr!r}")
+        value: Any = getattr(module, attr)
+        items = value if isinstance(value, list | tuple) else [value]
+        for item in items:
+            if isinstance(item, Tool):
+                loaded.append(item)
+            elif callable(item):
+                try:
+                    loaded.append(make_tool(item))
+                except UsageError as exc:
+                    raise CliError(f"--tools {spec}: {exc}") from exc
+            else:
+                raise CliError(f"--tools {spec}: {item!r} is not a tool or a function")
+    return loaded
+
+
+def _store(url: str | None) -> Store:
+    return open_store(url or os.environ.get("TETHER_STORE") or DEFAULT_STORE_URL)
+
+
+def _result_json(result: RunResult) -> dict[str, Any]:
+    return {
+        "session_id": result.session_id,
+        "output": result.output,
+        "stop_reason": result.stop_reason,
+        "stop_detail": result.stop_detail,
+        "state": result.state,
+        "usage": result.usage.to_json(),
+        "cost_usd": result.cost_usd,
+        "steps": result.steps,
+    }
+
+
+async def cmd_run(args: argparse.Namespace, *, task: str, model: str, tool_specs: Sequence[str]) -> int:
+    # Everything the user named is checked before the store is touched.
+    try:
+        resolved = resolve_model(model)
+    except TetherError as exc:
+        raise CliError(f"--model {model}: {exc}") from exc
+    tools = load_tools(tool_specs)
+    limits = Limits(max_steps=args.max_steps)
+    store = _store(args.store)
+    timeline = Timeline()
+
+    def show(event: Event) -> None:
+        print(timeline.line(event), flush=True)
+
+    agent = Agent(resolved, tools=tools, system=args.system, limits=limits, store=store,
+                  on_event=None if args.json else show)
+    try:
+        result = await agent.run(task)
+    finally:
+        await store.close()
+    if args.json:
+        print(json.dumps(_result_json(result), ensure_ascii=False))
+    else:
+        cost = "unknown" if result.cost_usd is None else f"${result.cost_usd:.6f}"
+        print(f"\n{result.output}\n")
+        print(
+            f"session {result.session_id} · {result.state} · stop: {result.stop_reason} · "
+            f"{result.steps} steps · {result.usage.input_tokens}+{result.usage.output_tokens} tokens · cost {cost}"
+        )
+        print(f"store {store.url}")
+    return 0
+
+
+async def cmd_sessions(args: argparse.Namespace) -> int:
+    store = _store(args.store)
+    try:
+        if args.sessions_command == "ls":
+            return await _sessions_ls(store, args)
+        events = await store.read(args.id)
+        if not events:
+            raise SessionNotFound(args.id)
+        if args.sessions_command == "events":
+            _print_events(events, args.json)
+        else:
+            transcript, view = fold(events)
+            if args.json:
+                print(json.dumps({"view": view.to_json(), "transcript": transcript.to_json()}, ensure_ascii=False))
+            else:
+                print(render_view(view))
+                print("\n" + render_transcript(transcript))
+        return 0
+    finally:
+        await store.close()
+
+
+async def _sessions_ls(store: Store, args: argparse.Namespace) -> int:
+    rows = []
+    for info in await store.sessions(limit=args.limit):
+        _, view = fold(await store.read(info.session_id))
+        rows.append((info, view))
+    if args.json:
+        print(json.dumps([
+            {"session_id": i.session_id, "state": v.state, "stop_reason": v.stop_reason,
+             "steps": v.steps, "events": i.last_seq, "created": i.created, "updated": i.updated}
+            for i, v in rows
+        ]))
+        return 0
+    if not rows:
+        print(f"no sessions in {store.url}")
+    for info, view in rows:
+        print(f"{info.session_id}  {view.state:<16} {view.stop_reason or '-':<17} "
+              f"{view.steps:>4} steps  {info.last_seq:>6} events  {info.updated}")
+    return 0
+
+
+def _print_events(events: list[Event], as_json: bool) -> None:
+    if as_json:
+        for event in events:
+            print(event.canonical())
+        return
+    timeline = Timeline()
+    for event in events:
+        print(timeline.line(event))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tether", description="A durable agent runtime.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    store_help = f"event store URL (default: $TETHER_STORE or {DEFAULT_STORE_URL})"
+
+    run = sub.add_parser("run", help="run a task in a new session")
+    run.add_argument("task")
+    run.add_argument("--model", required=True, help="e.g. scripted:demo, anthropic:MODEL, openai:MODEL")
+    run.add_argument("--tools", nargs="*", default=[], metavar="MODULE:ATTR")
+    run.add_argument("--system", default=None)
+    run.add_argument("--store", default=None, help=store_help)
+    run.add_argument("--max-steps", type=int, default=50)
+    run.add_argument("--json", action="store_true")
+
+    demo = sub.add_parser("demo", help="run the demo session (scripted model, no API key)")
+    demo.add_argument("--store", default=None, help=store_help)
+    demo.add_argument("--json", action="store_true")
+
+    sessions = sub.add_parser("sessions", help="inspect stored sessions")
+    ssub = sessions.add_subparsers(dest="sessions_command", required=True)
+    ls = ssub.add_parser("ls", help="list sessions, newest first")
+    ls.add_argument("--limit", type=int, default=50)
+    for name, text in (("show", "state, stop reason, usage and transcript"), ("events", "the event log")):
+        p = ssub.add_parser(name, help=text)
+        p.add_argument("id")
+    for p in ssub.choices.values():
+        p.add_argument("--store", default=None, help=store_help)
+        p.add_argument("--json", action="store_true")
+    return parser
+
+
+async def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        if args.max_steps <= 0:
+            raise CliError(f"--max-steps must be positive, not {args.max_steps}")
+        return await cmd_run(args, task=args.task, model=args.model, tool_specs=args.tools)
+    if args.command == "demo":
+        from tether.demo import DEMO_TASK
+
+        args.system, args.max_steps = "You plan picnics.", 10
+        return await cmd_run(args, task=DEMO_TASK, model="scripted:demo", tool_specs=["tether.demo:tools"])
+    return await cmd_sessions(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(_dispatch(args))
+    except (CliError, TetherError) as exc:
+        print(f"tether: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tether: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Text renderings for people: one line per event (the timeline), a transcript, a view.
+
+Owns formatting only; the CLI decides where it goes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tether.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    CancelRequested,
+    Event,
+    ModelFailed,
+    ModelRequested,
+    ModelResponded,
+    SessionCreated,
+    SessionEnded,
+    ToolFinished,
+    ToolStarted,
+    TurnEnded,
+    UserMessage,
+)
+from tether.fold import Transcript
+from tether.messages import Message, Text, ToolCall, ToolResult, canonical_json
+from tether.state import SessionView
+
+
+def clip(text: str, width: int = 90) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _calls(message: Message) -> str:
+    return ", ".join(f"{c.name}({clip(canonical_json(c.arguments), 40)})" for c in message.tool_calls)
+
+
+def summarize(event: Event) -> str:
+    p = event.payload
+    if isinstance(p, SessionCreated):
+        tools = ", ".join(p.tools) or "no tools"
+        return f"model {p.model}; tools: {tools}"
+    if isinstance(p, UserMessage):
+        return clip(p.message.text)
+    if isinstance(p, ModelRequested):
+        return f"{p.model}, ~{p.input_tokens_estimate} input tokens"
+    if isinstance(p, ModelResponded):
+        what = f"asks for {_calls(p.message)}" if p.message.tool_calls else clip(p.message.text)
+        cut = " [cut by the output limit]" if p.incomplete else ""
+        return f"{what}{cut} ({p.usage.input_tokens}+{p.usage.output_tokens} tokens, {p.latency_ms:.0f} ms)"
+    if isinstance(p, ModelFailed):
+        return f"{p.error_class}: {clip(p.message)}"
+    if isinstance(p, ToolStarted):
+        return f"{p.name} [{p.call_id}, {p.effect}]"
+    if isinstance(p, ToolFinished):
+        return f"{p.outcome} [{p.call_id}] {clip(p.content, 70)} ({p.duration_ms:.0f} ms)"
+    if isinstance(p, ApprovalRequested):
+        return f"{p.name} [{p.call_id}] waits for a decision"
+    if isinstance(p, ApprovalDecided):
+        return f"[{p.call_id}] {'allowed' if p.allow else 'denied'}" + (f": {p.reason}" if p.reason else "")
+    if isinstance(p, CancelRequested):
+        return f"scope {p.scope}" + (f": {p.reason}" if p.reason else "")
+    if isinstance(p, TurnEnded | SessionEnded):
+        name = p.stop_reason if isinstance(p, TurnEnded) else p.outcome
+        return name + (f" — {p.detail}" if p.detail else "")
+    return ""
+
+
+def _seconds(time_text: str) -> float:
+    return datetime.strptime(time_text, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+
+
+class Timeline:
+    """Formats events one line each, with the time since the first event it saw."""
+
+    def __init__(self) -> None:
+        self._start: float | None = None
+
+    def line(self, event: Event) -> str:
+        t = _seconds(event.time)
+        if self._start is None:
+            self._start = t
+        indent = "  " if event.type.startswith("tool.") else ""
+        return f"{event.seq:>5}  +{t - self._start:7.3f}s  {indent}{event.type:<17} {summarize(event)}"
+
+
+def render_transcript(transcript: Transcript) -> str:
+    lines: list[str] = []
+    if transcript.system:
+        lines.append(f"[system] {transcript.system}")
+    for message in transcript.messages:
+        for part in message.parts:
+            lines.append(f"[{message.role}] {_part_text(part)}")
+    return "\n".join(lines)
+
+
+def _part_text(part: object) -> str:
+    if isinstance(part, Text):
+        return part.text
+    if isinstance(part, ToolCall):
+        return f"call {part.name}({canonical_json(part.arguments)}) [{part.id}]"
+    if isinstance(part, ToolResult):
+        mark = "error" if part.is_error else "result"
+        return f"{mark} [{part.call_id}] {clip(part.content, 200)}"
+    return repr(part)
+
+
+def render_view(view: SessionView) -> str:
+    cost = "unknown" if view.cost_usd is None else f"${view.cost_usd:.6f}"
+    stop = view.stop_reason or "-"
+    return "\n".join(
+        [
+            f"session  {view.session_id}",
+            f"state    {view.state}",
+            f"stop     {stop}" + (f" — {view.stop_detail}" if view.stop_detail else ""),
+            f"model    {view.model}",
+            f"steps    {view.steps} in {view.turns} turn(s)",
+            f"usage    {view.usage.input_tokens} input + {view.usage.output_tokens} output tokens",
+            f"cost     {cost}",
+        ]
+    )
