@@ -236,7 +236,7 @@ class Event:
                 thread=str(data.get("thread", "")),
                 payload=payload_from_json(str(data["type"]), data["data"]),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptLog(f"cannot read event {dict(data)!r:.200}: {exc}") from exc
 
 

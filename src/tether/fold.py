@@ -93,7 +93,7 @@ class Folder:
             turns=self.turns,
             last_seq=self.last_seq,
             last_output=self.last_output,
-            open_calls=tuple(self.open_calls),
+            open_calls=tuple(c for c in self.open_calls if c.id not in self.results),
             started_calls=frozenset(self.started),
             pending_approvals=tuple(self.pending_approvals),
             decisions=dict(self.decisions),

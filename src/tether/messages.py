@@ -97,6 +97,8 @@ class Message:
 
     @staticmethod
     def from_json(data: Mapping[str, object]) -> Message:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a message must be an object, not {type(data).__name__}")
         role = data.get("role")
         if role not in ("user", "assistant", "tool"):
             raise ValueError(f"message role must be user, assistant or tool, not {role!r}")

@@ -1,0 +1,61 @@
+"""Writes the golden logs. Run by hand only when a change to the fold is intended:
+
+    .venv/bin/python tests/golden/make_golden.py
+
+The committed files are the contract: logs written by older versions must still fold to
+the same transcript, so a schema change adds new golden logs and keeps the old ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from tether import Agent, Limits, fold, tool
+from tether.demo import demo_model, tools
+from tether.errors import RateLimited
+from tether.store import MemoryStore
+from tether.testing import Fail, ScriptedModel, Truncated, call
+
+HERE = Path(__file__).parent
+
+
+@tool(effect="write", needs_approval=True)
+def transfer(amount: int, to: str) -> str:
+    """Move money."""
+    return f"sent {amount} to {to}"
+
+
+@tool(effect="read")
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return {"a": "alpha"}.get(key, "")
+
+
+SCENARIOS = {
+    "demo": (demo_model(), tools, "Where should we picnic?", Limits()),
+    "turn_limit": (ScriptedModel([call("lookup", key="a")], repeat_last=True), [lookup], "loop", Limits(max_steps=3)),
+    "approval": (
+        ScriptedModel([[call("transfer", amount=5, to="bob"), call("lookup", key="a")], "done"]),
+        [transfer, lookup], "pay bob", Limits(),
+    ),
+    "output_limit": (ScriptedModel([Truncated("I will call")]), [lookup], "go", Limits()),
+    "provider_error": (ScriptedModel([Fail(RateLimited("slow down", status=429))]), [], "hi", Limits()),
+}
+
+
+async def main() -> None:
+    for name, (model, tool_list, task, limits) in SCENARIOS.items():
+        store = MemoryStore()
+        result = await Agent(model, tools=tool_list, store=store, limits=limits, system="Be brief.").run(task)
+        events = await store.read(result.session_id)
+        (HERE / f"{name}.events.jsonl").write_text("".join(e.canonical() + "\n" for e in events))
+        transcript, view = fold(events)
+        (HERE / f"{name}.transcript.json").write_text(transcript.canonical() + "\n")
+        (HERE / f"{name}.view.json").write_text(json.dumps(view.to_json(), indent=1, ensure_ascii=False) + "\n")
+        print(name, result.stop_reason, len(events), "events")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

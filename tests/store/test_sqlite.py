@@ -1,0 +1,100 @@
+"""What only the SQLite store promises: WAL, durability across reopen and processes, clear errors."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tether.errors import ConfigError, Conflict, CorruptLog
+from tether.events import ToolFinished, UserMessage
+from tether.messages import user
+from tether.store import SQLiteStore, open_store
+from tether.testing.store_conformance import make_events
+
+
+async def test_the_database_runs_in_wal_mode(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "t.db"))
+    await store.append("s", make_events("s", 1, [UserMessage(user("x"))]), 0)
+    await store.close()
+    mode = sqlite3.connect(tmp_path / "t.db").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+async def test_events_survive_closing_and_reopening(tmp_path: Path) -> None:
+    path = str(tmp_path / "t.db")
+    events = make_events("s", 1, [UserMessage(user("héllo")), ToolFinished("c", "ok", "42")])
+    store = SQLiteStore(path)
+    await store.append("s", events, 0)
+    await store.close()
+    again = SQLiteStore(path)
+    assert await again.read("s") == events
+    await again.close()
+
+
+async def test_another_process_appending_first_makes_ours_a_conflict(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    store = SQLiteStore(str(path))
+    await store.append("s", make_events("s", 1, [UserMessage(user("a"))]), 0)
+    script = f"""
+import asyncio
+from tether.store import SQLiteStore
+from tether.events import UserMessage
+from tether.messages import user
+from tether.testing.store_conformance import make_events
+async def main():
+    s = SQLiteStore({str(path)!r})
+    await s.append("s", make_events("s", 2, [UserMessage(user("other"))], tag="p2"), 1)
+    await s.close()
+asyncio.run(main())
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    with pytest.raises(Conflict):
+        await store.append("s", make_events("s", 2, [UserMessage(user("ours"))]), 1)
+    assert [e.id for e in await store.read("s")] == ["s-a-1", "s-p2-2"]
+    await store.close()
+
+
+def test_a_path_that_cannot_be_opened_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="nonexistent"):
+        SQLiteStore(str(tmp_path / "nonexistent" / "t.db"))
+
+
+def test_a_file_that_is_not_a_database_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_text("these are my notes, not a database\n" * 10)
+    with pytest.raises(ConfigError, match="notes.db"):
+        SQLiteStore(str(path))
+    assert path.read_text() == "these are my notes, not a database\n" * 10
+
+
+async def test_a_corrupt_stored_event_is_reported_not_guessed(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    store = SQLiteStore(str(path))
+    await store.append("s", make_events("s", 1, [UserMessage(user("a"))]), 0)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE events SET data = '{\"message\": 5}' WHERE seq = 1")
+    db.commit()
+    db.close()
+    with pytest.raises(CorruptLog, match="seq"):
+        await store.read("s")
+    await store.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [("memory:", "MemoryStore"), ("sqlite:///x.db", "SQLiteStore"), ("y.db", "SQLiteStore")],
+)
+async def test_store_urls_choose_the_backend(url: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = open_store(url)
+    assert type(store).__name__ == kind
+    await store.close()
+
+
+def test_an_unknown_store_url_names_the_forms_it_takes() -> None:
+    with pytest.raises(ConfigError, match="sqlite:///PATH"):
+        open_store("mongodb://localhost")
