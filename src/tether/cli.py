@@ -20,6 +20,8 @@ from tether.errors import SessionNotFound, TetherError, UsageError
 from tether.events import Event
 from tether.fold import fold
 from tether.limits import Limits
+from tether.process import configure_gc
+from tether.providers.base import Model
 from tether.render import Timeline, render_transcript, render_view
 from tether.store.base import DEFAULT_STORE_URL, Store, open_store
 from tether.tools.base import Tool, make_tool
@@ -80,6 +82,36 @@ async def cmd_run(args: argparse.Namespace, *, task: str, model: str, tool_specs
     except TetherError as exc:
         raise CliError(f"--model {model}: {exc}") from exc
     tools = load_tools(tool_specs)
+    if not getattr(args, "mcp", None):
+        return await _run_agent(args, task, resolved, tools)
+    # MCP servers start and list their tools here, before the store is touched.
+    source, mcp_tools = await load_mcp_tools(args.mcp, [t.name for t in tools])
+    try:
+        return await _run_agent(args, task, resolved, tools + mcp_tools)
+    finally:
+        await source.aclose()
+
+
+async def load_mcp_tools(path: str, taken: Sequence[str]) -> tuple[Any, list[Tool]]:
+    """The tools of the MCP servers in the file, with the source that must be closed."""
+    try:
+        from tether.tools.mcp import McpToolSource, load_mcp_config
+    except ImportError as exc:
+        raise CliError(f"--mcp {path}: {exc}") from exc
+    try:
+        source = McpToolSource(load_mcp_config(path))
+    except TetherError as exc:
+        raise CliError(f"--mcp {path}: {exc}") from exc
+    try:
+        return source, await source.list_tools(taken=taken)
+    except BaseException as exc:
+        await source.aclose()
+        if isinstance(exc, TetherError):
+            raise CliError(f"--mcp {path}: {exc}") from exc
+        raise
+
+
+async def _run_agent(args: argparse.Namespace, task: str, resolved: Model, tools: list[Tool]) -> int:
     limits = Limits(max_steps=args.max_steps)
     store = _store(args.store)
     timeline = Timeline()
@@ -167,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("task")
     run.add_argument("--model", required=True, help="e.g. scripted:demo, anthropic:MODEL, openai:MODEL")
     run.add_argument("--tools", nargs="*", default=[], metavar="MODULE:ATTR")
+    run.add_argument("--mcp", default=None, metavar="FILE", help="MCP servers: a JSON or TOML file with mcpServers")
     run.add_argument("--system", default=None)
     run.add_argument("--store", default=None, help=store_help)
     run.add_argument("--max-steps", type=int, default=50)
@@ -204,6 +237,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_gc()
     try:
         return asyncio.run(_dispatch(args))
     except (CliError, TetherError) as exc:

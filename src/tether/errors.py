@@ -13,6 +13,7 @@ these at the adapter boundary (provider codecs, stores), nowhere else.
     │   ├── BadRequest           400 / 404 / 422: never retried
     │   ├── ServerError          5xx: retried
     │   ├── ConnectionFailed     no answer from the host: retried
+    │   ├── GatewayBusy          the model gateway's queue is full: not sent, never retried
     │   └── ScriptExhausted      the scripted test model has no reply left
     ├── LimitExceeded            a limit was reached where a stop reason cannot be used
     └── StoreError               the event store refused or failed
@@ -42,6 +43,8 @@ class ProviderError(TetherError):
 
     kind = "provider_error"
     retryable = False
+    # Attempts made before this error was raised; the model gateway sets it after retries.
+    attempts = 1
 
     def __init__(
         self,
@@ -95,6 +98,13 @@ class ServerError(ProviderError):
 class ConnectionFailed(ProviderError):
     kind = "connection_failed"
     retryable = True
+
+
+class GatewayBusy(ProviderError):
+    """The model gateway refused to queue the call (its queue is full, or the wait for a place
+    passed its deadline). Nothing was sent to the backend."""
+
+    kind = "gateway_busy"
 
 
 class ScriptExhausted(ProviderError):

@@ -240,9 +240,20 @@ class Event:
             raise CorruptLog(f"cannot read event {dict(data)!r:.200}: {exc}") from exc
 
 
+_second_cache: tuple[int, str] = (-1, "")
+
+
 def format_time(epoch_seconds: float) -> str:
-    """The event time form: RFC 3339 in UTC with microseconds."""
-    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """The event time form: RFC 3339 in UTC with microseconds. The formatted second is
+    cached: formatting every event from scratch cost a tenth of a step."""
+    global _second_cache
+    whole = int(epoch_seconds)
+    micros = int(round((epoch_seconds - whole) * 1_000_000))
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    if _second_cache[0] != whole:
+        _second_cache = (whole, datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{_second_cache[1]}.{micros:06d}Z"
 
 
 def _encode(value: object) -> Any:

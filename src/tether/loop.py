@@ -17,6 +17,7 @@ from tether.events import (
     ModelFailed,
     ModelRequested,
     ModelResponded,
+    Payload,
     SessionEnded,
     ToolFinished,
     ToolStarted,
@@ -25,10 +26,10 @@ from tether.events import (
 from tether.limits import Limits, Stop, StopCondition, check_before_request, estimate_input_tokens
 from tether.messages import ToolCall
 from tether.providers.base import DeltaObserver, Model, ModelRequest
-from tether.recovery import decide_open_calls
+from tether.recovery import Decision, decide_calls, decide_open_calls
 from tether.session_log import SessionLog
-from tether.tools.base import Tool, Toolbox
-from tether.tools.run import CallOutcome, run_calls
+from tether.tools.base import Toolbox
+from tether.tools.run import CallOutcome, bind_arguments, run_calls
 
 
 @dataclass
@@ -43,6 +44,9 @@ class TurnContext:
     # Why the turn is being cancelled, set by whoever cancels it (interrupt, time limit).
     stop_cause: str = "interrupted"
     end_session_on_stop: bool = False
+    # Tokens the model counted for its last request and answer: the next request holds
+    # both, so it is a floor under the character estimate when the budget is checked.
+    last_request_tokens: int = 0
 
 
 async def run_turn(ctx: TurnContext) -> None:
@@ -63,9 +67,9 @@ async def _drive(ctx: TurnContext) -> None:
         if folder.cancel_scope:
             await _close_cancelled(ctx)
             return
-        if folder.open_calls:
-            if not await _settle_calls(ctx):
-                await _end(ctx, Stop("awaiting_approval", "a call waits for a decision"))
+        if folder.open_calls:  # left open by an earlier runner, or waiting on a decision
+            decisions = decide_open_calls(folder.view(), ctx.toolbox)
+            if not await _settle_calls(ctx, decisions, ()):
                 return
             continue
         stop = _check(ctx)
@@ -82,7 +86,7 @@ def _check(ctx: TurnContext) -> Stop | None:
         reason = ctx.stop_when(folder.view())
         if reason:
             return Stop(reason, f"stop condition {reason!r} held after step {folder.steps}")
-    estimate = _input_estimate(ctx)
+    estimate = max(_input_estimate(ctx), ctx.last_request_tokens)
     estimate_cost = getattr(ctx.model, "estimate_cost", None)
     return check_before_request(
         ctx.limits,
@@ -139,47 +143,59 @@ async def _step(ctx: TurnContext) -> bool:
             ModelFailed("unexpected", detail, None, False, 1), TurnEnded("error", detail)
         )
         return False
-    latency = round((time.perf_counter() - started) * 1000, 3)
-    await ctx.log.append(
-        ModelResponded(
-            message=response.message,
-            stop=response.stop,
-            raw_stop_reason=response.raw_stop_reason,
-            usage=response.usage,
-            cost_usd=response.cost_usd,
-            latency_ms=latency,
-            incomplete=response.incomplete,
-            response_hash=response.response_hash,
-        )
+    ctx.last_request_tokens = response.usage.input_tokens + response.usage.output_tokens
+    answer = ModelResponded(
+        message=response.message,
+        stop=response.stop,
+        raw_stop_reason=response.raw_stop_reason,
+        usage=response.usage,
+        cost_usd=response.cost_usd,
+        latency_ms=round((time.perf_counter() - started) * 1000, 3),
+        incomplete=response.incomplete,
+        response_hash=response.response_hash,
     )
+    calls = response.message.tool_calls
     if response.incomplete:
-        await _end(ctx, Stop("output_limit", "the output limit cut the answer inside a tool call"))
+        cut = "the output limit cut the answer inside a tool call"
+        await ctx.log.append(answer, TurnEnded("output_limit", cut))
         return False
-    if not response.message.tool_calls:
-        await _end(ctx, Stop("end_turn"))
+    if not calls:
+        await ctx.log.append(answer, TurnEnded("end_turn"))
         return False
-    return True
+    # Fresh calls are decided before the answer is folded, so the answer and the starts of
+    # its calls commit in one batch: the answer is durable before any call runs.
+    decisions = decide_calls(calls, (), folder.decisions, (), ctx.toolbox)
+    return await _settle_calls(ctx, decisions, (answer,))
 
 
-async def _settle_calls(ctx: TurnContext) -> bool:
-    """Answer or run every open call. False when some call still waits for a decision."""
+async def _settle_calls(
+    ctx: TurnContext, decisions: list[Decision], first: tuple[Payload, ...]
+) -> bool:
+    """Commit `first` with every start, answer and approval request in one batch, then run
+    the calls. False when the turn ended here because some call waits for a decision."""
     log = ctx.log
+    batch: list[Payload] = list(first)
     to_run: list[ToolCall] = []
     waiting = False
-    for decision in decide_open_calls(log.folder.view(), ctx.toolbox):
-        if decision.action == "run":
-            to_run.append(decision.call)
-        elif decision.action == "answer":
-            await log.append(ToolFinished(decision.call.id, decision.outcome, decision.content))
-        elif decision.action == "request_approval":
-            call = decision.call
-            await log.append(ApprovalRequested(call.id, call.name, call.arguments))
+    for d in decisions:
+        if d.action == "run":
+            tool = ctx.toolbox.get(d.call.name)
+            invalid = None if tool is None else bind_arguments(tool, d.call)
+            if isinstance(invalid, str):  # a call that cannot run is answered, never started
+                batch.append(ToolFinished(d.call.id, "invalid_input", invalid))
+                continue
+            to_run.append(d.call)
+            if tool is not None:  # an unknown tool is answered by the runner, never started
+                batch.append(ToolStarted(d.call.id, d.call.name, tool.effect))
+        elif d.action == "answer":
+            batch.append(ToolFinished(d.call.id, d.outcome, d.content))
+        elif d.action == "request_approval":
+            batch.append(ApprovalRequested(d.call.id, d.call.name, d.call.arguments))
             waiting = True
         else:
             waiting = True
-
-    async def on_start(call: ToolCall, tool: Tool) -> None:
-        await log.append(ToolStarted(call.id, call.name, tool.effect))
+    if batch:
+        await log.append(*batch)
 
     async def on_finish(call: ToolCall, outcome: CallOutcome) -> None:
         await log.append_shielded(
@@ -187,7 +203,9 @@ async def _settle_calls(ctx: TurnContext) -> bool:
         )
 
     if to_run:
-        await run_calls(to_run, ctx.toolbox, log.session_id, on_start, on_finish)
+        await run_calls(to_run, ctx.toolbox, log.session_id, None, on_finish)
+    if waiting:
+        await _end(ctx, Stop("awaiting_approval", "a call waits for a decision"))
     return not waiting
 
 

@@ -7,6 +7,7 @@ approval and one taken over after a crash.
 
 from __future__ import annotations
 
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,18 +32,32 @@ class Decision:
 
 
 def decide_open_calls(view: SessionView, toolbox: Toolbox) -> list[Decision]:
-    decisions: list[Decision] = []
-    for call in view.open_calls:
+    return decide_calls(
+        view.open_calls, view.started_calls, view.decisions, view.pending_approvals, toolbox
+    )
+
+
+def decide_calls(
+    calls: Iterable[ToolCall],
+    started: Container[str],
+    decisions: Mapping[str, object],
+    pending_approvals: Container[str],
+    toolbox: Toolbox,
+) -> list[Decision]:
+    """One decision per call. Fresh calls of a new answer pass empty `started` and
+    `pending_approvals`, so the loop decides them before the answer is even folded."""
+    out: list[Decision] = []
+    for call in calls:
         tool = toolbox.get(call.name)
         if tool is None:
-            decisions.append(Decision(call, "run"))  # the runner answers unknown_tool
-        elif call.id in view.started_calls:
-            decisions.append(_started_before(call, tool))
+            out.append(Decision(call, "run"))  # the runner answers unknown_tool
+        elif call.id in started:
+            out.append(_started_before(call, tool))
         elif tool.needs_approval:
-            decisions.append(_approval(call, view))
+            out.append(_approval(call, decisions.get(call.id), call.id in pending_approvals))
         else:
-            decisions.append(Decision(call, "run"))
-    return decisions
+            out.append(Decision(call, "run"))
+    return out
 
 
 def _started_before(call: ToolCall, tool: Tool) -> Decision:
@@ -52,14 +67,11 @@ def _started_before(call: ToolCall, tool: Tool) -> Decision:
     return Decision(call, "answer", "unknown_effect", UNKNOWN_EFFECT)
 
 
-def _approval(call: ToolCall, view: SessionView) -> Decision:
-    decision = view.decisions.get(call.id)
+def _approval(call: ToolCall, decision: object, requested: bool) -> Decision:
     if isinstance(decision, dict):
         if decision.get("allow"):
             return Decision(call, "run")
         reason = decision.get("reason")
         why = f": {reason}" if reason else ""
         return Decision(call, "answer", "denied", f"The user denied this call{why}")
-    if call.id in view.pending_approvals:
-        return Decision(call, "await_approval")
-    return Decision(call, "request_approval")
+    return Decision(call, "await_approval" if requested else "request_approval")

@@ -1,6 +1,7 @@
 """The Anthropic Messages codec: neutral request -> `/v1/messages` JSON, and the JSON answer or
 SSE stream -> `ModelResponse`. `system` is top level; all tool results of a turn travel as one
-user message of `tool_result` blocks. Thinking blocks are not kept (see the report's gaps).
+user message of `tool_result` blocks. Thinking blocks are dropped: the neutral message has no
+part for them, so extended thinking with tools is not supported yet.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ from tether.providers.common import (
     text,
     tool_call,
     truncated,
+    with_rate_limits,
 )
-from tether.providers.http import Endpoint, RateLimits, SSEDecoder, parse_rate_limits
+from tether.providers.http import Endpoint, SSEDecoder
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_VERSION = "2023-06-01"
-# The API requires max_tokens; used when neither the request nor the catalog gives one.
-FALLBACK_MAX_TOKENS = 8192
+# The API requires max_tokens. Without one in the request, the catalog's limit is used, capped
+# where a non-streamed answer could outlast the API's ten-minute guidance.
+DEFAULT_MAX_TOKENS = 16_384
 
 
 class AnthropicModel:
@@ -46,11 +49,13 @@ class AnthropicModel:
         http_client: httpx.AsyncClient | None = None,
         stream: bool = False,
         version: str = DEFAULT_VERSION,
+        bearer: bool = False,
     ) -> None:
         self.model = model
         self.streaming = stream
-        self.last_rate_limits: RateLimits | None = None
-        headers = {"x-api-key": api_key, "anthropic-version": version}
+        # Newer API versions (and gateways) also take the key as `Authorization: Bearer`.
+        auth = {"authorization": f"Bearer {api_key}"} if bearer else {"x-api-key": api_key}
+        headers = {**auth, "anthropic-version": version}
         url = base_url.rstrip("/") + "/v1/messages"
         self._endpoint = Endpoint(url, headers, classify_anthropic, http_client)
 
@@ -69,11 +74,9 @@ class AnthropicModel:
         if self.streaming:
             assembler = StreamAssembler(self.model, request.on_delta)
             raw = await self._endpoint.stream(body, assembler.feed)
-            self.last_rate_limits = parse_rate_limits(raw.headers)
-            return assembler.finish(raw.body)
+            return with_rate_limits(assembler.finish(raw.body), raw.headers)
         raw = await self._endpoint.post(body)
-        self.last_rate_limits = parse_rate_limits(raw.headers)
-        return decode_response(self.model, raw.body)
+        return with_rate_limits(decode_response(self.model, raw.body), raw.headers)
 
 
 # --- request ------------------------------------------------------------------------------
@@ -81,8 +84,9 @@ class AnthropicModel:
 
 def encode_request(model: str, request: ModelRequest, *, stream: bool = False) -> JSONObject:
     info = catalog.lookup(model)
-    max_tokens = request.max_output_tokens or (info and info.max_output_tokens)
-    body: JSONObject = {"model": model, "max_tokens": max_tokens or FALLBACK_MAX_TOKENS}
+    known = info.max_output_tokens if info and info.max_output_tokens else DEFAULT_MAX_TOKENS
+    max_tokens = request.max_output_tokens or min(known, DEFAULT_MAX_TOKENS)
+    body: JSONObject = {"model": model, "max_tokens": max_tokens}
     if request.system:
         body["system"] = request.system
     if request.tools:

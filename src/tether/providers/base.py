@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from tether.messages import JSONObject, Message, Usage
+
+if TYPE_CHECKING:  # only the type: the HTTP module is not imported by the neutral seam
+    from tether.providers.http import RateLimits
 
 StopKind = Literal["end_turn", "tool_calls", "max_tokens", "other"]
 
@@ -54,7 +57,9 @@ class ModelResponse:
 
     `stop` is the normalised stop reason and `raw_stop_reason` the provider's own word.
     `incomplete` is true when the output limit cut the answer inside a tool call: such a
-    message's calls are never executed. `cost_usd` is None when the price is unknown."""
+    message's calls are never executed. `cost_usd` is None when the price is unknown.
+    `rate_limits` is what the answer's headers said of the budgets left, when it said any;
+    the model gateway learns from it."""
 
     message: Message
     stop: StopKind = "end_turn"
@@ -63,6 +68,7 @@ class ModelResponse:
     cost_usd: float | None = None
     incomplete: bool = False
     response_hash: str | None = None
+    rate_limits: RateLimits | None = None
 
 
 @runtime_checkable

@@ -5,6 +5,7 @@ not known costs None, never a guess. Prices are USD per million tokens, as publi
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -72,12 +73,13 @@ def lookup(name: str) -> ModelInfo | None:
     return None
 
 
-def _candidates(name: str) -> list[str]:
+@functools.lru_cache(maxsize=256)
+def _candidates(name: str) -> tuple[str, ...]:
     out = [name, _SNAPSHOT.sub("", name)]
     if "/" in name:
         bare = name.rsplit("/", 1)[1]
         out += [bare, _SNAPSHOT.sub("", bare), bare.replace(".", "-")]
-    return out
+    return tuple(out)
 
 
 def cost(name: str, usage: Usage) -> float | None:

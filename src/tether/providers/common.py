@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import TypeGuard
 
 from tether.messages import (
@@ -22,6 +23,7 @@ from tether.messages import (
 )
 from tether.providers import catalog
 from tether.providers.base import ModelResponse, StopKind
+from tether.providers.http import RateLimits, parse_rate_limits
 
 
 def is_obj(value: object) -> TypeGuard[dict[str, JSONValue]]:
@@ -70,12 +72,16 @@ def load_json(body: bytes | str) -> JSONValue:
     return parsed
 
 
+# One encoder for every call: json.dumps with options builds a new encoder each time.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def dump_arguments(call: ToolCall) -> str:
     """Arguments as the JSON text a string-argument dialect sends back. A call whose arguments
     were unreadable is echoed as the model wrote it, so the model sees its own mistake."""
     if call.raw_arguments is not None:
         return call.raw_arguments
-    return json.dumps(call.arguments, ensure_ascii=False, separators=(",", ":"))
+    return _COMPACT.encode(call.arguments)
 
 
 def tool_call(call_id: str, name: str, arguments: object) -> ToolCall:
@@ -153,10 +159,10 @@ def finish(
     cost_usd: float | None = None,
 ) -> ModelResponse:
     """Assemble the neutral response. `cost_usd` given by the provider wins over the catalog."""
-    executable = any(c.raw_arguments is None for c in calls)
+    # A call with unreadable arguments still needs its answer (invalid_input): it counts.
     return ModelResponse(
         message=assistant_message(text_parts, calls),
-        stop=normalise_stop(raw_stop, executable and not incomplete, incomplete),
+        stop=normalise_stop(raw_stop, bool(calls), incomplete),
         raw_stop_reason=raw_stop,
         usage=usage,
         cost_usd=cost_usd if cost_usd is not None else catalog.cost(model, usage),
@@ -165,5 +171,7 @@ def finish(
     )
 
 
-def headers_lower(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k.lower(): v for k, v in headers.items()}
+def with_rate_limits(response: ModelResponse, headers: Mapping[str, str]) -> ModelResponse:
+    """Attach what the answer's headers said of the budgets left, for the model gateway."""
+    limits = parse_rate_limits(headers)
+    return response if limits == RateLimits() else replace(response, rate_limits=limits)

@@ -7,6 +7,7 @@ It knows no dialect: a codec hands it a classifier that turns a failed response 
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import hashlib
 import json
@@ -40,8 +41,11 @@ class RawResponse:
         return hashlib.sha256(self.body).hexdigest()
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def encode_body(body: JSONObject) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return _COMPACT.encode(body).encode()
 
 
 class Endpoint:
@@ -59,10 +63,15 @@ class Endpoint:
         self.classify = classify
         self._client = client
         self._owns_client = client is None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def client(self) -> httpx.AsyncClient:
-        if self._client is None:
+        # A client's connections belong to the event loop that opened them; a model reused
+        # across `asyncio.run` calls (e.g. `Agent.run_sync` twice) needs a fresh one per loop.
+        loop = asyncio.get_running_loop()
+        if self._client is None or (self._owns_client and self._loop is not loop):
             self._client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+            self._loop = loop
         return self._client
 
     async def aclose(self) -> None:

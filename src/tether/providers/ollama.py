@@ -15,6 +15,7 @@ from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelRespo
 from tether.providers.classify import classify_ollama, stream_error
 from tether.providers.common import (
     count,
+    dump_arguments,
     error_text,
     finish,
     is_obj,
@@ -26,6 +27,7 @@ from tether.providers.common import (
     text,
     tool_call,
     truncated,
+    with_rate_limits,
 )
 from tether.providers.http import Endpoint, NDJSONDecoder
 
@@ -69,9 +71,9 @@ class OllamaModel:
         if self.streaming:
             assembler = StreamAssembler(self.model, request.on_delta, seed)
             raw = await self._endpoint.stream(body, assembler.feed)
-            return assembler.finish(raw.body)
+            return with_rate_limits(assembler.finish(raw.body), raw.headers)
         raw = await self._endpoint.post(body)
-        return decode_response(self.model, raw.body, seed)
+        return with_rate_limits(decode_response(self.model, raw.body, seed), raw.headers)
 
 
 # --- request ------------------------------------------------------------------------------
@@ -118,9 +120,10 @@ def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
             out.append({"role": "user", "content": message.text})
         elif message.role == "assistant":
             wire: JSONObject = {"role": "assistant", "content": message.text}
-            if message.tool_calls:
-                wire["tool_calls"] = [_encode_call(c) for c in message.tool_calls]
-            names.update((c.id, c.name) for c in message.tool_calls)
+            calls = message.tool_calls
+            if calls:
+                wire["tool_calls"] = [_encode_call(c) for c in calls]
+            names.update((c.id, c.name) for c in calls)
             out.append(wire)
         else:
             for result in message.tool_results:
@@ -164,7 +167,7 @@ def _finish(
     stop = text(last, "done_reason")
     cut = stop == "length" and bool(calls)
     if cut:
-        calls[-1] = truncated(calls[-1], "")
+        calls[-1] = truncated(calls[-1], dump_arguments(calls[-1]))
     return finish(
         model=model,
         text_parts=texts,

@@ -28,8 +28,9 @@ from tether.providers.common import (
     text,
     tool_call,
     truncated,
+    with_rate_limits,
 )
-from tether.providers.http import Endpoint, RateLimits, SSEDecoder, parse_rate_limits
+from tether.providers.http import Endpoint, SSEDecoder
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
@@ -55,7 +56,6 @@ class OpenAIChatModel:
         self.provider = provider
         self.streaming = stream
         self.max_tokens_field: MaxTokensField = max_tokens_field
-        self.last_rate_limits: RateLimits | None = None
         headers = dict(extra_headers or {})
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
@@ -81,11 +81,9 @@ class OpenAIChatModel:
         if self.streaming:
             assembler = StreamAssembler(self.model, request.on_delta, seed)
             raw = await self._endpoint.stream(body, assembler.feed)
-            self.last_rate_limits = parse_rate_limits(raw.headers)
-            return assembler.finish(raw.body)
+            return with_rate_limits(assembler.finish(raw.body), raw.headers)
         raw = await self._endpoint.post(body)
-        self.last_rate_limits = parse_rate_limits(raw.headers)
-        return decode_response(self.model, raw.body, seed)
+        return with_rate_limits(decode_response(self.model, raw.body, seed), raw.headers)
 
 
 # --- request ------------------------------------------------------------------------------
@@ -131,9 +129,10 @@ def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
             out.append({"role": "user", "content": message.text})
         elif message.role == "assistant":
             calls = message.tool_calls
-            if not calls and not message.text:
+            said = message.text
+            if not calls and not said:
                 continue  # content null with no calls is refused
-            wire: JSONObject = {"role": "assistant", "content": message.text or None}
+            wire: JSONObject = {"role": "assistant", "content": said or None}
             if calls:
                 wire["tool_calls"] = [_encode_call(c) for c in calls]
             out.append(wire)
@@ -188,11 +187,16 @@ def _content_text(content: JSONValue) -> str:
     return ""
 
 
+def _is_error(payload: JSONObject) -> bool:
+    """Nested `{"error": …}` (OpenAI, OpenRouter, vLLM ≥0.10.1) or vLLM's legacy flat shape."""
+    return payload.get("error") is not None or payload.get("object") == "error"
+
+
 def decode_response(model: str, body: bytes, seed: str = "") -> ModelResponse:
     data = load_json(body)
     if not is_obj(data):
         raise ConnectionFailed("the model host answered 200 with a body that is not JSON")
-    if data.get("error") is not None and not items(data, "choices"):
+    if _is_error(data) and not items(data, "choices"):
         raise stream_error(data, body.decode("utf-8", "replace"))
     choice = next((c for c in items(data, "choices") if is_obj(c)), {})
     message = obj(choice, "message")
@@ -284,7 +288,7 @@ class StreamAssembler:
             self._done = True
             return
         payload = load_json(data)
-        if not is_obj(payload) or payload.get("error") is not None:
+        if not is_obj(payload) or _is_error(payload):
             raise stream_error(payload, data)
         usage = payload.get("usage")
         if is_obj(usage):

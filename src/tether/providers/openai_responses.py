@@ -1,6 +1,7 @@
 """The OpenAI Responses codec (`/responses`, stateless: `store: false`). Calls and results are
 input items (`function_call`, `function_call_output`) beside the messages; the system prompt
-is `instructions`. Reasoning items are not carried between turns (see the report's gaps).
+is `instructions`. Reasoning items are dropped: the neutral message has no part for them, so a
+reasoning model re-reasons each turn.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from tether.providers.common import (
     text,
     tool_call,
     truncated,
+    with_rate_limits,
 )
-from tether.providers.http import Endpoint, RateLimits, SSEDecoder, parse_rate_limits
+from tether.providers.http import Endpoint, SSEDecoder
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -45,7 +47,6 @@ class OpenAIResponsesModel:
     ) -> None:
         self.model = model
         self.streaming = stream
-        self.last_rate_limits: RateLimits | None = None
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         url = base_url.rstrip("/") + "/responses"
         self._endpoint = Endpoint(url, headers, classify_openai, http_client)
@@ -65,11 +66,9 @@ class OpenAIResponsesModel:
         if self.streaming:
             assembler = StreamAssembler(self.model, request.on_delta)
             raw = await self._endpoint.stream(body, assembler.feed)
-            self.last_rate_limits = parse_rate_limits(raw.headers)
-            return assembler.finish(raw.body)
+            return with_rate_limits(assembler.finish(raw.body), raw.headers)
         raw = await self._endpoint.post(body)
-        self.last_rate_limits = parse_rate_limits(raw.headers)
-        return decode_response(self.model, raw.body)
+        return with_rate_limits(decode_response(self.model, raw.body), raw.headers)
 
 
 # --- request ------------------------------------------------------------------------------

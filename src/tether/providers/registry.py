@@ -98,7 +98,9 @@ def _ollama(s: _Spec) -> Model:
     host = s.url("OLLAMA_HOST", ollama.DEFAULT_HOST)
     if "://" not in host:  # OLLAMA_HOST is often written as host:port
         host = "http://" + host
-    return ollama.OllamaModel(s.model, host=host, http_client=s.http_client, stream=s.stream)
+    return ollama.OllamaModel(
+        s.model, host=host, http_client=s.http_client, stream=s.stream, api_key=s.api_key
+    )
 
 
 def _openai_compatible(s: _Spec) -> Model:

@@ -20,6 +20,7 @@ from tether.errors import UsageError
 from tether.messages import JSONObject, JSONValue, canonical_json
 from tether.providers.base import ModelRequest, ModelResponse
 from tether.providers.common import is_obj, load_json
+from tether.providers.registry import model_from_string
 
 CASSETTE_VERSION = 1
 _SECRET_HEADERS = {
@@ -111,7 +112,7 @@ class _Tee(httpx.AsyncByteStream):
 
     def __init__(self, inner: httpx.AsyncByteStream, done: Callable[[bytes], None]) -> None:
         self._inner = inner
-        self._done = done
+        self._done: Callable[[bytes], None] | None = done
         self._chunks: list[bytes] = []
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -121,16 +122,24 @@ class _Tee(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-        self._done(b"".join(self._chunks))
+        if self._done is not None:  # recorded once, however often the response is closed
+            done, self._done = self._done, None
+            done(b"".join(self._chunks))
 
 
 class RecordingTransport(httpx.AsyncBaseTransport):
     """Forwards to a real transport and appends each finished exchange to the cassette."""
 
-    def __init__(self, cassette: Cassette, inner: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        cassette: Cassette,
+        inner: httpx.AsyncBaseTransport | None = None,
+        secrets: tuple[str, ...] = (),
+    ) -> None:
         self.cassette = cassette
         self._inner = inner or httpx.AsyncHTTPTransport()
-        self._secrets: set[str] = set()
+        # Keys seen in auth headers are added as they pass; these are known up front.
+        self._secrets: set[str] = {s for s in secrets if len(s) >= 8}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         content = await request.aread()
@@ -157,7 +166,8 @@ class RecordingTransport(httpx.AsyncBaseTransport):
             self.cassette.exchanges.append(exchange)
             self.cassette.save()
 
-        assert isinstance(response.stream, httpx.AsyncByteStream)
+        if not isinstance(response.stream, httpx.AsyncByteStream):
+            raise UsageError("RecordingTransport needs an async inner transport")
         return httpx.Response(
             response.status_code,
             headers=response.headers,
@@ -195,8 +205,8 @@ class _Chunks(httpx.AsyncByteStream):
 
 
 class ReplayTransport(httpx.AsyncBaseTransport):
-    """Serves the cassette's exchanges in order; each must match the request's method, path and
-    body (compared as canonical JSON). Nothing leaves the process."""
+    """Serves the cassette's exchanges in order; each must match the request's method, endpoint
+    and body (compared as canonical JSON). Nothing leaves the process."""
 
     def __init__(self, cassette: Cassette) -> None:
         self.cassette = cassette
@@ -213,7 +223,10 @@ class ReplayTransport(httpx.AsyncBaseTransport):
         path = urlsplit(str(request.url)).path
         wanted = canonical_json(exchange.request)
         sent = canonical_json(_request_json(content))
-        if (exchange.method, exchange.path, wanted) != (request.method, path, sent):
+        # Hosts and base paths may differ between recording and replay (a proxy, a default
+        # base URL); the endpoint's last segment and the exact body may not.
+        recorded = (exchange.method, _endpoint_name(exchange.path), wanted)
+        if recorded != (request.method, _endpoint_name(path), sent):
             raise CassetteMismatch(
                 f"{self.cassette.path}: request {self.position + 1} differs from the recording "
                 f"({request.method} {path}); the code or the transcript changed: record again"
@@ -222,6 +235,10 @@ class ReplayTransport(httpx.AsyncBaseTransport):
         return httpx.Response(
             exchange.status, headers=exchange.headers, stream=_Chunks(exchange.body)
         )
+
+
+def _endpoint_name(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
 
 
 Mode = Literal["record", "replay", "auto"]
@@ -243,8 +260,6 @@ class ReplayModel:
         base_url: str | None = None,
         inner_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        from tether.providers.registry import model_from_string
-
         path = Path(cassette)
         self.replaying = mode == "replay" or (mode == "auto" and path.exists())
         transport: httpx.AsyncBaseTransport
@@ -252,7 +267,8 @@ class ReplayModel:
             transport = ReplayTransport(Cassette.load(path))
             api_key = api_key or REPLAY_KEY
         else:
-            transport = RecordingTransport(Cassette(path), inner_transport)
+            secrets = (api_key,) if api_key else ()
+            transport = RecordingTransport(Cassette(path), inner_transport, secrets)
         self._client = httpx.AsyncClient(transport=transport, timeout=600.0)
         self._model = model_from_string(
             spec, api_key=api_key, base_url=base_url, http_client=self._client, stream=stream

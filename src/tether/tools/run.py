@@ -1,7 +1,7 @@
 """Running tool calls: validation, timeouts, errors as data, output caps, parallel turns.
 
 Owns what happens between a call and its result. Committing `tool.started` and
-`tool.finished` is the caller's, through the two callbacks `run_calls` takes.
+`tool.finished` is the caller's, through the callbacks `run_calls` takes.
 """
 
 from __future__ import annotations
@@ -59,6 +59,20 @@ def describe_validation_error(tool_name: str, exc: ValidationError) -> str:
     return f"invalid arguments for tool {tool_name}: " + "; ".join(problems)
 
 
+def bind_arguments(tool: Tool, call: ToolCall) -> dict[str, Any] | str:
+    """The validated keyword arguments of a call, or why it cannot run (`invalid_input`).
+    The loop asks this before committing `tool.started`: a call that cannot run never starts."""
+    if call.raw_arguments is not None:
+        return f"the arguments for tool {tool.name} are not a JSON object: {call.raw_arguments[:200]!r}"
+    if tool.validator is None:
+        return dict(call.arguments)
+    try:
+        validated = tool.validator.model_validate(call.arguments)
+    except ValidationError as exc:
+        return describe_validation_error(tool.name, exc)
+    return {name: getattr(validated, name) for name in type(validated).model_fields}
+
+
 async def execute(tool: Tool, call: ToolCall, session_id: str = "") -> CallOutcome:
     """Run one call. Never raises for what the tool or the model did wrong; re-raises a cancel."""
     started = time.perf_counter()
@@ -66,20 +80,9 @@ async def execute(tool: Tool, call: ToolCall, session_id: str = "") -> CallOutco
     def done(outcome: str, content: str) -> CallOutcome:
         return CallOutcome(outcome, content, round((time.perf_counter() - started) * 1000, 3))
 
-    if call.raw_arguments is not None:
-        return done(
-            "invalid_input",
-            f"the arguments for tool {tool.name} are not a JSON object: {call.raw_arguments[:200]!r}",
-        )
-    kwargs: dict[str, Any]
-    if tool.validator is not None:
-        try:
-            validated = tool.validator.model_validate(call.arguments)
-        except ValidationError as exc:
-            return done("invalid_input", describe_validation_error(tool.name, exc))
-        kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
-    else:
-        kwargs = dict(call.arguments)
+    kwargs = bind_arguments(tool, call)
+    if isinstance(kwargs, str):
+        return done("invalid_input", kwargs)
     if tool.context_param:
         kwargs[tool.context_param] = ToolContext(session_id, call.id)
     try:
@@ -115,11 +118,11 @@ async def run_calls(
     calls: Sequence[ToolCall],
     toolbox: Toolbox,
     session_id: str,
-    on_start: OnStart,
+    on_start: OnStart | None,
     on_finish: OnFinish,
 ) -> None:
-    """Run a turn's calls in parallel. `on_start` commits right before a call runs and
-    `on_finish` as each returns; results reach the transcript in call order via the fold.
+    """Run a turn's calls in parallel. `on_start` commits right before a call runs (None when
+    the caller committed every start already) and `on_finish` as each returns; results reach the transcript in call order via the fold.
     On cancel every running call is cancelled and the cancel propagates: answering the
     interrupted calls is the caller's job, since only it knows what is committed."""
 
@@ -128,7 +131,8 @@ async def run_calls(
         if tool is None:
             await on_finish(call, unknown_tool(call, toolbox))
             return
-        await on_start(call, tool)
+        if on_start is not None:
+            await on_start(call, tool)
         outcome = await execute(tool, call, session_id)
         await on_finish(call, outcome)
 

@@ -12,7 +12,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, PydanticUserError, TypeAdapter, create_model
 
 from tether.errors import UsageError
 from tether.messages import JSONObject
@@ -95,10 +95,22 @@ def build_validator(
             continue
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, Field(default, description=param_docs.get(param.name)))
-    model = create_model(  # type: ignore[call-overload]
-        f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
-    )
+    try:
+        model = create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+        model.model_json_schema()  # a type that validates may still have no JSON schema
+    except PydanticUserError as exc:
+        raise UsageError(f"tool {name}: {_undescribable(fields)}: {exc}") from exc
     return model, context_param
+
+
+def _undescribable(fields: dict[str, Any]) -> str:
+    """Name the first parameter whose type pydantic cannot turn into a JSON schema."""
+    for param, (annotation, _) in fields.items():
+        try:
+            TypeAdapter(annotation).json_schema()
+        except PydanticUserError:
+            return f"parameter {param!r} has a type with no JSON schema ({annotation!r})"
+    return "its parameters have no JSON schema"
 
 
 def json_schema(validator: type[BaseModel]) -> JSONObject:

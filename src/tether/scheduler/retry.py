@@ -1,0 +1,68 @@
+"""When a failed model call is tried again, and after how long: exponential backoff with full
+jitter, a server's `retry-after` as a floor, a bounded number of attempts. Quota exhaustion,
+bad requests, authentication errors and context overflow are never retried, whatever flag
+an error carries. Pure: the caller passes the random source, so a seed replays the waits.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from tether.errors import (
+    AuthenticationError,
+    BadRequest,
+    ContextOverflow,
+    GatewayBusy,
+    ProviderError,
+    QuotaExhausted,
+)
+
+NEVER_RETRIED: tuple[type[ProviderError], ...] = (
+    QuotaExhausted,
+    BadRequest,
+    AuthenticationError,
+    ContextOverflow,
+    GatewayBusy,
+)
+
+
+def is_retryable(error: ProviderError) -> bool:
+    return error.retryable and not isinstance(error, NEVER_RETRIED)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """`max_attempts` counts the first try. The n-th retry waits a uniform draw from
+    [0, min(max_delay, base_delay·2^(n-1))], raised to the server's `retry-after` if that is
+    longer. A server asking for more than `max_retry_after` seconds ends the call at once:
+    waiting that long inside one turn helps nobody."""
+
+    max_attempts: int = 6
+    base_delay: float = 1.0
+    max_delay: float = 60.0
+    max_retry_after: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(
+                f"RetryPolicy.max_attempts must be at least 1, not {self.max_attempts}"
+            )
+        if self.base_delay < 0 or self.max_delay < 0:
+            raise ValueError("RetryPolicy delays must not be negative")
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        """The jittered wait after failed attempt number `attempt` (1-based)."""
+        ceiling = min(self.max_delay, self.base_delay * 2.0 ** (attempt - 1))
+        return rng.uniform(0.0, ceiling)
+
+    def delay(self, error: ProviderError, attempt: int, rng: random.Random) -> float | None:
+        """Seconds to wait before the next attempt, or None: give up and raise `error`."""
+        if not is_retryable(error) or attempt >= self.max_attempts:
+            return None
+        if error.retry_after is not None and error.retry_after > self.max_retry_after:
+            return None
+        wait = self.backoff(attempt, rng)
+        if error.retry_after is not None:
+            wait = max(wait, error.retry_after)
+        return wait

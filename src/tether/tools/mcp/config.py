@@ -1,0 +1,273 @@
+"""MCP server configuration: the `mcpServers` mapping of JSON and TOML files, and Python.
+
+Owns reading and checking configuration into `McpServerConfig` values, with errors that name
+the server and the key. It starts nothing and needs no MCP SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tether.errors import ConfigError
+from tether.tools.base import DEFAULT_TIMEOUT
+
+Transport = Literal["stdio", "http"]
+DEFAULT_STARTUP_TIMEOUT = 30.0
+# "auto" probes 2026-07-28 `server/discover` and falls back to the 2025-11-25 handshake.
+PROTOCOLS = ("auto", "legacy", "2026-07-28")
+
+_TRANSPORT_TYPES: dict[str, Transport] = {
+    "stdio": "stdio",
+    "http": "http",
+    "streamable-http": "http",
+    "streamable_http": "http",
+    "streamableHttp": "http",
+}
+# Keys other clients write into the same files; they mean nothing here and are not errors.
+_FOREIGN_KEYS = frozenset(
+    {
+        "autoApprove",
+        "alwaysAllow",
+        "description",
+        "transportType",
+        "enabled_tools",
+        "disabled_tools",
+    }
+)
+_KEY_ALIASES = {
+    "needs_approval": "needsApproval",
+    "startup_timeout": "startupTimeout",
+    "startup_timeout_sec": "startupTimeout",
+    "tool_timeout_sec": "timeout",
+    "http_headers": "headers",
+}
+_KNOWN_KEYS = frozenset(
+    {
+        "command",
+        "args",
+        "env",
+        "cwd",
+        "url",
+        "headers",
+        "type",
+        "needsApproval",
+        "timeout",
+        "startupTimeout",
+        "protocol",
+        "disabled",
+        "enabled",
+    }
+)
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class McpServerConfig:
+    """One MCP server: a `command` run over stdio, or a streamable HTTP `url`.
+
+    `needs_approval` is True (every tool of the server), False, or the set of tool names
+    (as the server names them) that need an approval. `timeout` bounds each call;
+    `startup_timeout` bounds starting the server and the MCP handshake."""
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    needs_approval: bool | frozenset[str] = False
+    timeout: float | None = DEFAULT_TIMEOUT
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+    protocol: str = "auto"
+
+    def __post_init__(self) -> None:
+        where = f"MCP server {self.name!r}"
+        if not self.name:
+            raise ConfigError("an MCP server needs a non-empty name")
+        if (self.command is None) == (self.url is None):
+            raise ConfigError(
+                f"{where}: give exactly one of 'command' (stdio) or 'url' (streamable HTTP)"
+            )
+        if self.command is not None and not self.command.strip():
+            raise ConfigError(f"{where}: 'command' is empty")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"{where}: 'url' must start with http:// or https://, not {self.url!r}"
+            )
+        if self.timeout is not None and not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise ConfigError(
+                f"{where}: 'timeout' must be a positive number of seconds, not {self.timeout}"
+            )
+        if not (self.startup_timeout > 0 and math.isfinite(self.startup_timeout)):
+            raise ConfigError(
+                f"{where}: 'startupTimeout' must be a positive number of seconds, not {self.startup_timeout}"
+            )
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(
+                f"{where}: 'protocol' must be one of {', '.join(PROTOCOLS)}, not {self.protocol!r}"
+            )
+
+    @property
+    def transport(self) -> Transport:
+        return "stdio" if self.command is not None else "http"
+
+    def approval_for(self, tool_name: str) -> bool:
+        if isinstance(self.needs_approval, bool):
+            return self.needs_approval
+        return tool_name in self.needs_approval
+
+    def describe(self) -> str:
+        """Where the server is, for error messages (never the env or headers: they hold secrets)."""
+        if self.command is not None:
+            return " ".join([self.command, *self.args])
+        return str(self.url)
+
+
+def load_mcp_config(path: str | os.PathLike[str]) -> list[McpServerConfig]:
+    """Read the `mcpServers` (or `mcp_servers`) mapping of a JSON or TOML file."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read MCP config {file}: {exc.strerror or exc}") from exc
+    try:
+        if file.suffix.lower() == ".toml":
+            data: Any = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        kind = "TOML" if file.suffix.lower() == ".toml" else "JSON"
+        raise ConfigError(f"MCP config {file} is not valid {kind}: {exc}") from exc
+    return parse_mcp_config(data, source=str(file))
+
+
+def parse_mcp_config(data: object, *, source: str = "MCP config") -> list[McpServerConfig]:
+    """Servers from a mapping holding `mcpServers` (the JSON convention) or `mcp_servers`
+    (the TOML one). Servers marked `disabled: true` (or `enabled: false`) are left out."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: the top level must be an object holding 'mcpServers'")
+    servers = data.get("mcpServers", data.get("mcp_servers"))
+    if servers is None:
+        raise ConfigError(f"{source}: no 'mcpServers' (or 'mcp_servers') mapping")
+    if not isinstance(servers, Mapping):
+        raise ConfigError(f"{source}: 'mcpServers' must map server names to settings")
+    configs = []
+    for name, entry in servers.items():
+        config = server_from_mapping(str(name), entry, source=source)
+        if config is not None:
+            configs.append(config)
+    return configs
+
+
+def server_from_mapping(
+    name: str, entry: object, *, source: str = "MCP config"
+) -> McpServerConfig | None:
+    """One server's settings (`command`/`args`/`env`/`cwd` or `url`/`headers`, plus
+    `needsApproval`, `timeout`, `startupTimeout`, `protocol`); None when it is disabled."""
+    where = f"{source}: MCP server {name!r}"
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{where}: settings must be an object")
+    settings = {_KEY_ALIASES.get(str(k), str(k)): v for k, v in entry.items()}
+    unknown = sorted(set(settings) - _KNOWN_KEYS - _FOREIGN_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_KNOWN_KEYS))})"
+        )
+    if settings.get("disabled") is True or settings.get("enabled") is False:
+        return None
+    kind = settings.get("type")
+    if kind is not None and kind not in _TRANSPORT_TYPES:
+        raise ConfigError(f"{where}: type {kind!r} is not supported (stdio or http; SSE is not)")
+    startup = _seconds(
+        settings.get("startupTimeout", DEFAULT_STARTUP_TIMEOUT), "startupTimeout", where
+    )
+    fields: dict[str, Any] = {
+        "command": _optional_str(settings, "command", where),
+        "args": tuple(_str_list(settings.get("args", []), "args", where)),
+        "env": _str_map(settings.get("env", {}), "env", where),
+        "cwd": _optional_str(settings, "cwd", where),
+        "url": _optional_str(settings, "url", where),
+        "headers": _str_map(settings.get("headers", {}), "headers", where),
+        "needs_approval": _approval(settings.get("needsApproval", False), where),
+        "timeout": _seconds(
+            settings.get("timeout", DEFAULT_TIMEOUT), "timeout", where, allow_none=True
+        ),
+        "startup_timeout": startup or DEFAULT_STARTUP_TIMEOUT,
+        "protocol": str(settings.get("protocol", "auto")),
+    }
+    try:
+        return McpServerConfig(name=name, **fields)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _optional_str(settings: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = settings.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: {key!r} must be a string")
+    return value
+
+
+def _str_list(value: object, key: str, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: {key!r} must be a list of strings")
+    return list(value)
+
+
+def _str_map(value: object, key: str, where: str) -> dict[str, str]:
+    """A string mapping; `${VAR}` in a value is read from the environment, so secrets stay
+    out of the file."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: {key!r} must map names to strings")
+    result = {}
+    for k, v in value.items():
+        if not isinstance(v, str | int | float) or isinstance(v, bool):
+            raise ConfigError(f"{where}: {key}.{k} must be a string")
+        result[str(k)] = _expand(str(v), f"{where}: {key}.{k}")
+    return result
+
+
+def _expand(text: str, where: str) -> str:
+    def value(match: re.Match[str]) -> str:
+        var = match.group(1)
+        if var not in os.environ:
+            raise ConfigError(f"{where} refers to ${{{var}}}, which is not set in the environment")
+        return os.environ[var]
+
+    return _ENV_REF.sub(value, text)
+
+
+def _approval(value: object, where: str) -> bool | frozenset[str]:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return frozenset(value)
+    raise ConfigError(f"{where}: 'needsApproval' must be true, false or a list of tool names")
+
+
+def _seconds(value: object, key: str, where: str, *, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"{where}: {key!r} must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
+def servers_by_name(configs: Iterable[McpServerConfig]) -> dict[str, McpServerConfig]:
+    by_name: dict[str, McpServerConfig] = {}
+    for config in configs:
+        if config.name in by_name:
+            raise ConfigError(f"two MCP servers are named {config.name!r}")
+        by_name[config.name] = config
+    return by_name

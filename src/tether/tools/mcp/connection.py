@@ -1,0 +1,337 @@
+"""One MCP server's connection: started lazily, listed, called, restarted after a crash, closed.
+
+Owns the SDK `Client` and the translation of SDK and transport failures into `McpError`s that
+name the server. The client lives in a supervisor task because the SDK's anyio scopes must be
+entered and left by one task. Turning MCP tools into tether tools is `source`'s job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import httpx2
+from mcp import Client, StdioServerParameters
+from mcp import types as mcp_types
+from mcp.client.session import IncomingMessage
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from tether.tools.mcp.config import McpServerConfig
+from tether.tools.mcp.errors import McpError, McpProtocolError, McpServerUnavailable
+
+logger = logging.getLogger(__name__)
+
+ProgressFn = ProgressFnT  # async (progress, total, message) -> None
+MAX_LIST_PAGES = 100  # a paginator that never ends must not hang the listing
+# stdio shutdown is close stdin, 2 s, SIGTERM, 2 s, SIGKILL: this bounds it with room to spare.
+CLOSE_WAIT = 10.0
+_CLIENT_INFO = mcp_types.Implementation(name="tether", version="0.1")
+_HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+_MODERN = ("2026-07-28",)
+
+
+@dataclass(eq=False)
+class _Live:
+    """One started server: its client, the event that ends it, and the task that holds it."""
+
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    client: Client | None = None
+    task: asyncio.Task[None] | None = None
+    failure: str | None = None
+
+    def usable(self) -> bool:
+        return (
+            self.client is not None
+            and self.task is not None
+            and not self.task.done()
+            and not _connection_closed(self.client)
+        )
+
+
+class McpConnection:
+    """`await conn.list_tools()`, `await conn.call_tool(name, args)`, `await conn.aclose()`.
+
+    Nothing starts before the first list or call. A connection lost while idle is restarted
+    quietly; one lost during a call makes that call fail and the next one restart it."""
+
+    def __init__(self, config: McpServerConfig, *, errlog: TextIO | None = None) -> None:
+        self.config = config
+        self.starts = 0
+        self._errlog = errlog
+        self._lock = asyncio.Lock()
+        self._live: _Live | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._tools: list[mcp_types.Tool] | None = None
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def running(self) -> bool:
+        return self._live is not None and self._live.usable()
+
+    @property
+    def tools_stale(self) -> bool:
+        return self._tools is None
+
+    async def list_tools(self) -> list[mcp_types.Tool]:
+        """Every page of the server's tools, kept until the server says they changed."""
+        if self._tools is not None and self.running:
+            return self._tools
+        live = await self._connect()
+        client = _client(live)
+        self._tools = None
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        try:
+            for _ in range(MAX_LIST_PAGES):
+                page = await client.list_tools(cursor=cursor)
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        except Exception as exc:
+            raise await self._translate(live, "tools/list", exc) from exc
+        if cursor is not None:
+            raise McpProtocolError(
+                self.name,
+                f"MCP server {self.name!r} lists more than {MAX_LIST_PAGES} pages of tools",
+            )
+        if self._live is live:
+            self._tools = tools
+        return tools
+
+    async def call_tool(
+        self, tool: str, arguments: dict[str, Any], progress: ProgressFn | None = None
+    ) -> mcp_types.CallToolResult:
+        """One `tools/call`. A cancel (a timeout) sends the SDK's cancel notification and
+        does not wait for the server to agree."""
+        live = await self._connect()
+        try:
+            return await _client(live).call_tool(tool, arguments, progress_callback=progress)
+        except Exception as exc:
+            raise await self._translate(live, f"tool {tool!r}", exc) from exc
+
+    async def aclose(self) -> None:
+        """Stop the server (stdio: the process is gone afterwards). Later calls are refused."""
+        self._closed = True
+        live, self._live = self._live, None
+        tasks = set(self._retiring)
+        if live is not None and live.task is not None:
+            live.stop.set()
+            tasks.add(live.task)
+        await _finish(tasks)
+
+    async def _connect(self) -> _Live:
+        if self._closed:
+            raise McpServerUnavailable(self.name, f"MCP server {self.name!r} is closed")
+        live = self._live
+        if live is not None and live.usable():
+            return live
+        async with self._lock:
+            live = self._live
+            if live is not None and not live.usable():
+                await self._retire(live)  # it stopped between calls: restart it quietly
+                live = None
+            if live is None:
+                live = await self._start()
+                self._live = live
+            return live
+
+    async def _start(self) -> _Live:
+        ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+        live = _Live()
+        live.task = asyncio.create_task(
+            self._supervise(live, ready), name=f"mcp-server:{self.name}"
+        )
+        where = f"MCP server {self.name!r} ({self.config.describe()})"
+        try:
+            async with asyncio.timeout(self.config.startup_timeout):
+                live.client = await asyncio.shield(ready)
+        except TimeoutError:
+            self._abandon(live, ready)
+            raise McpServerUnavailable(
+                self.name,
+                f"{where} did not finish starting within {self.config.startup_timeout:g} s",
+            ) from None
+        except asyncio.CancelledError:
+            self._abandon(live, ready)
+            raise
+        except Exception as exc:
+            self._abandon(live, ready)
+            raise McpServerUnavailable(
+                self.name, f"{where} could not be started: {_describe(exc)}"
+            ) from exc
+        self.starts += 1
+        self._tools = None
+        return live
+
+    async def _supervise(self, live: _Live, ready: asyncio.Future[Client]) -> None:
+        try:
+            async with self._new_client() as client:
+                if not ready.done():
+                    ready.set_result(client)
+                listener = None
+                if _announces_tool_changes(client):
+                    listener = asyncio.create_task(self._listen(client))
+                try:
+                    await live.stop.wait()
+                finally:
+                    if listener is not None:
+                        listener.cancel()
+                        await asyncio.gather(listener, return_exceptions=True)
+        except asyncio.CancelledError:
+            if not ready.done():
+                ready.cancel()
+            raise
+        except Exception as exc:
+            # Recorded, not raised: whoever is waiting for this server reports it by name.
+            live.failure = _describe(exc)
+            if not ready.done():
+                ready.set_exception(exc)
+            logger.debug("MCP server %s stopped: %s", self.name, live.failure)
+
+    def _new_client(self) -> Client:
+        config = self.config
+        transport: Any
+        if config.command is not None:
+            params = StdioServerParameters(
+                command=config.command,
+                args=list(config.args),
+                env=dict(config.env) or None,
+                cwd=config.cwd,
+            )
+            transport = stdio_client(params, errlog=self._errlog or sys.stderr)
+        else:
+            transport = _http_transport(str(config.url), dict(config.headers))
+        return Client(
+            transport,
+            mode=config.protocol,
+            cache=None,  # the listing is cached here, and refreshed on list_changed
+            message_handler=self._on_message,
+            client_info=_CLIENT_INFO,
+        )
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._tools = None
+
+    async def _listen(self, client: Client) -> None:
+        # 2026-07-28 servers announce list changes only to a `subscriptions/listen` stream.
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _event in subscription:
+                    self._tools = None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the listing then refreshes only after a restart
+            logger.debug("MCP server %s: listening for tool changes failed: %s", self.name, exc)
+
+    async def _translate(self, live: _Live, what: str, exc: Exception) -> McpError:
+        name = self.name
+        if isinstance(exc, MCPError) and not _lost(live, exc):
+            return McpProtocolError(
+                name, f"MCP server {name!r} answered {what} with error {exc.code}: {exc.message}"
+            )
+        if isinstance(exc, ValidationError):
+            problem = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+            return McpProtocolError(
+                name, f"MCP server {name!r} sent a malformed answer to {what}: {problem}"
+            )
+        await self._retire(live)
+        cause = f" ({live.failure})" if live.failure else ""
+        if isinstance(exc, MCPError):
+            text = f"MCP server {name!r} closed the connection during {what}{cause}"
+        else:
+            text = f"MCP server {name!r} failed during {what}: {_describe(exc)}{cause}"
+        return McpServerUnavailable(name, f"{text}; it will be restarted at the next call")
+
+    async def _retire(self, live: _Live) -> None:
+        """Stop a broken connection; the next call starts a new one."""
+        if self._live is live:
+            self._live = None
+            self._tools = None
+        live.stop.set()
+        if live.task is not None and not live.task.done():
+            self._retiring.add(live.task)
+            live.task.add_done_callback(self._retiring.discard)
+            await asyncio.wait({live.task}, timeout=CLOSE_WAIT)
+
+    def _abandon(self, live: _Live, ready: asyncio.Future[Client]) -> None:
+        if ready.done() and not ready.cancelled():
+            ready.exception()  # retrieved: the failure is reported by the caller
+        if live.task is not None and not live.task.done():
+            live.task.cancel()
+            self._retiring.add(live.task)
+            live.task.add_done_callback(self._retiring.discard)
+
+
+@asynccontextmanager
+async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=_HTTP_TIMEOUT) as http,
+        streamable_http_client(url, http_client=http) as streams,
+    ):
+        yield streams
+
+
+async def _finish(tasks: set[asyncio.Task[None]]) -> None:
+    """Wait for tasks to end, bounded; cancel what will not."""
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=CLOSE_WAIT)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=CLOSE_WAIT)
+
+
+def _client(live: _Live) -> Client:
+    assert live.client is not None  # set by _start before the live connection is handed out
+    return live.client
+
+
+def _connection_closed(client: Client) -> bool | None:
+    # The SDK marks its dispatcher closed when the transport ends, before it answers pending
+    # requests "Connection closed"; nothing public says so. None: this SDK version hides it.
+    try:
+        dispatcher = client.session._dispatcher
+    except RuntimeError:
+        return True  # the client has been exited
+    except AttributeError:
+        return None
+    closed = getattr(dispatcher, "_closed", None)
+    return closed if isinstance(closed, bool) else None
+
+
+def _lost(live: _Live, exc: MCPError) -> bool:
+    """Did the connection end, as opposed to the server answering an error? Servers may use
+    the SDK's own "connection closed" code (-32000) for errors of their own."""
+    if exc.code != mcp_types.CONNECTION_CLOSED or live.client is None:
+        return False
+    closed = _connection_closed(live.client)
+    return closed if closed is not None else exc.message == "Connection closed"
+
+
+def _announces_tool_changes(client: Client) -> bool:
+    tools = client.server_capabilities.tools
+    return client.protocol_version in _MODERN and tools is not None and bool(tools.list_changed)
+
+
+def _describe(exc: BaseException) -> str:
+    """The innermost useful error, for one line of text: task groups wrap the real one."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if not isinstance(exc, MCPError) else text

@@ -1,0 +1,33 @@
+"""The errors of MCP tool sources. Each names the server; a tool's `fn` raises them and the
+tool runner turns them into `error` results the model reads.
+
+    TetherError
+    └── McpError                 an MCP server could not do what was asked
+        ├── McpServerUnavailable it would not start, or its connection was lost (restarted next call)
+        ├── McpProtocolError     a JSON-RPC error or a malformed answer
+        └── McpToolFailed        the tool reported an error itself (`isError: true`)
+"""
+
+from __future__ import annotations
+
+from tether.errors import TetherError
+
+
+class McpError(TetherError):
+    """An MCP server could not do what was asked."""
+
+    def __init__(self, server: str, message: str) -> None:
+        super().__init__(message)
+        self.server = server
+
+
+class McpServerUnavailable(McpError):
+    """The server would not start, or its connection was lost."""
+
+
+class McpProtocolError(McpError):
+    """The server answered with a JSON-RPC error, or with something that is not MCP."""
+
+
+class McpToolFailed(McpError):
+    """The tool ran and reported an error (`isError: true`); the message is the server's."""

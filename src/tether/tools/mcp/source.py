@@ -1,0 +1,215 @@
+"""MCP servers as a source of ordinary `Tool`s: names, effects, approvals, results, progress.
+
+Owns what the model sees of an MCP tool and what a call returns to it. Talking to a server is
+`connection`'s; running calls (timeouts, errors as data) is `tools.run`'s, unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TextIO
+
+from mcp import types as mcp_types
+
+from tether.tools.base import Effect, Tool
+from tether.tools.mcp.config import McpServerConfig, servers_by_name
+from tether.tools.mcp.connection import McpConnection, ProgressFn
+from tether.tools.mcp.errors import McpToolFailed
+from tether.tools.schema import ToolContext
+
+logger = logging.getLogger(__name__)
+
+MAX_NAME = 64  # the tool-name limit of the strictest provider APIs
+# The runner passes a ToolContext under this name; a model would have to guess it to collide.
+_CONTEXT_PARAM = "_tether_call_context"
+_NOT_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass(frozen=True, slots=True)
+class McpProgress:
+    """One progress notification of a running MCP call. Observers see it; it is never stored."""
+
+    server: str
+    tool: str
+    session_id: str
+    call_id: str
+    progress: float
+    total: float | None
+    message: str | None
+
+
+ProgressObserver = Callable[[McpProgress], None]
+
+
+class McpToolSource:
+    """Tools from MCP servers: `tools = await source.list_tools()`, then `Agent(model, tools=tools)`.
+
+    Use it as `async with McpToolSource(configs) as source:` or call `aclose()`: closing
+    stops every server it started. `on_progress` sees every progress notification."""
+
+    def __init__(
+        self,
+        servers: Iterable[McpServerConfig],
+        *,
+        on_progress: ProgressObserver | None = None,
+        errlog: TextIO | None = None,
+    ) -> None:
+        self.configs = servers_by_name(servers)
+        self.on_progress = on_progress
+        self.connections = {
+            name: McpConnection(c, errlog=errlog) for name, c in self.configs.items()
+        }
+
+    async def __aenter__(self) -> McpToolSource:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for connection in self.connections.values():
+            await connection.aclose()
+
+    def connection(self, server: str) -> McpConnection:
+        return self.connections[server]
+
+    async def list_tools(self, *, taken: Iterable[str] = ()) -> list[Tool]:
+        """Every server's tools, starting the servers that are not running. A name used by
+        two servers (or in `taken`, e.g. the Python tools beside them) is prefixed with the
+        server's name. A server that cannot start raises `McpServerUnavailable` naming it."""
+        listings: list[tuple[McpConnection, list[mcp_types.Tool]]] = []
+        for connection in self.connections.values():
+            listings.append((connection, await connection.list_tools()))
+        pairs = [(c.name, t.name) for c, tools in listings for t in tools]
+        names = exposed_names(pairs, taken)
+        return [
+            self._make_tool(connection, tool, names[(connection.name, tool.name)])
+            for connection, tools in listings
+            for tool in tools
+        ]
+
+    def _make_tool(self, connection: McpConnection, spec: mcp_types.Tool, name: str) -> Tool:
+        config = connection.config
+        server_tool = spec.name
+
+        async def call(**arguments: Any) -> str:
+            context = arguments.pop(_CONTEXT_PARAM, None)
+            progress = self._progress_fn(config.name, name, context)
+            result = await connection.call_tool(server_tool, arguments, progress)
+            text = render_result(result)
+            if result.is_error:
+                raise McpToolFailed(
+                    config.name, text or f"tool {server_tool!r} reported an error with no message"
+                )
+            return text
+
+        return Tool(
+            name=name,
+            description=spec.description or spec.title or "",
+            parameters=dict(spec.input_schema),
+            fn=call,
+            validator=None,  # the server validates its own arguments
+            effect=effect_of(spec.annotations),
+            timeout=config.timeout,
+            needs_approval=config.approval_for(server_tool),
+            context_param=_CONTEXT_PARAM,
+            is_async=True,
+        )
+
+    def _progress_fn(self, server: str, tool: str, context: object) -> ProgressFn | None:
+        observer = self.on_progress
+        if observer is None:
+            return None
+        session_id = context.session_id if isinstance(context, ToolContext) else ""
+        call_id = context.call_id if isinstance(context, ToolContext) else ""
+
+        async def report(progress: float, total: float | None, message: str | None) -> None:
+            try:
+                observer(McpProgress(server, tool, session_id, call_id, progress, total, message))
+            except Exception:  # an observer's bug must not fail the call it watches
+                logger.exception("MCP progress observer raised")
+
+        return report
+
+
+def effect_of(annotations: mcp_types.ToolAnnotations | None) -> Effect:
+    """`readOnlyHint` → read, `idempotentHint` → idempotent, anything else (including no
+    annotations, which MCP defines as the destructive case) → write."""
+    if annotations is None:
+        return "write"
+    if annotations.read_only_hint is True:
+        return "read"
+    if annotations.idempotent_hint is True:
+        return "idempotent"
+    return "write"
+
+
+def exposed_names(
+    pairs: list[tuple[str, str]], taken: Iterable[str] = ()
+) -> dict[tuple[str, str], str]:
+    """The name the model sees for each (server, tool): the tool's own name made safe for
+    model APIs, or `server__tool` where that name is not unique."""
+    safe = {pair: _safe_name(pair[1]) for pair in pairs}
+    counts = Counter(safe.values())
+    counts.update(set(taken))
+    names = {
+        pair: name if counts[name] == 1 else _safe_name(f"{pair[0]}__{pair[1]}")
+        for pair, name in safe.items()
+    }
+    return names
+
+
+def _safe_name(name: str) -> str:
+    cleaned = _NOT_NAME_CHARS.sub("_", name) or "tool"
+    if len(cleaned) <= MAX_NAME:
+        return cleaned
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{cleaned[: MAX_NAME - 9]}_{digest}"
+
+
+def render_result(result: mcp_types.CallToolResult) -> str:
+    """The text the model sees: the content blocks in order, then the structured content as
+    JSON unless a text block already says exactly that."""
+    parts = [_render_block(block) for block in result.content]
+    structured = result.structured_content
+    if structured is not None and not any(_same_json(p, structured) for p in parts):
+        parts.append(json.dumps(structured, ensure_ascii=False, sort_keys=True))
+    return "\n".join(p for p in parts if p)
+
+
+def _render_block(block: mcp_types.ContentBlock) -> str:
+    if isinstance(block, mcp_types.TextContent):
+        return block.text
+    if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
+        kind = "image" if isinstance(block, mcp_types.ImageContent) else "audio"
+        return f"[{kind} {block.mime_type}, {len(block.data) * 3 // 4:,} bytes]"
+    if isinstance(block, mcp_types.ResourceLink):
+        return f"[resource {block.uri}{f' ({block.name})' if block.name else ''}]"
+    resource = block.resource
+    if isinstance(resource, mcp_types.TextResourceContents):
+        return resource.text
+    return f"[resource {resource.uri}, {resource.mime_type or 'binary'}]"
+
+
+def _same_json(text: str, value: object) -> bool:
+    # Servers wrap a non-object return value as {"result": value} beside the same text.
+    if isinstance(value, dict) and list(value) == ["result"]:
+        if text == value["result"]:
+            return True
+        value = value["result"]
+    try:
+        return bool(json.loads(text) == value)
+    except ValueError:
+        return False
