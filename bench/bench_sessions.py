@@ -39,7 +39,9 @@ async def run_scenario(kind: str, sessions: int) -> dict[str, float]:
         t0 = time.perf_counter()
         await asyncio.gather(*(bare_loop(STEPS, model_delay=DELAY) for _ in range(sessions)))
         return {"wall_s": time.perf_counter() - t0}
-    store = MemoryStore() if kind == "memory" else SQLiteStore(str(Path(tempfile.mkdtemp()) / "s.db"))
+    store = (
+        MemoryStore() if kind == "memory" else SQLiteStore(str(Path(tempfile.mkdtemp()) / "s.db"))
+    )
     model = ScriptedModel([*([call("echo", text="hi")] * STEPS), "done"], delay=DELAY)
     agent = Agent(model, tools=[echo], store=store, limits=Limits(max_steps=10))
     t0 = time.perf_counter()
@@ -62,21 +64,30 @@ def child(kind: str, sessions: int) -> None:
 
 
 def main(sizes: list[int]) -> None:
-    print(f"{STEPS + 1} model calls per session, {DELAY * 1000:.0f} ms each (ideal wall {(STEPS + 1) * DELAY:.2f} s)")
+    print(
+        f"{STEPS + 1} model calls per session, {DELAY * 1000:.0f} ms each (ideal wall {(STEPS + 1) * DELAY:.2f} s)"
+    )
     for n in sizes:
         target = "≤ 1.0 s" if n <= 1000 else "≤ 5 s, peak RSS ≤ 1 GiB"
         for kind in ("bare", "memory", "memory+gc", "sqlite", "sqlite+gc"):
             out = subprocess.run(
                 [sys.executable, __file__, "--child", kind, str(n)],
-                capture_output=True, text=True, check=True,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout
             f = json.loads(out.strip().splitlines()[-1])
             label = {
-                "bare": "bare asyncio loop", "memory": "tether, memory store", "sqlite": "tether, SQLite store",
-                "memory+gc": "  same, configure_gc()", "sqlite+gc": "  same, configure_gc()",
+                "bare": "bare asyncio loop",
+                "memory": "tether, memory store",
+                "sqlite": "tether, SQLite store",
+                "memory+gc": "  same, configure_gc()",
+                "sqlite+gc": "  same, configure_gc()",
             }[kind]
-            print(f"  {n:>6} sessions  {label:<22} wall {f['wall_s']:6.2f} s  peak RSS {f['peak_rss_mib']:7.1f} MiB"
-                  + ("" if kind == "bare" else f"   (target {target})"))
+            print(
+                f"  {n:>6} sessions  {label:<22} wall {f['wall_s']:6.2f} s  peak RSS {f['peak_rss_mib']:7.1f} MiB"
+                + ("" if kind == "bare" else f"   (target {target})")
+            )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,10 @@ async def bare_loop(steps: int, model_delay: float = 0.0) -> None:
         turn = len(history) // 2
         if turn >= steps:
             return {"role": "assistant", "content": "done"}
-        return {"role": "assistant", "calls": [{"id": f"c{turn}", "name": "echo", "arguments": {"text": "hi"}}]}
+        return {
+            "role": "assistant",
+            "calls": [{"id": f"c{turn}", "name": "echo", "arguments": {"text": "hi"}}],
+        }
 
     async def echo(text: str) -> str:
         return text

@@ -36,7 +36,9 @@ def _read_log(path: Path) -> list[Event]:
     return [Event.from_json(json.loads(line)) for line in path.read_text().splitlines() if line]
 
 
-@pytest.mark.parametrize("log", sorted(GOLDEN.glob("*.events.jsonl")), ids=lambda p: p.name.split(".")[0])
+@pytest.mark.parametrize(
+    "log", sorted(GOLDEN.glob("*.events.jsonl")), ids=lambda p: p.name.split(".")[0]
+)
 def test_golden_logs_fold_to_byte_identical_transcripts(log: Path) -> None:
     name = log.name.removesuffix(".events.jsonl")
     transcript, view = fold(_read_log(log))
@@ -64,7 +66,9 @@ def test_results_of_one_turn_go_back_as_one_message_in_call_order() -> None:
     last = transcript.messages[-1]
     assert last.role == "tool"
     assert [(r.call_id, r.content, r.is_error) for r in last.tool_results] == [
-        ("a", "A failed", True), ("b", "B", False), ("c", "C", False)
+        ("a", "A failed", True),
+        ("b", "B", False),
+        ("c", "C", False),
     ]
     assert len(transcript.messages) == 3
     assert view.open_calls == ()
@@ -72,14 +76,22 @@ def test_results_of_one_turn_go_back_as_one_message_in_call_order() -> None:
 
 def test_a_call_cut_by_the_output_limit_never_reaches_the_transcript() -> None:
     cut = Message("assistant", (Text("let me"), ToolCall("x", "t", {}, raw_arguments='{"a": ')))
-    transcript, view = fold(_events([SessionCreated("m"), UserMessage(user("go")), ModelResponded(cut, incomplete=True)]))
+    transcript, view = fold(
+        _events(
+            [SessionCreated("m"), UserMessage(user("go")), ModelResponded(cut, incomplete=True)]
+        )
+    )
     assert transcript.messages[-1].tool_calls == ()
     assert transcript.messages[-1].text == "let me"
     assert view.open_calls == ()
 
 
 def test_terminal_states_absorb_everything_after_them() -> None:
-    payloads: list[Payload] = [SessionCreated("m"), UserMessage(user("a")), SessionEnded("canceled")]
+    payloads: list[Payload] = [
+        SessionCreated("m"),
+        UserMessage(user("a")),
+        SessionEnded("canceled"),
+    ]
     before = fold(_events(payloads))[1]
     after = fold(_events([*payloads, UserMessage(user("b")), ModelRequested("m", "h", 1)]))[1]
     assert before.state == after.state == "canceled"
@@ -88,7 +100,9 @@ def test_terminal_states_absorb_everything_after_them() -> None:
 def test_unknown_cost_stays_unknown_rather_than_zero() -> None:
     answer = Message("assistant", (Text("hi"),))
     priced = fold(_events([SessionCreated("m"), ModelResponded(answer, cost_usd=0.5)]))[1]
-    unpriced = fold(_events([SessionCreated("m"), ModelResponded(answer, cost_usd=0.5), ModelResponded(answer)]))[1]
+    unpriced = fold(
+        _events([SessionCreated("m"), ModelResponded(answer, cost_usd=0.5), ModelResponded(answer)])
+    )[1]
     assert priced.cost_usd == 0.5
     assert unpriced.cost_usd is None
 
@@ -103,14 +117,24 @@ def _events(payloads: list[Payload], thread: str = "") -> list[Event]:
 # -- property: incremental fold == full fold, on arbitrary (even nonsensical) sequences -------
 call_ids = st.sampled_from(["c1", "c2", "c3"])
 texts = st.text(max_size=12)
-calls = st.lists(st.builds(ToolCall, call_ids, st.sampled_from(["read", "write"]), st.just({})), max_size=3, unique_by=lambda c: c.id)
+calls = st.lists(
+    st.builds(ToolCall, call_ids, st.sampled_from(["read", "write"]), st.just({})),
+    max_size=3,
+    unique_by=lambda c: c.id,
+)
 payloads = st.one_of(
     st.builds(SessionCreated, st.just("m"), st.none() | texts),
     st.builds(lambda t: UserMessage(user(t)), texts),
     st.builds(ModelRequested, st.just("m"), st.just("h"), st.integers(0, 100)),
     st.builds(
-        lambda t, cs, inc, u, cost: ModelResponded(Message("assistant", (Text(t), *cs)), incomplete=inc, usage=Usage(u, u), cost_usd=cost),
-        texts, calls, st.booleans(), st.integers(0, 50), st.none() | st.floats(0, 1),
+        lambda t, cs, inc, u, cost: ModelResponded(
+            Message("assistant", (Text(t), *cs)), incomplete=inc, usage=Usage(u, u), cost_usd=cost
+        ),
+        texts,
+        calls,
+        st.booleans(),
+        st.integers(0, 50),
+        st.none() | st.floats(0, 1),
     ),
     st.builds(ModelFailed, st.just("rate_limited"), texts),
     st.builds(ToolStarted, call_ids, st.just("t")),
@@ -151,6 +175,10 @@ def test_folding_events_read_back_from_json_gives_the_same_bytes(items: list[Pay
 
 def test_each_thread_folds_to_its_own_transcript() -> None:
     main = _events([SessionCreated("m"), UserMessage(user("main task"))])
-    sub = [Event("s", 3, "e3", "2026-01-01T00:00:03.000000Z", UserMessage(user("sub task")), "researcher")]
+    sub = [
+        Event(
+            "s", 3, "e3", "2026-01-01T00:00:03.000000Z", UserMessage(user("sub task")), "researcher"
+        )
+    ]
     assert [m.text for m in fold(main + sub)[0].messages] == ["main task"]
     assert [m.text for m in fold(main + sub, thread="researcher")[0].messages] == ["sub task"]

@@ -90,7 +90,9 @@ class Agent:
         self.system = system
         self.limits = limits or Limits()
         self._store_arg = store
-        self._store: Store | None = store if store is not None and not isinstance(store, str) else None
+        self._store: Store | None = (
+            store if store is not None and not isinstance(store, str) else None
+        )
         self.stop_when = stop_when
         self.on_event = on_event
         self.on_delta = on_delta
@@ -129,11 +131,18 @@ class Agent:
             raise UsageError(f"session {session_id} is already running in this agent")
         log = await self._open_log(session_id)
         if log.folder.terminal:
-            raise UsageError(f"session {log.session_id} has ended ({log.folder.state}); start a new one")
+            raise UsageError(
+                f"session {log.session_id} has ended ({log.folder.state}); start a new one"
+            )
         if task is not None:
             await log.append(UserMessage(task if isinstance(task, Message) else user(task)))
         ctx = TurnContext(
-            log, self.model, self.toolbox, self.limits, self.stop_when, self.on_delta,
+            log,
+            self.model,
+            self.toolbox,
+            self.limits,
+            self.stop_when,
+            self.on_delta,
             started_at=time.monotonic(),
         )
         inner = asyncio.create_task(run_turn(ctx))

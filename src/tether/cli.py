@@ -39,7 +39,9 @@ def load_tools(specs: Sequence[str]) -> list[Tool]:
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:
-            raise CliError(f"--tools {spec}: cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+            raise CliError(
+                f"--tools {spec}: cannot import {module_name}: {type(exc).__name__}: {exc}"
+            ) from exc
         attr = attr or "tools"
         if not hasattr(module, attr):
             raise CliError(f"--tools {spec}: module {module_name} has no attribute {attr!r}")
@@ -75,7 +77,9 @@ def _result_json(result: RunResult) -> dict[str, Any]:
     }
 
 
-async def cmd_run(args: argparse.Namespace, *, task: str, model: str, tool_specs: Sequence[str]) -> int:
+async def cmd_run(
+    args: argparse.Namespace, *, task: str, model: str, tool_specs: Sequence[str]
+) -> int:
     # Everything the user named is checked before the store is touched.
     try:
         resolved = resolve_model(model)
@@ -111,7 +115,9 @@ async def load_mcp_tools(path: str, taken: Sequence[str]) -> tuple[Any, list[Too
         raise
 
 
-async def _run_agent(args: argparse.Namespace, task: str, resolved: Model, tools: list[Tool]) -> int:
+async def _run_agent(
+    args: argparse.Namespace, task: str, resolved: Model, tools: list[Tool]
+) -> int:
     limits = Limits(max_steps=args.max_steps)
     store = _store(args.store)
     timeline = Timeline()
@@ -119,8 +125,14 @@ async def _run_agent(args: argparse.Namespace, task: str, resolved: Model, tools
     def show(event: Event) -> None:
         print(timeline.line(event), flush=True)
 
-    agent = Agent(resolved, tools=tools, system=args.system, limits=limits, store=store,
-                  on_event=None if args.json else show)
+    agent = Agent(
+        resolved,
+        tools=tools,
+        system=args.system,
+        limits=limits,
+        store=store,
+        on_event=None if args.json else show,
+    )
     try:
         result = await agent.run(task)
     finally:
@@ -151,7 +163,12 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
         else:
             transcript, view = fold(events)
             if args.json:
-                print(json.dumps({"view": view.to_json(), "transcript": transcript.to_json()}, ensure_ascii=False))
+                print(
+                    json.dumps(
+                        {"view": view.to_json(), "transcript": transcript.to_json()},
+                        ensure_ascii=False,
+                    )
+                )
             else:
                 print(render_view(view))
                 print("\n" + render_transcript(transcript))
@@ -166,17 +183,30 @@ async def _sessions_ls(store: Store, args: argparse.Namespace) -> int:
         _, view = fold(await store.read(info.session_id))
         rows.append((info, view))
     if args.json:
-        print(json.dumps([
-            {"session_id": i.session_id, "state": v.state, "stop_reason": v.stop_reason,
-             "steps": v.steps, "events": i.last_seq, "created": i.created, "updated": i.updated}
-            for i, v in rows
-        ]))
+        print(
+            json.dumps(
+                [
+                    {
+                        "session_id": i.session_id,
+                        "state": v.state,
+                        "stop_reason": v.stop_reason,
+                        "steps": v.steps,
+                        "events": i.last_seq,
+                        "created": i.created,
+                        "updated": i.updated,
+                    }
+                    for i, v in rows
+                ]
+            )
+        )
         return 0
     if not rows:
         print(f"no sessions in {store.url}")
     for info, view in rows:
-        print(f"{info.session_id}  {view.state:<16} {view.stop_reason or '-':<17} "
-              f"{view.steps:>4} steps  {info.last_seq:>6} events  {info.updated}")
+        print(
+            f"{info.session_id}  {view.state:<16} {view.stop_reason or '-':<17} "
+            f"{view.steps:>4} steps  {info.last_seq:>6} events  {info.updated}"
+        )
     return 0
 
 
@@ -197,9 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a task in a new session")
     run.add_argument("task")
-    run.add_argument("--model", required=True, help="e.g. scripted:demo, anthropic:MODEL, openai:MODEL")
+    run.add_argument(
+        "--model", required=True, help="e.g. scripted:demo, anthropic:MODEL, openai:MODEL"
+    )
     run.add_argument("--tools", nargs="*", default=[], metavar="MODULE:ATTR")
-    run.add_argument("--mcp", default=None, metavar="FILE", help="MCP servers: a JSON or TOML file with mcpServers")
+    run.add_argument(
+        "--mcp",
+        default=None,
+        metavar="FILE",
+        help="MCP servers: a JSON or TOML file with mcpServers",
+    )
     run.add_argument("--system", default=None)
     run.add_argument("--store", default=None, help=store_help)
     run.add_argument("--max-steps", type=int, default=50)
@@ -213,7 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
     ssub = sessions.add_subparsers(dest="sessions_command", required=True)
     ls = ssub.add_parser("ls", help="list sessions, newest first")
     ls.add_argument("--limit", type=int, default=50)
-    for name, text in (("show", "state, stop reason, usage and transcript"), ("events", "the event log")):
+    for name, text in (
+        ("show", "state, stop reason, usage and transcript"),
+        ("events", "the event log"),
+    ):
         p = ssub.add_parser(name, help=text)
         p.add_argument("id")
     for p in ssub.choices.values():
@@ -231,7 +271,9 @@ async def _dispatch(args: argparse.Namespace) -> int:
         from tether.demo import DEMO_TASK
 
         args.system, args.max_steps = "You plan picnics.", 10
-        return await cmd_run(args, task=DEMO_TASK, model="scripted:demo", tool_specs=["tether.demo:tools"])
+        return await cmd_run(
+            args, task=DEMO_TASK, model="scripted:demo", tool_specs=["tether.demo:tools"]
+        )
     return await cmd_sessions(args)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tether.tools.base import tool
 from tether.testing.scripted import ScriptedModel, call
+from tether.tools.base import tool
 
 _FORECASTS = {"paris": "light rain, 14 °C", "lisbon": "sunny, 22 °C", "oslo": "snow, -3 °C"}
 
@@ -46,7 +46,11 @@ def demo_model() -> ScriptedModel:
     one of which fails, then saves a plan and answers."""
     return ScriptedModel(
         [
-            [call("forecast", city="Paris"), call("forecast", city="Atlantis"), call("forecast", city="Lisbon")],
+            [
+                call("forecast", city="Paris"),
+                call("forecast", city="Atlantis"),
+                call("forecast", city="Lisbon"),
+            ],
             call("save_plan", place="Lisbon", note="sunny, 22 °C; Atlantis has no forecast"),
             "Lisbon: sunny and 22 °C on Saturday. Paris expects rain, and Atlantis has no "
             "forecast at all. I saved the plan.",

@@ -21,7 +21,14 @@ from tether.messages import JSONObject, Message, Usage, canonical_json
 SCHEMA_VERSION = 1
 
 Outcome = Literal[
-    "ok", "error", "timeout", "canceled", "denied", "unknown_effect", "invalid_input", "unknown_tool"
+    "ok",
+    "error",
+    "timeout",
+    "canceled",
+    "denied",
+    "unknown_effect",
+    "invalid_input",
+    "unknown_tool",
 ]
 Effect = Literal["read", "idempotent", "write"]
 EndOutcome = Literal["completed", "failed", "canceled"]
@@ -248,7 +255,7 @@ def format_time(epoch_seconds: float) -> str:
     cached: formatting every event from scratch cost a tenth of a step."""
     global _second_cache
     whole = int(epoch_seconds)
-    micros = int(round((epoch_seconds - whole) * 1_000_000))
+    micros = round((epoch_seconds - whole) * 1_000_000)
     if micros >= 1_000_000:
         whole, micros = whole + 1, micros - 1_000_000
     if _second_cache[0] != whole:
@@ -265,10 +272,7 @@ def _encode(value: object) -> Any:
 
 
 def payload_to_json(payload: Payload) -> JSONObject:
-    return {
-        f.name: _encode(getattr(payload, f.name))
-        for f in dataclasses.fields(payload)  # type: ignore[arg-type]
-    }
+    return {f.name: _encode(getattr(payload, f.name)) for f in dataclasses.fields(payload)}
 
 
 # Field annotations are strings (postponed evaluation); only these need more than a copy.
@@ -283,8 +287,8 @@ def payload_from_json(type_name: str, data: Mapping[str, Any]) -> Payload:
     cls = PAYLOAD_TYPES.get(type_name)
     if cls is None:
         raise ValueError(f"unknown event type {type_name!r}")
-    kwargs: dict[str, object] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
         if f.name not in data:
             continue
         decode = _FIELD_DECODERS.get(str(f.type))

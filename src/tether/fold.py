@@ -160,8 +160,10 @@ class Folder:
         elif isinstance(p, TurnEnded):
             self._end_turn(p)
         elif isinstance(p, SessionEnded):
-            self.state = "completed" if p.outcome == "completed" else (
-                "canceled" if p.outcome == "canceled" else "failed"
+            self.state = (
+                "completed"
+                if p.outcome == "completed"
+                else ("canceled" if p.outcome == "canceled" else "failed")
             )
             if p.detail is not None:
                 self.stop_detail = p.detail
@@ -176,9 +178,7 @@ class Folder:
         self.messages.append(message)
         body = canonical_json(message.to_json())
         self.transcript_chars += len(body)
-        self.transcript_hash = hashlib.sha256(
-            (self.transcript_hash + body).encode()
-        ).hexdigest()
+        self.transcript_hash = hashlib.sha256((self.transcript_hash + body).encode()).hexdigest()
 
     def _apply_response(self, p: ModelResponded) -> None:
         self.model_request_open = False
@@ -239,7 +239,9 @@ class Folder:
             self.state = "idle"
 
 
-def fold(events: Sequence[Event] | Iterable[Event], thread: str = "") -> tuple[Transcript, SessionView]:
+def fold(
+    events: Sequence[Event] | Iterable[Event], thread: str = ""
+) -> tuple[Transcript, SessionView]:
     """The full fold: the transcript and view of one thread of a session's log."""
     folder = Folder(thread).apply_all(events)
     return folder.transcript(), folder.view()

@@ -70,9 +70,13 @@ def check_before_request(
     elapsed_seconds: float,
 ) -> Stop | None:
     if limits.max_steps is not None and turn_steps >= limits.max_steps:
-        return Stop("turn_limit", f"{turn_steps} model calls in this turn (max_steps={limits.max_steps})")
+        return Stop(
+            "turn_limit", f"{turn_steps} model calls in this turn (max_steps={limits.max_steps})"
+        )
     if limits.max_seconds is not None and elapsed_seconds >= limits.max_seconds:
-        return Stop("time_limit", f"{elapsed_seconds:.3f} s elapsed (max_seconds={limits.max_seconds:g})")
+        return Stop(
+            "time_limit", f"{elapsed_seconds:.3f} s elapsed (max_seconds={limits.max_seconds:g})"
+        )
     if limits.max_tokens is not None and tokens_used + input_estimate > limits.max_tokens:
         return Stop(
             "budget",

@@ -9,11 +9,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias, Union
+from typing import Literal, TypeAlias
 
-JSONValue: TypeAlias = Union[
-    None, bool, int, float, str, list["JSONValue"], dict[str, "JSONValue"]
-]
+JSONValue: TypeAlias = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
 JSONObject: TypeAlias = dict[str, JSONValue]
 
 Role = Literal["user", "assistant", "tool"]
@@ -119,9 +117,13 @@ def part_from_json(data: object) -> Part:
         if not isinstance(arguments, dict):
             raise ValueError("tool call arguments must be an object")
         raw = data.get("raw_arguments")
-        return ToolCall(str(data["id"]), str(data["name"]), arguments, None if raw is None else str(raw))
+        return ToolCall(
+            str(data["id"]), str(data["name"]), arguments, None if raw is None else str(raw)
+        )
     if kind == "tool_result":
-        return ToolResult(str(data["call_id"]), str(data["content"]), bool(data.get("is_error", False)))
+        return ToolResult(
+            str(data["call_id"]), str(data["content"]), bool(data.get("is_error", False))
+        )
     raise ValueError(f"unknown message part type {kind!r}")
 
 

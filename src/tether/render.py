@@ -33,7 +33,9 @@ def clip(text: str, width: int = 90) -> str:
 
 
 def _calls(message: Message) -> str:
-    return ", ".join(f"{c.name}({clip(canonical_json(c.arguments), 40)})" for c in message.tool_calls)
+    return ", ".join(
+        f"{c.name}({clip(canonical_json(c.arguments), 40)})" for c in message.tool_calls
+    )
 
 
 def summarize(event: Event) -> str:
@@ -58,7 +60,9 @@ def summarize(event: Event) -> str:
     if isinstance(p, ApprovalRequested):
         return f"{p.name} [{p.call_id}] waits for a decision"
     if isinstance(p, ApprovalDecided):
-        return f"[{p.call_id}] {'allowed' if p.allow else 'denied'}" + (f": {p.reason}" if p.reason else "")
+        return f"[{p.call_id}] {'allowed' if p.allow else 'denied'}" + (
+            f": {p.reason}" if p.reason else ""
+        )
     if isinstance(p, CancelRequested):
         return f"scope {p.scope}" + (f": {p.reason}" if p.reason else "")
     if isinstance(p, TurnEnded | SessionEnded):
@@ -82,7 +86,9 @@ class Timeline:
         if self._start is None:
             self._start = t
         indent = "  " if event.type.startswith("tool.") else ""
-        return f"{event.seq:>5}  +{t - self._start:7.3f}s  {indent}{event.type:<17} {summarize(event)}"
+        return (
+            f"{event.seq:>5}  +{t - self._start:7.3f}s  {indent}{event.type:<17} {summarize(event)}"
+        )
 
 
 def render_transcript(transcript: Transcript) -> str:

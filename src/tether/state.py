@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tether.errors import TetherError
-from tether.messages import JSONObject, ToolCall, Usage
+from tether.messages import JSONObject, JSONValue, ToolCall, Usage
 
 State = Literal[
     "pending",
@@ -85,8 +85,8 @@ class SessionView:
             "last_seq": self.last_seq,
             "last_output": self.last_output,
             "open_calls": [c.to_json() for c in self.open_calls],
-            "started_calls": sorted(self.started_calls),
-            "pending_approvals": list(self.pending_approvals),
+            "started_calls": list[JSONValue](sorted(self.started_calls)),
+            "pending_approvals": list[JSONValue](self.pending_approvals),
             "decisions": self.decisions,
             "cancel_scope": self.cancel_scope,
             "model_request_open": self.model_request_open,

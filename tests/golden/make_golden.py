@@ -35,25 +35,41 @@ def lookup(key: str) -> str:
 
 SCENARIOS = {
     "demo": (demo_model(), tools, "Where should we picnic?", Limits()),
-    "turn_limit": (ScriptedModel([call("lookup", key="a")], repeat_last=True), [lookup], "loop", Limits(max_steps=3)),
+    "turn_limit": (
+        ScriptedModel([call("lookup", key="a")], repeat_last=True),
+        [lookup],
+        "loop",
+        Limits(max_steps=3),
+    ),
     "approval": (
         ScriptedModel([[call("transfer", amount=5, to="bob"), call("lookup", key="a")], "done"]),
-        [transfer, lookup], "pay bob", Limits(),
+        [transfer, lookup],
+        "pay bob",
+        Limits(),
     ),
     "output_limit": (ScriptedModel([Truncated("I will call")]), [lookup], "go", Limits()),
-    "provider_error": (ScriptedModel([Fail(RateLimited("slow down", status=429))]), [], "hi", Limits()),
+    "provider_error": (
+        ScriptedModel([Fail(RateLimited("slow down", status=429))]),
+        [],
+        "hi",
+        Limits(),
+    ),
 }
 
 
 async def main() -> None:
     for name, (model, tool_list, task, limits) in SCENARIOS.items():
         store = MemoryStore()
-        result = await Agent(model, tools=tool_list, store=store, limits=limits, system="Be brief.").run(task)
+        result = await Agent(
+            model, tools=tool_list, store=store, limits=limits, system="Be brief."
+        ).run(task)
         events = await store.read(result.session_id)
         (HERE / f"{name}.events.jsonl").write_text("".join(e.canonical() + "\n" for e in events))
         transcript, view = fold(events)
         (HERE / f"{name}.transcript.json").write_text(transcript.canonical() + "\n")
-        (HERE / f"{name}.view.json").write_text(json.dumps(view.to_json(), indent=1, ensure_ascii=False) + "\n")
+        (HERE / f"{name}.view.json").write_text(
+            json.dumps(view.to_json(), indent=1, ensure_ascii=False) + "\n"
+        )
         print(name, result.stop_reason, len(events), "events")
 
 

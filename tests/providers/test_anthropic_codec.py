@@ -325,3 +325,19 @@ async def test_an_error_body_with_status_200_still_raises(recorder: Recorder) ->
     recorder.reply(200, wire_bytes("anthropic-error-529-overloaded.json"))
     with pytest.raises(errors.Overloaded):
         await _model(recorder).complete(request((user("hi"),)))
+
+
+async def test_a_streamed_answer_carries_its_rate_limit_headers(recorder: Recorder) -> None:
+    recorder.reply(
+        200,
+        wire_bytes("anthropic-stream-tool-use.sse"),
+        {
+            "anthropic-ratelimit-input-tokens-limit": "20000",
+            "anthropic-ratelimit-input-tokens-remaining": "19500",
+            "anthropic-ratelimit-input-tokens-reset": "2000-01-01T00:00:00Z",
+        },
+    )
+    response = await _model(recorder, stream=True).complete(request((user("hi"),)))
+    assert response.rate_limits is not None
+    bucket = response.rate_limits.input_tokens
+    assert (bucket.limit, bucket.remaining, bucket.reset) == (20000, 19500, 0.0)

@@ -286,15 +286,20 @@ async def test_a_stream_that_stops_without_finish_is_a_connection_failure(
         await _model(recorder, stream=True).complete(request((user("x"),)))
 
 
-async def test_rate_limit_headers_of_a_success_are_kept(recorder: Recorder) -> None:
+async def test_rate_limit_headers_of_a_success_ride_on_the_response(recorder: Recorder) -> None:
     recorder.reply(
         200,
         wire_bytes("openai-chat-response-tool-calls.json"),
-        {"x-ratelimit-remaining-requests": "59"},
+        {"x-ratelimit-remaining-requests": "59", "x-ratelimit-reset-tokens": "6m0s"},
     )
+    recorder.reply(200, wire_bytes("openai-chat-response-tool-calls.json"))
     model = _model(recorder)
-    await model.complete(request((user("x"),)))
-    assert model.last_rate_limits is not None and model.last_rate_limits.requests.remaining == 59
+    response = await model.complete(request((user("x"),)))
+    assert response.rate_limits is not None
+    assert response.rate_limits.requests.remaining == 59
+    assert response.rate_limits.tokens.reset == 360.0
+    bare = await model.complete(request((user("x"),)))
+    assert bare.rate_limits is None
 
 
 @pytest.mark.parametrize(

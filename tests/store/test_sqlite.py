@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -51,7 +51,8 @@ async def main():
     await s.close()
 asyncio.run(main())
 """
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", script)
+    assert await asyncio.wait_for(proc.wait(), 60) == 0
     with pytest.raises(Conflict):
         await store.append("s", make_events("s", 2, [UserMessage(user("ours"))]), 1)
     assert [e.id for e in await store.read("s")] == ["s-a-1", "s-p2-2"]
@@ -66,7 +67,7 @@ def test_a_path_that_cannot_be_opened_is_a_config_error_naming_it(tmp_path: Path
 def test_a_file_that_is_not_a_database_is_refused_and_left_alone(tmp_path: Path) -> None:
     path = tmp_path / "notes.db"
     path.write_text("these are my notes, not a database\n" * 10)
-    with pytest.raises(ConfigError, match="notes.db"):
+    with pytest.raises(ConfigError, match=r"notes\.db"):
         SQLiteStore(str(path))
     assert path.read_text() == "these are my notes, not a database\n" * 10
 
@@ -88,7 +89,9 @@ async def test_a_corrupt_stored_event_is_reported_not_guessed(tmp_path: Path) ->
     ("url", "kind"),
     [("memory:", "MemoryStore"), ("sqlite:///x.db", "SQLiteStore"), ("y.db", "SQLiteStore")],
 )
-async def test_store_urls_choose_the_backend(url: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_store_urls_choose_the_backend(
+    url: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     store = open_store(url)
     assert type(store).__name__ == kind

@@ -48,6 +48,7 @@ class LoopbackServer:
         self._handlers: set[asyncio.Task[None]] = set()
         self.meter: BackendMeter | None = None
         self.port = 0
+        self._closing = False
 
     @property
     def base_url(self) -> str:
@@ -62,6 +63,7 @@ class LoopbackServer:
     async def aclose(self) -> None:
         if self._server is not None:
             self._server.close()
+            self._closing = True
             for task in list(self._handlers):
                 task.cancel()
             await asyncio.gather(*self._handlers, return_exceptions=True)
@@ -95,6 +97,12 @@ class LoopbackServer:
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             return
+        except asyncio.CancelledError:
+            # Our own shutdown: end quietly (asyncio's stream callback trips over a handler
+            # task that ends cancelled). Any other cancel propagates.
+            if self._closing:
+                return
+            raise
         finally:
             if task is not None:
                 self._handlers.discard(task)
@@ -173,17 +181,19 @@ def _int(value: object) -> int | None:
 
 def _wire_chars(body: JSONObject) -> int:
     """What the simulated tokenizer reads: message contents, call arguments, tool schemas."""
-    chars = 0
-    for message in body.get("messages") or []:
+    chars = len(json.dumps(body.get("tools") or []))
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else []:
         if not isinstance(message, dict):
             continue
         content = message.get("content")
         chars += len(content) if isinstance(content, str) else 0
-        for call in message.get("tool_calls") or []:
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
                 chars += len(str(function.get("name", ""))) + len(str(function.get("arguments")))
-    return chars + len(json.dumps(body.get("tools") or []))
+    return chars
 
 
 def _script_view(messages: list[JSONValue]) -> tuple[str, int]:

@@ -47,9 +47,12 @@ class MeterTotals:
         default_factory=lambda: {"concurrency": 0, "requests": 0, "tokens": 0}
     )
     busy: float = 0.0
+    peak_in_flight: int = 0
 
     def copy(self) -> MeterTotals:
-        return MeterTotals(self.requests, self.tokens, dict(self.refused), self.busy)
+        return MeterTotals(
+            self.requests, self.tokens, dict(self.refused), self.busy, self.peak_in_flight
+        )
 
 
 class BackendMeter:
@@ -114,6 +117,7 @@ class BackendMeter:
     def _set_in_flight(self, count: int, now: float) -> None:
         self.totals.busy += self.in_flight * max(0.0, now - self._busy_since)
         self._busy_since, self.in_flight = now, count
+        self.totals.peak_in_flight = max(self.totals.peak_in_flight, count)
 
 
 def format_duration(seconds: float) -> str:

@@ -64,14 +64,23 @@ class SQLiteStore:
             conn.executescript(_SCHEMA)
             row = conn.execute("SELECT value FROM tether_meta WHERE key='format'").fetchone()
             if row is None:
-                conn.execute("INSERT OR IGNORE INTO tether_meta VALUES ('format', ?)", (STORE_FORMAT,))
+                conn.execute(
+                    "INSERT OR IGNORE INTO tether_meta VALUES ('format', ?)", (STORE_FORMAT,)
+                )
             elif row[0] != STORE_FORMAT:
-                raise ConfigError(f"{self.path} has tether store format {row[0]}, expected {STORE_FORMAT}")
+                raise ConfigError(
+                    f"{self.path} has tether store format {row[0]}, expected {STORE_FORMAT}"
+                )
         except sqlite3.Error as exc:
             raise ConfigError(f"cannot open store sqlite:///{self.path}: {exc}") from exc
         return conn
 
-    def _append(self, session_id: str, rows: list[tuple[str, int, str, str, str, str, str]], expected_seq: int) -> None:
+    def _append(
+        self,
+        session_id: str,
+        rows: list[tuple[str, int, str, str, str, str, str]],
+        expected_seq: int,
+    ) -> None:
         conn = self._db()
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -120,7 +129,15 @@ class SQLiteStore:
     async def append(self, session_id: str, events: Sequence[Event], expected_seq: int) -> None:
         check_batch(session_id, events, expected_seq)
         rows = [
-            (e.session_id, e.seq, e.id, e.time, e.thread, e.type, canonical_json(payload_to_json(e.payload)))
+            (
+                e.session_id,
+                e.seq,
+                e.id,
+                e.time,
+                e.thread,
+                e.type,
+                canonical_json(payload_to_json(e.payload)),
+            )
             for e in events
         ]
         if self._closed:
@@ -135,37 +152,56 @@ class SQLiteStore:
         rows = await self._run(self._select_events, session_id, after_seq)
         return [
             Event.from_json(
-                {"session_id": r[0], "seq": r[1], "id": r[2], "time": r[3], "thread": r[4],
-                 "type": r[5], "data": json.loads(r[6])}
+                {
+                    "session_id": r[0],
+                    "seq": r[1],
+                    "id": r[2],
+                    "time": r[3],
+                    "thread": r[4],
+                    "type": r[5],
+                    "data": json.loads(r[6]),
+                }
             )
             for r in rows
         ]
 
-    def _select_events(self, session_id: str, after_seq: int) -> list[tuple[str, int, str, str, str, str, str]]:
-        return self._read_db().execute(
-            "SELECT session_id, seq, id, time, thread, type, data FROM events "
-            "WHERE session_id = ? AND seq > ? ORDER BY seq",
-            (session_id, after_seq),
-        ).fetchall()
+    def _select_events(
+        self, session_id: str, after_seq: int
+    ) -> list[tuple[str, int, str, str, str, str, str]]:
+        return (
+            self._read_db()
+            .execute(
+                "SELECT session_id, seq, id, time, thread, type, data FROM events "
+                "WHERE session_id = ? AND seq > ? ORDER BY seq",
+                (session_id, after_seq),
+            )
+            .fetchall()
+        )
 
     async def last_seq(self, session_id: str) -> int:
         row = await self._run(
-            lambda: self._read_db().execute(
-                "SELECT max(seq) FROM events WHERE session_id = ?", (session_id,)
-            ).fetchone()
+            lambda: (
+                self._read_db()
+                .execute("SELECT max(seq) FROM events WHERE session_id = ?", (session_id,))
+                .fetchone()
+            )
         )
         return 0 if row[0] is None else int(row[0])
 
     async def sessions(self, limit: int = 100) -> list[SessionInfo]:
         # The newest event of each session says when it was last updated.
         rows = await self._run(
-            lambda: self._read_db().execute(
-                "SELECT s.session_id, e.seq, s.created, e.time FROM sessions s "
-                "JOIN events e ON e.session_id = s.session_id AND e.seq = "
-                "(SELECT max(seq) FROM events WHERE session_id = s.session_id) "
-                "ORDER BY e.time DESC LIMIT ?",
-                (limit,),
-            ).fetchall()
+            lambda: (
+                self._read_db()
+                .execute(
+                    "SELECT s.session_id, e.seq, s.created, e.time FROM sessions s "
+                    "JOIN events e ON e.session_id = s.session_id AND e.seq = "
+                    "(SELECT max(seq) FROM events WHERE session_id = s.session_id) "
+                    "ORDER BY e.time DESC LIMIT ?",
+                    (limit,),
+                )
+                .fetchall()
+            )
         )
         return [SessionInfo(r[0], int(r[1]), r[2], r[3]) for r in rows]
 
@@ -184,4 +220,3 @@ class SQLiteStore:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-

@@ -57,7 +57,13 @@ class Truncated:
 
 
 Reply: TypeAlias = (
-    str | ScriptedCall | Sequence[ScriptedCall] | Fail | Delay | Hang | Truncated
+    str
+    | ScriptedCall
+    | Sequence[ScriptedCall]
+    | Fail
+    | Delay
+    | Hang
+    | Truncated
     | Callable[[Sequence[Message]], "Reply"]
 )
 
@@ -126,19 +132,26 @@ class ScriptedModel:
             return await self._answer(reply.reply, turn, request)
         if isinstance(reply, Hang):
             await asyncio.Event().wait()
+            raise AssertionError("unreachable: a hung reply never answers")
         if callable(reply) and not isinstance(reply, ScriptedCall):
             return await self._answer(reply(request.messages), turn, request)
         if isinstance(reply, Truncated):
             cut = ToolCall(f"call_{turn}_0", "unfinished", {}, raw_arguments='{"partial": ')
             parts = ((Text(reply.text),) if reply.text else ()) + (cut,)
-            return self._response(Message("assistant", parts), "max_tokens", incomplete=True, request=request)
+            return self._response(
+                Message("assistant", parts), "max_tokens", incomplete=True, request=request
+            )
         if isinstance(reply, str):
             return self._response(Message("assistant", (Text(reply),)), "end_turn", request=request)
-        calls = [reply] if isinstance(reply, ScriptedCall) else list(reply)
+        calls: list[object] = [reply] if isinstance(reply, ScriptedCall) else list(reply)
         if not all(isinstance(c, ScriptedCall) for c in calls):
-            raise ProviderError(f"scripted reply {turn + 1} is not a str, a call or a list of calls")
+            raise ProviderError(
+                f"scripted reply {turn + 1} is not a str, a call or a list of calls"
+            )
         tool_calls = tuple(
-            ToolCall(f"call_{turn}_{i}", c.name, dict(c.arguments)) for i, c in enumerate(calls)
+            ToolCall(f"call_{turn}_{i}", c.name, dict(c.arguments))
+            for i, c in enumerate(calls)
+            if isinstance(c, ScriptedCall)
         )
         return self._response(Message("assistant", tool_calls), "tool_calls", request=request)
 
@@ -146,13 +159,19 @@ class ScriptedModel:
         self, message: Message, stop: str, *, request: ModelRequest, incomplete: bool = False
     ) -> ModelResponse:
         # Deterministic usage that grows with the conversation, as a real model's would.
-        usage = Usage(input_tokens=20 + 10 * len(request.messages), output_tokens=5 + len(message.text) // 4)
+        usage = Usage(
+            input_tokens=20 + 10 * len(request.messages), output_tokens=5 + len(message.text) // 4
+        )
         cost = None
         if self._price is not None:
-            cost = (usage.input_tokens * self._price[0] + usage.output_tokens * self._price[1]) / 1e6
+            cost = (
+                usage.input_tokens * self._price[0] + usage.output_tokens * self._price[1]
+            ) / 1e6
         return ModelResponse(
             message=message,
-            stop="max_tokens" if incomplete else ("tool_calls" if message.tool_calls else "end_turn"),
+            stop="max_tokens"
+            if incomplete
+            else ("tool_calls" if message.tool_calls else "end_turn"),
             raw_stop_reason=stop,
             usage=usage,
             cost_usd=cost,

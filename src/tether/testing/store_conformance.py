@@ -17,9 +17,17 @@ from tether.store.base import Store
 Check = Callable[[Store], Awaitable[None]]
 
 
-def make_events(session_id: str, start_seq: int, payloads: list[Payload], tag: str = "a") -> list[Event]:
+def make_events(
+    session_id: str, start_seq: int, payloads: list[Payload], tag: str = "a"
+) -> list[Event]:
     return [
-        Event(session_id, start_seq + i, f"{session_id}-{tag}-{start_seq + i}", "2026-01-01T00:00:00.000000Z", p)
+        Event(
+            session_id,
+            start_seq + i,
+            f"{session_id}-{tag}-{start_seq + i}",
+            "2026-01-01T00:00:00.000000Z",
+            p,
+        )
         for i, p in enumerate(payloads)
     ]
 
@@ -30,7 +38,10 @@ def _sample(n: int) -> list[Payload]:
         UserMessage(user("hello\nworld \u2603")),
         ModelResponded(
             Message("assistant", (Text("sure"), ToolCall("c1", "add", {"a": 1, "b": [1.5, None]}))),
-            stop="tool_calls", raw_stop_reason="tool_use", usage=Usage(10, 5, 1, 2, 3), cost_usd=0.25,
+            stop="tool_calls",
+            raw_stop_reason="tool_use",
+            usage=Usage(10, 5, 1, 2, 3),
+            cost_usd=0.25,
         ),
         ToolFinished("c1", "ok", "2", 1.5),
     ]

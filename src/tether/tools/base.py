@@ -61,11 +61,13 @@ def make_tool(
     needs_approval: bool = False,
     output_cap: int = DEFAULT_OUTPUT_CAP,
 ) -> Tool:
-    tool_name = name or getattr(fn, "__name__", "")
+    tool_name: str = name or str(getattr(fn, "__name__", ""))
     if not tool_name.isidentifier() and not all(c.isalnum() or c in "_-" for c in tool_name):
         raise UsageError(f"tool name {tool_name!r} must be letters, digits, '_' or '-'")
     if effect not in EFFECTS:
-        raise UsageError(f"tool {tool_name}: effect must be one of {', '.join(EFFECTS)}, not {effect!r}")
+        raise UsageError(
+            f"tool {tool_name}: effect must be one of {', '.join(EFFECTS)}, not {effect!r}"
+        )
     if timeout is not None and timeout <= 0:
         raise UsageError(f"tool {tool_name}: timeout must be positive, not {timeout}")
     summary, param_docs = parse_docstring(inspect.getdoc(fn))

@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
-server = MCPServer("toy", version="1.0")
+server = MCPServer("toy", version="1.0", log_level="WARNING")
 stats: dict[str, int] = {"cancelled": 0, "calls": 0}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -212,7 +213,7 @@ class McpConnection:
                 env=dict(config.env) or None,
                 cwd=config.cwd,
             )
-            transport = stdio_client(params, errlog=self._errlog or sys.stderr)
+            transport = stdio_client(params, errlog=self._errlog or _default_errlog())
         else:
             transport = _http_transport(str(config.url), dict(config.headers))
         return Client(
@@ -295,6 +296,22 @@ async def _finish(tasks: set[asyncio.Task[None]]) -> None:
         task.cancel()
     if pending:
         await asyncio.wait(pending, timeout=CLOSE_WAIT)
+
+
+_DEVNULL: TextIO | None = None
+
+
+def _default_errlog() -> TextIO:
+    """The server's stderr goes to ours, unless ours is not a real file (captured by a test
+    runner or a notebook): a subprocess needs a file descriptor."""
+    global _DEVNULL
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):
+        if _DEVNULL is None:
+            _DEVNULL = open(os.devnull, "w")  # noqa: SIM115 - kept for the process's life
+        return _DEVNULL
 
 
 def _client(live: _Live) -> Client:

@@ -1,0 +1,109 @@
+"""The `tether` command, run for real as a subprocess against a SQLite file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def tether(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k != "TETHER_STORE"}
+    full_env = {**base, "PYTHONPATH": str(cwd), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *args],
+        cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_demo_runs_end_to_end_and_prints_the_timeline(tmp_path: Path) -> None:
+    out = tether("demo", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    for kind in ("session.created", "user.message", "model.requested", "model.responded",
+                 "tool.started", "tool.finished", "turn.ended"):
+        assert kind in out.stdout
+    assert "LookupError" in out.stdout  # the failing call went back to the model as a result
+    assert "Lisbon: sunny" in out.stdout
+    assert "stop: end_turn" in out.stdout
+    assert (tmp_path / "tether.db").exists()
+
+
+def test_sessions_ls_show_and_events_read_what_the_run_stored(tmp_path: Path) -> None:
+    run = tether("demo", "--json", cwd=tmp_path)
+    result = json.loads(run.stdout)
+    sid = result["session_id"]
+    assert result["stop_reason"] == "end_turn" and result["state"] == "idle"
+    assert result["cost_usd"] is None  # the scripted model has no price: unknown, not 0
+
+    listed = json.loads(tether("sessions", "ls", "--json", cwd=tmp_path).stdout)
+    assert [s["session_id"] for s in listed] == [sid]
+    assert listed[0]["state"] == "idle" and listed[0]["steps"] == 3
+
+    shown = json.loads(tether("sessions", "show", sid, "--json", cwd=tmp_path).stdout)
+    assert shown["view"]["stop_reason"] == "end_turn"
+    assert shown["transcript"]["messages"][0]["parts"][0]["text"].startswith("Where should we")
+    human = tether("sessions", "show", sid, cwd=tmp_path).stdout
+    assert "state    idle" in human and "[assistant] call forecast" in human
+
+    lines = tether("sessions", "events", sid, "--json", cwd=tmp_path).stdout.splitlines()
+    events = [json.loads(line) for line in lines]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert events[-1]["type"] == "turn.ended"
+
+
+def test_run_loads_tools_from_a_module_and_honours_max_steps(tmp_path: Path) -> None:
+    (tmp_path / "mytools.py").write_text(
+        "from tether import tool\n"
+        "@tool(effect='read')\n"
+        "def ping(host: str) -> str:\n"
+        "    '''Ping a host.'''\n"
+        "    return 'pong from ' + host\n"
+    )
+    out = tether("run", "ping it", "--model", "scripted:demo", "--tools", "mytools:ping",
+                 "--max-steps", "1", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    # The demo script asks for `forecast`, which this run does not have; one step allowed.
+    assert result["stop_reason"] == "turn_limit"
+    assert result["steps"] == 1
+
+
+def _store_fingerprint(tmp_path: Path) -> str:
+    return hashlib.sha256((tmp_path / "tether.db").read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "x", "--model", "nope:model"], "--model nope:model"),
+        (["run", "x", "--model", "scripted:other"], "scripted:other"),
+        (["run", "x", "--model", "scripted:demo", "--store", "/no/such/dir/t.db"], "cannot open store"),
+        (["run", "x", "--model", "scripted:demo", "--store", "redis://x"], "cannot open store"),
+        (["run", "x", "--model", "scripted:demo", "--tools", "no_such_module:x"], "cannot import no_such_module"),
+        (["run", "x", "--model", "scripted:demo", "--tools", "broken:tools"], "cannot import broken"),
+        (["run", "x", "--model", "scripted:demo", "--tools", "json:dumps_nope"], "no attribute"),
+        (["run", "x", "--model", "scripted:demo", "--max-steps", "0"], "--max-steps"),
+        (["sessions", "show", "ses_missing"], "no session 'ses_missing'"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_changes_nothing_stored(tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "broken.py").write_text("raise RuntimeError('this module is broken')\n")
+    assert tether("demo", cwd=tmp_path).returncode == 0
+    before = _store_fingerprint(tmp_path)
+    out = tether(*args, cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tether: error:") and message in lines[0], out.stderr
+    assert _store_fingerprint(tmp_path) == before
+
+
+def test_the_store_can_be_chosen_by_environment(tmp_path: Path) -> None:
+    out = tether("demo", "--json", cwd=tmp_path, env={"TETHER_STORE": "sqlite:///other.db"})
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "other.db").exists() and not (tmp_path / "tether.db").exists()
