@@ -109,8 +109,8 @@ class HttpServer:
             return
         if self.process.poll() is None:
             self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
+            try:  # uvicorn waits for requests in flight; a stubborn one is not worth waiting for
+                self.process.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
