@@ -14,6 +14,7 @@ from tether.events import (
     ApprovalDecided,
     ApprovalRequested,
     CancelRequested,
+    ContextCompacted,
     Event,
     ModelFailed,
     ModelRequested,
@@ -144,6 +145,22 @@ payloads = st.one_of(
     st.builds(CancelRequested, st.sampled_from(["turn", "session"])),
     st.builds(TurnEnded, st.sampled_from(["end_turn", "interrupted", "awaiting_approval"])),
     st.builds(SessionEnded, st.sampled_from(["completed", "failed", "canceled"])),
+    st.builds(
+        lambda first, span, summary, cleared, u: ContextCompacted(
+            first,
+            first + span,
+            summary,
+            tuple(cleared),
+            None if summary is None else "m",
+            Usage(u, u),
+            None if summary is None else 0.01,
+        ),
+        st.integers(1, 40),
+        st.integers(0, 10),
+        st.none() | texts,
+        st.lists(call_ids, max_size=3),
+        st.integers(0, 50),
+    ),
 )
 
 

@@ -1,28 +1,33 @@
 """`Agent`: the library face. Creates or continues a session, runs its turn, and reports.
 
-Owns choosing the store, starting sessions, and in-process interrupt and cancel. The loop
-itself is `loop.run_turn`; what a session is doing is always read from its fold.
+Owns choosing the store, starting and resuming sessions under a lease, and in-process
+interrupt and cancel. The loop itself is `loop.run_turn`; steering from other processes is
+`control`; what a session is doing is always read from its fold.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tether.errors import SessionNotFound, UsageError
+from tether import control
+from tether.errors import LeaseLost, SessionNotFound, UsageError
 from tether.events import CancelRequested, SessionCreated, UserMessage
+from tether.lease import claim_lease, worker_id
 from tether.limits import Limits, StopCondition
-from tether.loop import TurnContext, close_canceled_turn, run_turn
-from tether.messages import Message, Usage, user
+from tether.loop import TurnContext, run_turn
+from tether.messages import JSONValue, Message, Usage, user
 from tether.providers.base import DeltaObserver, Model
 from tether.session_log import Clock, EventObserver, SessionLog, new_session_id
 from tether.state import SessionView
 from tether.store.base import DEFAULT_STORE_URL, Store, open_store
 from tether.tools.base import Tool, Toolbox
+from tether.watch import Watched, Watcher
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,8 @@ class RunResult:
 def resolve_model(model: Model | str) -> Model:
     if not isinstance(model, str):
         return model
+    if model.startswith("python:"):
+        return _model_from_python(model.removeprefix("python:"))
     if model.startswith("scripted:"):
         from tether.demo import demo_model
 
@@ -64,6 +71,23 @@ def resolve_model(model: Model | str) -> Model:
     except ImportError as exc:
         raise UsageError(f"unknown model {model!r}: no provider registry is installed") from exc
     return model_from_string(model)
+
+
+def _model_from_python(spec: str) -> Model:
+    """`python:MODULE:ATTR`: a Model object (or a function returning one) from a module."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"model python:{spec} must be python:MODULE:ATTR")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise UsageError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+    value = getattr(module, attr, None)
+    if value is not None and not isinstance(value, Model) and callable(value):
+        value = value()
+    if not isinstance(value, Model):
+        raise UsageError(f"python:{spec} is not a model (it needs .name and async .complete)")
+    return value
 
 
 class Agent:
@@ -84,6 +108,9 @@ class Agent:
         on_event: EventObserver | None = None,
         on_delta: DeltaObserver | None = None,
         clock: Clock | None = None,
+        lease_ttl: float = 30.0,
+        watch_interval: float = 0.5,
+        metadata: dict[str, JSONValue] | None = None,
     ) -> None:
         self.model = resolve_model(model)
         self.toolbox = Toolbox(tools)
@@ -97,6 +124,10 @@ class Agent:
         self.on_event = on_event
         self.on_delta = on_delta
         self.clock = clock
+        self.lease_ttl = lease_ttl
+        self.watch_interval = watch_interval
+        self.metadata = metadata or {}
+        self._watcher: Watcher | None = None
         self._running: dict[str, tuple[asyncio.Task[None], TurnContext]] = {}
 
     @property
@@ -107,51 +138,97 @@ class Agent:
         return self._store
 
     async def _open_log(self, session_id: str | None) -> SessionLog:
+        """The log of an existing session, or of a new one (not yet written)."""
         observers = (self.on_event,) if self.on_event else ()
         if session_id is None:
-            log = SessionLog(self.store, new_session_id(), clock=self.clock, observers=observers)
-            await log.append(
-                SessionCreated(
-                    model=self.model.name,
-                    system=self.system,
-                    tools={t.name: t.schema_hash for t in self.toolbox},
-                    limits=self.limits.to_json(),
-                )
-            )
-            return log
+            return SessionLog(self.store, new_session_id(), clock=self.clock, observers=observers)
         log = await SessionLog.load(self.store, session_id, clock=self.clock, observers=observers)
         if log.folder.last_seq == 0:
             raise SessionNotFound(session_id)
         return log
 
-    async def run(self, task: str | Message | None, *, session_id: str | None = None) -> RunResult:
+    async def run(
+        self,
+        task: str | Message | None,
+        *,
+        session_id: str | None = None,
+        lease_wait: float = 0.0,
+    ) -> RunResult:
         """Run one turn: a new session for `task`, or `task` sent to session `session_id`.
-        With `task=None`, continue the session's open turn (after an approval or a crash)."""
-        if session_id in self._running:
+        With `task=None`, continue the session's open turn (after an approval or a crash).
+
+        The run holds the session's lease: if another worker holds it, wait up to
+        `lease_wait` seconds for it to be released or to expire, then raise `LeaseHeld`."""
+        if session_id is not None and session_id in self._running:
             raise UsageError(f"session {session_id} is already running in this agent")
         log = await self._open_log(session_id)
         if log.folder.terminal:
             raise UsageError(
                 f"session {log.session_id} has ended ({log.folder.state}); start a new one"
             )
-        if task is not None:
-            await log.append(UserMessage(task if isinstance(task, Message) else user(task)))
-        ctx = TurnContext(
-            log,
-            self.model,
-            self.toolbox,
-            self.limits,
-            self.stop_when,
-            self.on_delta,
-            started_at=time.monotonic(),
+        log.lease = await claim_lease(self.store, log.session_id, worker_id(), self.lease_ttl, lease_wait)
+        try:
+            if session_id is None:
+                await log.append(self._session_created())
+            else:
+                await log.refresh()  # what was appended between reading and claiming
+            if task is not None:
+                await log.append(UserMessage(task if isinstance(task, Message) else user(task)))
+            ctx = TurnContext(
+                log, self.model, self.toolbox, self.limits, self.stop_when, self.on_delta,
+                started_at=time.monotonic(),
+            )
+            await self._drive(ctx)
+        finally:
+            if log.lease is not None:
+                await asyncio.shield(self.store.release(log.lease))
+        if ctx.lease_lost:
+            raise LeaseLost(
+                f"session {log.session_id}: another worker took the session over; "
+                "this run stopped without writing"
+            )
+        return RunResult.from_view(log.folder.view())
+
+    async def resume(self, session_id: str, *, lease_wait: float = 0.0) -> RunResult:
+        """Continue a session from its log, in this process: the recovery rules of DESIGN §4
+        decide what happens to the calls an earlier runner left open."""
+        return await self.run(None, session_id=session_id, lease_wait=lease_wait)
+
+    def _session_created(self) -> SessionCreated:
+        return SessionCreated(
+            model=self.model.name,
+            system=self.system,
+            tools={t.name: t.schema_hash for t in self.toolbox},
+            limits=self.limits.to_json(),
+            metadata=dict(self.metadata),
         )
+
+    async def _drive(self, ctx: TurnContext) -> None:
+        sid = ctx.log.session_id
         inner = asyncio.create_task(run_turn(ctx))
-        self._running[log.session_id] = (inner, ctx)
+        self._running[sid] = (inner, ctx)
+
+        def on_news() -> None:
+            if ctx.log.folder.cancel_scope and not inner.done():
+                inner.cancel()  # another process asked: the turn closes as interrupted
+
+        def on_lease_lost() -> None:
+            # The stale lease stays on the log, so any append still in flight is refused.
+            ctx.lease_lost = True
+            inner.cancel()
+
+        watcher = self._get_watcher()
+        watcher.watch(Watched(ctx.log, self.lease_ttl, on_news, on_lease_lost))
         try:
             await self._await_turn(inner, ctx)
         finally:
-            self._running.pop(log.session_id, None)
-        return RunResult.from_view(log.folder.view())
+            watcher.unwatch(sid)
+            self._running.pop(sid, None)
+
+    def _get_watcher(self) -> Watcher:
+        if self._watcher is None:
+            self._watcher = Watcher(self.store, self.watch_interval)
+        return self._watcher
 
     async def _await_turn(self, inner: asyncio.Task[None], ctx: TurnContext) -> None:
         deadline = self.limits.max_seconds
@@ -171,7 +248,8 @@ class Agent:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
-            # Cancelled by interrupt(), cancel() or the time limit: the turn is closed.
+            # Cancelled by interrupt(), cancel(), another process or the time limit: the
+            # turn is closed (or, with the lease lost, left to the new owner).
 
     def run_sync(self, task: str | Message | None, *, session_id: str | None = None) -> RunResult:
         return asyncio.run(self.run(task, session_id=session_id))
@@ -184,25 +262,30 @@ class Agent:
         """End the session `canceled` (terminal). Cancelling an ended session is a no-op."""
         await self._stop(session_id, "session")
 
+    async def decide(
+        self, session_id: str, call_id: str, allow: bool, reason: str | None = None
+    ) -> None:
+        """Allow or deny a call that waits for approval; `resume` then runs or answers it."""
+        await control.decide(self.store, session_id, call_id, allow, reason)
+
     async def _stop(self, session_id: str, scope: str) -> None:
         running = self._running.get(session_id)
-        if running is not None:
-            inner, ctx = running
+        if running is None:
+            await control.request_stop(self.store, session_id, scope)
+            return
+        inner, ctx = running
+        if not ctx.log.folder.terminal and ctx.log.folder.turn_open:
             await ctx.log.append(CancelRequested(scope))
-            ctx.stop_cause = "interrupted"
-            inner.cancel()
-            await asyncio.gather(inner, return_exceptions=True)
-            return
-        log = await self._open_log(session_id)
-        if log.folder.terminal or (scope == "turn" and not log.folder.turn_open):
-            return
-        await log.append(CancelRequested(scope))
-        await close_canceled_turn(log, "interrupted", end_session=scope == "session")
+        ctx.stop_cause = "interrupted"
+        inner.cancel()
+        await asyncio.gather(inner, return_exceptions=True)
 
     async def view(self, session_id: str) -> SessionView:
         log = await self._open_log(session_id)
         return log.folder.view()
 
     async def close(self) -> None:
+        if self._watcher is not None:
+            await self._watcher.close()
         if self._store is not None:
             await self._store.close()

@@ -78,7 +78,7 @@ def _result_json(result: RunResult) -> dict[str, Any]:
 
 
 async def cmd_run(
-    args: argparse.Namespace, *, task: str, model: str, tool_specs: Sequence[str]
+    args: argparse.Namespace, *, task: str | None, model: str, tool_specs: Sequence[str]
 ) -> int:
     # Everything the user named is checked before the store is touched.
     try:
@@ -86,6 +86,8 @@ async def cmd_run(
     except TetherError as exc:
         raise CliError(f"--model {model}: {exc}") from exc
     tools = load_tools(tool_specs)
+    # What `tether sessions resume` needs to rebuild this agent in another process.
+    args.metadata = {"cli": {"model": model, "tools": list(tool_specs), "mcp": getattr(args, "mcp", None)}}
     if not getattr(args, "mcp", None):
         return await _run_agent(args, task, resolved, tools)
     # MCP servers start and list their tools here, before the store is touched.
@@ -116,8 +118,9 @@ async def load_mcp_tools(path: str, taken: Sequence[str]) -> tuple[Any, list[Too
 
 
 async def _run_agent(
-    args: argparse.Namespace, task: str, resolved: Model, tools: list[Tool]
+    args: argparse.Namespace, task: str | None, resolved: Model, tools: list[Tool]
 ) -> int:
+    """Run `task` in a new session, or with `args.session_id` set, resume that session."""
     limits = Limits(max_steps=args.max_steps)
     store = _store(args.store)
     timeline = Timeline()
@@ -132,11 +135,16 @@ async def _run_agent(
         limits=limits,
         store=store,
         on_event=None if args.json else show,
+        metadata=getattr(args, "metadata", None),
     )
+    session_id = getattr(args, "session_id", None)
     try:
-        result = await agent.run(task)
+        if session_id is None:
+            result = await agent.run(task)
+        else:
+            result = await agent.run(task, session_id=session_id, lease_wait=args.lease_wait)
     finally:
-        await store.close()
+        await agent.close()
     if args.json:
         print(json.dumps(_result_json(result), ensure_ascii=False))
     else:
@@ -256,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = ssub.add_parser(name, help=text)
         p.add_argument("id")
+    add_steering_commands(ssub)
     for p in ssub.choices.values():
         p.add_argument("--store", default=None, help=store_help)
         p.add_argument("--json", action="store_true")
@@ -274,6 +283,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
         return await cmd_run(
             args, task=DEMO_TASK, model="scripted:demo", tool_specs=["tether.demo:tools"]
         )
+    if args.sessions_command in STEERING_COMMANDS:
+        return await STEERING_COMMANDS[args.sessions_command](args)
     return await cmd_sessions(args)
 
 
@@ -288,7 +299,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tether: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`tether sessions events ID | head`): not an error of ours.
+        sys.stderr.close()
+        return 0
 
+
+from tether.cli_steer import STEERING_COMMANDS, add_steering_commands  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

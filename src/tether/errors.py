@@ -19,6 +19,7 @@ these at the adapter boundary (provider codecs, stores), nowhere else.
     └── StoreError               the event store refused or failed
         ├── Conflict             stale expected_seq: someone else appended first
         ├── LeaseLost            this worker no longer holds the session's lease
+        ├── LeaseHeld            another worker holds the session's lease
         ├── SessionNotFound      no session with that id
         └── CorruptLog           the stored log cannot be read as events
 """
@@ -133,6 +134,16 @@ class Conflict(StoreError):
 
 class LeaseLost(StoreError):
     """This worker's lease on the session is gone; it must stop without writing."""
+
+
+class LeaseHeld(StoreError):
+    """Another worker holds an unexpired lease on the session."""
+
+    def __init__(self, session_id: str, owner: str, expires: float) -> None:
+        super().__init__(f"session {session_id} is being run by {owner} (lease until {expires:.3f})")
+        self.session_id = session_id
+        self.owner = owner
+        self.expires = expires
 
 
 class SessionNotFound(StoreError):

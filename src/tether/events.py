@@ -130,11 +130,19 @@ class CancelRequested:
 
 @dataclass(frozen=True, slots=True)
 class ContextCompacted:
+    """With a `summary`: the transcript's messages from events `first_seq`..`last_seq` are
+    replaced by one message holding it. Without: the results of `cleared_call_ids` in those
+    messages keep a short marker instead of their content. `model`, `usage` and `cost_usd`
+    are those of the call that wrote the summary (None when no model was called)."""
+
     type: ClassVar[str] = "context.compacted"
     first_seq: int
     last_seq: int
     summary: str | None = None
     cleared_call_ids: tuple[str, ...] = ()
+    model: str | None = None
+    usage: Usage = Usage()
+    cost_usd: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,10 +2,12 @@
 
 `Folder` applies one event at a time (the loop keeps one per session, so no step re-reads the
 history); `fold(events)` is the same Folder over a whole log. Both give byte-identical output.
+`context.compacted` is applied here too: what the context policy decided is rebuilt, not redone.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from tether.events import (
     ApprovalDecided,
     ApprovalRequested,
     CancelRequested,
+    ContextCompacted,
     Event,
     ModelFailed,
     ModelRequested,
@@ -25,8 +28,31 @@ from tether.events import (
     TurnEnded,
     UserMessage,
 )
-from tether.messages import JSONObject, Message, Text, ToolCall, ToolResult, Usage, canonical_json
+from tether.events import payload_to_json as payload_json
+from tether.messages import (
+    JSONObject,
+    Message,
+    Part,
+    Text,
+    ToolCall,
+    ToolResult,
+    Usage,
+    canonical_json,
+)
 from tether.state import TERMINAL_STATES, SessionView, State
+
+CLEARED_PREFIX = "[result cleared to save context:"
+SUMMARY_PREFIX = "[summary of the earlier conversation:"
+
+
+def cleared_marker(result: ToolResult, name: str) -> str:
+    """What a cleared result says instead of its content: which call, and how much went."""
+    return f"{CLEARED_PREFIX} {name} call {result.call_id}, {len(result.content):,} characters]"
+
+
+def summary_message(summary: str, replaced: int) -> Message:
+    head = f"{SUMMARY_PREFIX} {replaced} messages were compacted to fit the context window]"
+    return Message("user", (Text(f"{head}\n{summary}"),))
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +101,16 @@ class Folder:
         # until turn.ended: whether a runner has work to do.
         self.turn_open = False
         self.transcript_chars = 0
+        # Per message, the seq of the event it came from (context.compacted names messages by
+        # seq range; a summary takes the seq of the first message it replaces, so the list
+        # stays sorted) and the length of its canonical JSON.
+        self.message_seqs: list[int] = []
+        self.message_chars: list[int] = []
+        self.compactions = 0  # context.compacted events applied: old messages may have changed
+        # (transcript chars of the last answered request, input tokens the model counted for
+        # it): the context policy calibrates its estimate with it, the same in any process.
+        self.calibration: tuple[int, int] | None = None
+        self._request_chars = 0
         # Chain hash over the transcript's messages: O(1) per step, names the request content.
         self.transcript_hash = hashlib.sha256(b"tether.transcript").hexdigest()
 
@@ -138,6 +174,7 @@ class Folder:
             self.stop_reason = self.stop_detail = None
             self.state = "canceling" if self.cancel_scope == "session" else "pending"
         elif isinstance(p, ModelRequested):
+            self._request_chars = self.transcript_chars
             self.model_request_open = True
             self._set_running("waiting_model")
         elif isinstance(p, ModelFailed):
@@ -159,16 +196,15 @@ class Folder:
             self._apply_cancel(p)
         elif isinstance(p, TurnEnded):
             self._end_turn(p)
+        elif isinstance(p, ContextCompacted):
+            self._apply_compaction(p)
         elif isinstance(p, SessionEnded):
             self.state = (
                 "completed"
                 if p.outcome == "completed"
                 else ("canceled" if p.outcome == "canceled" else "failed")
             )
-            if p.detail is not None:
-                self.stop_detail = p.detail
-        # context.compacted and thread events belong to later features; they leave this
-        # thread's transcript as it is.
+        # thread events belong to a later feature; they leave this thread's transcript as it is.
 
     def _set_running(self, state: State) -> None:
         # A pending cancel shows until the turn closes: a client never sees work resume.
@@ -177,6 +213,8 @@ class Folder:
     def _add_message(self, message: Message) -> None:
         self.messages.append(message)
         body = canonical_json(message.to_json())
+        self.message_seqs.append(self.last_seq)
+        self.message_chars.append(len(body))
         self.transcript_chars += len(body)
         self.transcript_hash = hashlib.sha256((self.transcript_hash + body).encode()).hexdigest()
 
@@ -187,11 +225,9 @@ class Folder:
             # A call cut by the output limit is never executable: keep only the text.
             message = Message("assistant", tuple(x for x in message.parts if isinstance(x, Text)))
         self._add_message(message)
-        self.usage = self.usage + p.usage
-        if p.cost_usd is None:
-            self._cost_unknown = True
-        else:
-            self.cost_usd = (self.cost_usd or 0.0) + p.cost_usd
+        if p.usage.input_tokens > 0:
+            self.calibration = (self._request_chars, p.usage.input_tokens)
+        self._add_cost(p.usage, p.cost_usd)
         self.steps += 1
         self.turn_steps += 1
         self.last_output = message.text
@@ -199,6 +235,58 @@ class Folder:
         self.results = {}
         self.started = set()
         self._set_running("waiting_tool" if self.open_calls else "pending")
+
+    def _add_cost(self, usage: Usage, cost_usd: float | None) -> None:
+        self.usage = self.usage + usage
+        if cost_usd is None:
+            self._cost_unknown = True
+        else:
+            self.cost_usd = (self.cost_usd or 0.0) + cost_usd
+
+    def _apply_compaction(self, p: ContextCompacted) -> None:
+        """Costs the size of the range, not of the transcript: only the messages named change."""
+        if p.model is not None:
+            self._add_cost(p.usage, p.cost_usd)
+        lo = bisect.bisect_left(self.message_seqs, p.first_seq)
+        hi = bisect.bisect_right(self.message_seqs, p.last_seq)
+        if lo >= hi or (self.open_calls and hi == len(self.messages)):
+            return  # nothing named, or it would part open calls from their coming results
+        if p.summary is not None:
+            self._replace(lo, hi, summary_message(p.summary, hi - lo))
+        else:
+            cleared = set(p.cleared_call_ids)
+            for i in range(lo, hi):
+                if self.messages[i].role == "tool":
+                    self._clear_results(i, cleared)
+        self.compactions += 1
+        body = canonical_json({"context.compacted": payload_json(p)})
+        self.transcript_hash = hashlib.sha256((self.transcript_hash + body).encode()).hexdigest()
+
+    def _clear_results(self, index: int, cleared: set[str]) -> None:
+        message = self.messages[index]
+        if not any(r.call_id in cleared for r in message.tool_results):
+            return
+        asked = self.messages[index - 1].tool_calls if index > 0 else ()
+        names = {c.id: c.name for c in asked}
+        parts: list[Part] = []
+        for part in message.parts:
+            if (
+                isinstance(part, ToolResult)
+                and part.call_id in cleared
+                and not part.content.startswith(CLEARED_PREFIX)
+            ):
+                marker = cleared_marker(part, names.get(part.call_id, "tool"))
+                part = ToolResult(part.call_id, marker, part.is_error)
+            parts.append(part)
+        self._replace(index, index + 1, Message("tool", tuple(parts)))
+
+    def _replace(self, lo: int, hi: int, message: Message) -> None:
+        """Messages lo..hi-1 become `message`, which keeps the seq of the first of them."""
+        chars = len(canonical_json(message.to_json()))
+        self.transcript_chars += chars - sum(self.message_chars[lo:hi])
+        self.messages[lo:hi] = [message]
+        self.message_seqs[lo:hi] = [self.message_seqs[lo]]
+        self.message_chars[lo:hi] = [chars]
 
     def _apply_decision(self, p: ApprovalDecided) -> None:
         if p.call_id in self.pending_approvals:

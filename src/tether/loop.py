@@ -44,6 +44,8 @@ class TurnContext:
     # Why the turn is being cancelled, set by whoever cancels it (interrupt, time limit).
     stop_cause: str = "interrupted"
     end_session_on_stop: bool = False
+    # Set when another worker took the session over: this runner must write nothing more.
+    lease_lost: bool = False
     # Tokens the model counted for its last request and answer: the next request holds
     # both, so it is a floor under the character estimate when the budget is checked.
     last_request_tokens: int = 0
@@ -214,6 +216,8 @@ async def _end(ctx: TurnContext, stop: Stop) -> None:
 
 
 async def _close_cancelled(ctx: TurnContext) -> None:
+    if ctx.lease_lost:
+        return
     await close_canceled_turn(ctx.log, ctx.stop_cause, ctx.end_session_on_stop)
 
 

@@ -16,7 +16,8 @@ from typing import Protocol
 
 from tether.events import Event, Payload, format_time
 from tether.fold import Folder
-from tether.store.base import Store
+from tether.errors import Conflict
+from tether.store.base import Lease, Store
 
 
 class Clock(Protocol):
@@ -63,6 +64,8 @@ class SessionLog:
         self.folder = folder or Folder()
         self.clock = clock or SystemClock()
         self.observers = observers
+        # Set while this process runs the session as a worker: every append is fenced by it.
+        self.lease: Lease | None = None
         # Parallel tool calls finish concurrently; appends to one session go one at a time.
         self._lock = asyncio.Lock()
 
@@ -79,20 +82,44 @@ class SessionLog:
         return cls(store, session_id, folder, clock=clock, observers=observers)
 
     async def append(self, *payloads: Payload, thread: str = "") -> list[Event]:
+        """Append as one batch. A worker (holding `lease`) whose append meets events another
+        process added meanwhile (a cancel, a decision, a message) folds them in and appends
+        after them; a control-plane writer gets the `Conflict`, its fold caught up, to decide
+        again. A lost lease is `LeaseLost`, and nothing is written."""
         async with self._lock:
-            base = self.folder.last_seq
-            stamp = format_time(self.clock.time())
-            events = [
-                Event(self.session_id, base + i, new_event_id(), stamp, payload, thread)
-                for i, payload in enumerate(payloads, start=1)
-            ]
-            await self.store.append(self.session_id, events, base)
-            for event in events:
-                self.folder.apply(event)
-                for observer in self.observers:
-                    observer(event)
-            return events
+            while True:
+                base = self.folder.last_seq
+                stamp = format_time(self.clock.time())
+                events = [
+                    Event(self.session_id, base + i, new_event_id(), stamp, payload, thread)
+                    for i, payload in enumerate(payloads, start=1)
+                ]
+                try:
+                    await self.store.append(self.session_id, events, base, self.lease)
+                except Conflict:
+                    await self._catch_up()
+                    if self.lease is None:
+                        raise
+                    continue
+                self._apply(events)
+                return events
 
     async def append_shielded(self, *payloads: Payload) -> None:
         """For commits that must land even while the caller is being cancelled."""
         await asyncio.shield(self.append(*payloads))
+
+    async def refresh(self) -> list[Event]:
+        """Fold in whatever other processes appended since this log last looked."""
+        async with self._lock:
+            return await self._catch_up()
+
+    async def _catch_up(self) -> list[Event]:
+        events = await self.store.read(self.session_id, after_seq=self.folder.last_seq)
+        self._apply(events)
+        return events
+
+    def _apply(self, events: list[Event]) -> None:
+        for event in events:
+            self.folder.apply(event)
+            for observer in self.observers:
+                observer(event)

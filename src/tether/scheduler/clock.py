@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import selectors
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -35,7 +36,11 @@ class LoopClock:
     `VirtualTimeLoop`. The default clock of the gateway."""
 
     def now(self) -> float:
-        return asyncio.get_running_loop().time()
+        try:
+            return asyncio.get_running_loop().time()
+        except RuntimeError:
+            # Read outside any loop (figures printed after a run): the ordinary loop's clock.
+            return time.monotonic()
 
     def call_at(self, when: float, callback: Callable[[], object]) -> Timer:
         return asyncio.get_running_loop().call_at(when, callback)
@@ -57,8 +62,8 @@ class _VirtualSelector(selectors.BaseSelector):
     """Keeps the loop's registrations but never blocks: a wait of `timeout` seconds moves
     the virtual time forward by exactly that much and reports no I/O."""
 
-    def __init__(self, time: _VirtualTime) -> None:
-        self._time = time
+    def __init__(self, virtual: _VirtualTime) -> None:
+        self._time = virtual
         self._keys: dict[int, selectors.SelectorKey] = {}
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:

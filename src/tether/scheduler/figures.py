@@ -108,7 +108,8 @@ class GatewayFigures:
     """A snapshot of one backend's gateway. `utilisation` holds, per limit, the share of its
     capacity used since the first request (None for a limit the gateway does not know):
     `concurrency` is time-averaged requests in flight over the ceiling, `requests` and
-    `tokens` what was sent over what the per-minute budgets allowed."""
+    `tokens` what was sent over what the per-minute budgets allowed.
+    `input_estimate_factor` is what the input estimate is multiplied by when reserving."""
 
     backend: str
     elapsed: float
@@ -131,6 +132,7 @@ class GatewayFigures:
     circuit: str
     circuit_opened: int
     tokens_used: int
+    input_estimate_factor: float
     tokens_by_tenant: dict[str, int]
     requests_by_tenant: dict[str, int]
     wait: dict[str, WaitFigures]
@@ -186,6 +188,7 @@ _GAUGES = (
     ("in_flight", "requests being answered now"),
     ("concurrency_limit", "the concurrency allowed now (AIMD)"),
     ("max_concurrency", "the configured concurrency ceiling"),
+    ("input_estimate_factor", "reported input tokens over the chars/4 estimate, as reserved"),
 )
 
 

@@ -482,6 +482,7 @@ class Gateway:
             circuit=self._circuit.state(now),
             circuit_opened=c.circuit_opened,
             tokens_used=c.tokens_used,
+            input_estimate_factor=self._calibration.factor,
             tokens_by_tenant=dict(c.tokens_by_tenant),
             requests_by_tenant=dict(c.requests_by_tenant),
             wait={p: wait_figures(c.waits[p]) for p in PRIORITIES},

@@ -11,7 +11,7 @@ import asyncio
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from tether.errors import RateLimited
@@ -39,7 +39,9 @@ class Refusal:
 @dataclass(slots=True)
 class MeterTotals:
     """What the backend served: requests, tokens (input plus output), refusals by limit,
-    and `busy`, the integral of requests in flight over time."""
+    and `busy`, the integral of requests in flight over time. `admitted` and `spent` count
+    what left the request and token budgets (reservations net of what was given back);
+    `request_level` and `token_level` are the budgets left when the snapshot was taken."""
 
     requests: int = 0
     tokens: int = 0
@@ -48,11 +50,13 @@ class MeterTotals:
     )
     busy: float = 0.0
     peak_in_flight: int = 0
+    admitted: int = 0
+    spent: int = 0
+    request_level: float = 0.0
+    token_level: float = 0.0
 
     def copy(self) -> MeterTotals:
-        return MeterTotals(
-            self.requests, self.tokens, dict(self.refused), self.busy, self.peak_in_flight
-        )
+        return replace(self, refused=dict(self.refused))
 
 
 class BackendMeter:
@@ -79,11 +83,14 @@ class BackendMeter:
             return self._refuse("tokens", wait, "rate limit reached for tokens")
         self.requests.take(1, now)
         self.tokens.take(input_tokens + max_output, now)
+        self.totals.admitted += 1
+        self.totals.spent += input_tokens + max_output
         self._set_in_flight(self.in_flight + 1, now)
         return None
 
     def finish(self, max_output: int, input_tokens: int, output_tokens: int, now: float) -> None:
         self.tokens.give(max_output - output_tokens, now)
+        self.totals.spent -= max_output - output_tokens
         self._set_in_flight(self.in_flight - 1, now)
         self.totals.requests += 1
         self.totals.tokens += input_tokens + output_tokens
@@ -106,7 +113,24 @@ class BackendMeter:
 
     def snapshot(self, now: float) -> MeterTotals:
         self._set_in_flight(self.in_flight, now)
+        self.totals.request_level = self.requests.available(now)
+        self.totals.token_level = self.tokens.available(now)
         return self.totals.copy()
+
+    def utilisation(
+        self, before: MeterTotals, after: MeterTotals, seconds: float
+    ) -> dict[str, float]:
+        """The share of each limit used between two snapshots: what left a budget over the
+        most that could have (its level at the start plus its refill), and requests in
+        flight over the concurrency limit, averaged over time."""
+        cap = self.capacity
+        most_tokens = before.token_level + cap.tokens_per_minute / 60 * seconds
+        most_requests = before.request_level + cap.requests_per_minute / 60 * seconds
+        return {
+            "tokens": (after.spent - before.spent) / most_tokens,
+            "requests": (after.admitted - before.admitted) / most_requests,
+            "concurrency": (after.busy - before.busy) / (cap.max_concurrency * seconds),
+        }
 
     def _refuse(
         self, limit: Literal["concurrency", "requests", "tokens"], wait: float, message: str

@@ -1,7 +1,8 @@
 """The event store protocol and the rules every backend shares.
 
-Owns `Store`, `SessionInfo`, batch validation and `open_store(url)`. It does no I/O itself:
-the backends (memory, SQLite; PostgreSQL later) do, and all pass `tether.testing`'s suite.
+Owns `Store`, `SessionInfo`, `Lease`, batch validation and `open_store(url)`. It does no I/O
+itself: the backends (memory, SQLite; PostgreSQL later) do, and all pass `tether.testing`'s
+suite.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from tether.errors import ConfigError, UsageError
+from tether.errors import ConfigError, LeaseLost, UsageError
 from tether.events import Event
 
 
@@ -22,20 +23,61 @@ class SessionInfo:
     updated: str
 
 
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A worker's claim to run a session. Every claim gets a higher `generation`; an append
+    made under an older generation is refused, so a paused worker can never write again
+    after another took the session over."""
+
+    session_id: str
+    owner: str
+    generation: int
+    expires: float  # seconds since the epoch, by the store's clock
+
+
 class Store(Protocol):
-    """An append-only log of events per session.
+    """An append-only log of events per session, and the leases of the workers running them.
 
     `append` is atomic per batch. It refuses a batch whose `expected_seq` is not the log's
     last seq (`Conflict`), except a retried batch whose event ids are already stored at
-    exactly those seqs, which it accepts once more without writing anything."""
+    exactly those seqs, which it accepts once more without writing anything. With a `lease`,
+    it also refuses the batch (`LeaseLost`) unless that lease is the session's current one.
+    Without one it is a control-plane append (a user message, a decision, a cancel request):
+    anyone may make those, and the worker holding the lease acts on them."""
 
     url: str
 
-    async def append(self, session_id: str, events: Sequence[Event], expected_seq: int) -> None: ...
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        lease: Lease | None = None,
+    ) -> None: ...
+
+    async def claim(self, session_id: str, owner: str, ttl: float) -> Lease:
+        """Take the session's lease if it is free or expired (`LeaseHeld` otherwise)."""
+        ...
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        """Extend a lease still held (`LeaseLost` otherwise)."""
+        ...
+
+    async def release(self, lease: Lease) -> None:
+        """Give a lease up; a lease already lost is not an error."""
+        ...
+
+    async def current_lease(self, session_id: str) -> Lease | None:
+        """The session's lease if one is held and unexpired."""
+        ...
 
     async def read(self, session_id: str, after_seq: int = 0) -> list[Event]: ...
 
     async def last_seq(self, session_id: str) -> int: ...
+
+    async def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """The last seq of each named session that has events, in one round trip."""
+        ...
 
     async def sessions(self, limit: int = 100) -> list[SessionInfo]: ...
 
@@ -56,6 +98,22 @@ def check_batch(session_id: str, events: Sequence[Event], expected_seq: int) -> 
                 f"event {event.id} has seq {event.seq}; a batch after seq {expected_seq} "
                 f"must be numbered from {expected_seq + 1} without gaps"
             )
+
+
+def lease_refusal(session_id: str, held: Lease | None, lease: Lease) -> LeaseLost | None:
+    """Why an append under `lease` must be refused, given the lease the store holds."""
+    if held is None or held.generation != lease.generation:
+        now_held = f"generation {held.generation} ({held.owner})" if held else "no lease"
+        return LeaseLost(
+            f"session {session_id}: lease generation {lease.generation} of {lease.owner} "
+            f"is no longer current; the store holds {now_held}"
+        )
+    return None
+
+
+def check_ttl(ttl: float) -> None:
+    if not ttl > 0:
+        raise UsageError(f"a lease needs a positive ttl, not {ttl!r}")
 
 
 def is_retry(stored_ids: Sequence[str], batch_ids: Sequence[str]) -> bool:

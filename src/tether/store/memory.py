@@ -2,21 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
-from tether.errors import Conflict
+from tether.errors import Conflict, LeaseHeld
 from tether.events import Event
-from tether.store.base import SessionInfo, check_batch, is_retry
+from tether.store.base import (
+    Lease,
+    SessionInfo,
+    check_batch,
+    check_ttl,
+    is_retry,
+    lease_refusal,
+)
 
 
 class MemoryStore:
+    """`clock` is the store's own clock for lease expiry; tests pass a virtual one."""
+
     url = "memory:"
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._logs: dict[str, list[Event]] = {}
+        self._leases: dict[str, Lease] = {}
+        self._clock = clock
 
-    async def append(self, session_id: str, events: Sequence[Event], expected_seq: int) -> None:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        lease: Lease | None = None,
+    ) -> None:
         check_batch(session_id, events, expected_seq)
+        if lease is not None:
+            refusal = lease_refusal(session_id, self._leases.get(session_id), lease)
+            if refusal is not None:
+                raise refusal
         log = self._logs.setdefault(session_id, [])
         if len(log) != expected_seq:
             stored = [e.id for e in log[expected_seq : expected_seq + len(events)]]
@@ -31,6 +53,9 @@ class MemoryStore:
     async def last_seq(self, session_id: str) -> int:
         return len(self._logs.get(session_id, ()))
 
+    async def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
+        return {sid: len(self._logs[sid]) for sid in session_ids if self._logs.get(sid)}
+
     async def sessions(self, limit: int = 100) -> list[SessionInfo]:
         infos = [
             SessionInfo(sid, len(log), log[0].time, log[-1].time)
@@ -39,6 +64,38 @@ class MemoryStore:
         ]
         infos.sort(key=lambda i: i.updated, reverse=True)
         return infos[:limit]
+
+    async def claim(self, session_id: str, owner: str, ttl: float) -> Lease:
+        check_ttl(ttl)
+        now = self._clock()
+        held = self._leases.get(session_id)
+        if held is not None and held.expires > now and held.owner != owner:
+            raise LeaseHeld(session_id, held.owner, held.expires)
+        generation = (held.generation if held else 0) + 1
+        lease = Lease(session_id, owner, generation, now + ttl)
+        self._leases[session_id] = lease
+        return lease
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        check_ttl(ttl)
+        refusal = lease_refusal(lease.session_id, self._leases.get(lease.session_id), lease)
+        if refusal is not None:
+            raise refusal
+        renewed = Lease(lease.session_id, lease.owner, lease.generation, self._clock() + ttl)
+        self._leases[lease.session_id] = renewed
+        return renewed
+
+    async def release(self, lease: Lease) -> None:
+        held = self._leases.get(lease.session_id)
+        if held is not None and held.generation == lease.generation:
+            # Keep the generation, so the next claim still gets a higher one.
+            self._leases[lease.session_id] = Lease(lease.session_id, "", held.generation, 0.0)
+
+    async def current_lease(self, session_id: str) -> Lease | None:
+        held = self._leases.get(session_id)
+        if held is None or held.expires <= self._clock():
+            return None
+        return held
 
     async def close(self) -> None:
         return None

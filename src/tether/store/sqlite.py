@@ -12,14 +12,22 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from tether.errors import ConfigError, Conflict, StoreError
+from tether.errors import ConfigError, Conflict, LeaseHeld, StoreError
 from tether.events import Event, payload_to_json
 from tether.messages import canonical_json
-from tether.store.base import SessionInfo, check_batch, is_retry
+from tether.store.base import (
+    Lease,
+    SessionInfo,
+    check_batch,
+    check_ttl,
+    is_retry,
+    lease_refusal,
+)
 
 T = TypeVar("T")
 
@@ -39,6 +47,12 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS leases (
+    session_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    expires REAL NOT NULL
+);
 """
 STORE_FORMAT = "2"
 
@@ -75,15 +89,32 @@ class SQLiteStore:
             raise ConfigError(f"cannot open store sqlite:///{self.path}: {exc}") from exc
         return conn
 
+    def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """One write transaction. IMMEDIATE takes the write lock first, so what `body` reads
+        cannot change before it writes, whichever process writes next."""
+        conn = self._db()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = body(conn)
+            conn.execute("COMMIT")
+            return result
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
     def _append(
         self,
         session_id: str,
         rows: list[tuple[str, int, str, str, str, str, str]],
         expected_seq: int,
+        lease: Lease | None,
     ) -> None:
-        conn = self._db()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        def body(conn: sqlite3.Connection) -> None:
+            if lease is not None:
+                refusal = lease_refusal(session_id, _held(conn, session_id), lease)
+                if refusal is not None:
+                    raise refusal
             row = conn.execute(
                 "SELECT max(seq) FROM events WHERE session_id = ?", (session_id,)
             ).fetchone()
@@ -93,18 +124,14 @@ class SQLiteStore:
                     "SELECT id FROM events WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
                     (session_id, expected_seq, expected_seq + len(rows)),
                 ).fetchall()
-                conn.execute("ROLLBACK")
                 if is_retry([r[0] for r in stored], [r[2] for r in rows]):
                     return
                 raise Conflict(session_id, expected_seq, last)
             conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
             if expected_seq == 0:
                 conn.execute("INSERT INTO sessions VALUES (?, ?)", (session_id, rows[0][3]))
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+
+        self._write(body)
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -126,7 +153,13 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"store {self.url}: {exc}") from exc
 
-    async def append(self, session_id: str, events: Sequence[Event], expected_seq: int) -> None:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        lease: Lease | None = None,
+    ) -> None:
         check_batch(session_id, events, expected_seq)
         rows = [
             (
@@ -144,7 +177,7 @@ class SQLiteStore:
             raise StoreError(f"store {self.url} is closed")
         # No await between BEGIN and COMMIT: a cancel cannot leave a batch half written.
         try:
-            self._append(session_id, rows, expected_seq)
+            self._append(session_id, rows, expected_seq, lease)
         except sqlite3.Error as exc:
             raise StoreError(f"store {self.url}: {exc}") from exc
 
@@ -188,6 +221,23 @@ class SQLiteStore:
         )
         return 0 if row[0] is None else int(row[0])
 
+    async def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
+        def query() -> dict[str, int]:
+            out: dict[str, int] = {}
+            ids = list(session_ids)
+            for start in range(0, len(ids), 500):  # SQLite caps the number of parameters
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                for sid, seq in self._read_db().execute(
+                    f"SELECT session_id, max(seq) FROM events WHERE session_id IN ({marks}) "
+                    "GROUP BY session_id",
+                    chunk,
+                ):
+                    out[sid] = int(seq)
+            return out
+
+        return await self._run(query)
+
     async def sessions(self, limit: int = 100) -> list[SessionInfo]:
         # The newest event of each session says when it was last updated.
         rows = await self._run(
@@ -205,6 +255,63 @@ class SQLiteStore:
         )
         return [SessionInfo(r[0], int(r[1]), r[2], r[3]) for r in rows]
 
+    # -- leases: short write transactions, on the loop's thread like appends ----------------
+    def _lease_op(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise StoreError(f"store {self.url} is closed")
+        try:
+            return self._write(body)
+        except sqlite3.Error as exc:
+            raise StoreError(f"store {self.url}: {exc}") from exc
+
+    async def claim(self, session_id: str, owner: str, ttl: float) -> Lease:
+        check_ttl(ttl)
+
+        def body(conn: sqlite3.Connection) -> Lease:
+            now = time.time()
+            held = _held(conn, session_id)
+            if held is not None and held.expires > now and held.owner != owner:
+                raise LeaseHeld(session_id, held.owner, held.expires)
+            lease = Lease(session_id, owner, (held.generation if held else 0) + 1, now + ttl)
+            conn.execute(
+                "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?)",
+                (session_id, owner, lease.generation, lease.expires),
+            )
+            return lease
+
+        return self._lease_op(body)
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        check_ttl(ttl)
+
+        def body(conn: sqlite3.Connection) -> Lease:
+            refusal = lease_refusal(lease.session_id, _held(conn, lease.session_id), lease)
+            if refusal is not None:
+                raise refusal
+            renewed = Lease(lease.session_id, lease.owner, lease.generation, time.time() + ttl)
+            conn.execute(
+                "UPDATE leases SET expires = ? WHERE session_id = ?",
+                (renewed.expires, lease.session_id),
+            )
+            return renewed
+
+        return self._lease_op(body)
+
+    async def release(self, lease: Lease) -> None:
+        # Keep the row and its generation, so the next claim still gets a higher one.
+        self._lease_op(
+            lambda conn: conn.execute(
+                "UPDATE leases SET expires = 0, owner = '' WHERE session_id = ? AND generation = ?",
+                (lease.session_id, lease.generation),
+            )
+        )
+
+    async def current_lease(self, session_id: str) -> Lease | None:
+        held = _held(self._db(), session_id)
+        if held is None or held.expires <= time.time():
+            return None
+        return held
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -220,3 +327,10 @@ class SQLiteStore:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _held(conn: sqlite3.Connection, session_id: str) -> Lease | None:
+    row = conn.execute(
+        "SELECT owner, generation, expires FROM leases WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    return None if row is None else Lease(session_id, row[0], int(row[1]), float(row[2]))

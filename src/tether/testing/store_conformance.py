@@ -1,4 +1,5 @@
-"""The store conformance suite: what every event store must do, as plain async checks.
+"""The store conformance suite: what every event store must do (log and leases), as plain
+async checks.
 
 Each check takes a fresh, empty store and raises AssertionError on a violation. A backend's
 tests run them all, e.g. `@pytest.mark.parametrize("check", STORE_CHECKS)`.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from tether.errors import Conflict, UsageError
+from tether.errors import Conflict, LeaseHeld, LeaseLost, UsageError
 from tether.events import Event, ModelResponded, Payload, SessionCreated, ToolFinished, UserMessage
 from tether.messages import Message, Text, ToolCall, Usage, user
 from tether.store.base import Store
@@ -126,6 +127,7 @@ async def sessions_are_separate_and_listed(store: Store) -> None:
     assert len(await store.read("s2")) == 3
     listed = {i.session_id: i.last_seq for i in await store.sessions()}
     assert listed == {"s1": 2, "s2": 3}
+    assert await store.last_seqs(["s1", "s2", "nobody"]) == {"s1": 2, "s2": 3}
     assert await store.read("nobody") == []
     assert await store.last_seq("nobody") == 0
 
@@ -137,6 +139,65 @@ async def large_and_unicode_payloads_round_trip(store: Store) -> None:
     assert await store.read("s1") == events
 
 
+async def a_held_lease_refuses_another_claim(store: Store) -> None:
+    lease = await store.claim("s1", "worker-a", ttl=30)
+    assert lease.generation >= 1 and lease.owner == "worker-a"
+    try:
+        await store.claim("s1", "worker-b", ttl=30)
+    except LeaseHeld as exc:
+        assert exc.owner == "worker-a"
+    else:
+        raise AssertionError("a held lease was claimed by another worker")
+    current = await store.current_lease("s1")
+    assert current is not None and current.generation == lease.generation
+    assert await store.current_lease("nobody") is None
+
+
+async def an_append_under_a_stale_lease_is_refused_and_writes_nothing(store: Store) -> None:
+    first = await store.claim("s1", "worker-a", ttl=0.05)
+    await store.append("s1", make_events("s1", 1, _sample(1)), 0, lease=first)
+    await asyncio.sleep(0.1)  # let it expire: only then may another worker take over
+    second = await store.claim("s1", "worker-b", ttl=30)
+    assert second.generation > first.generation
+    for attempt in (
+        store.append("s1", make_events("s1", 2, _sample(1), tag="zombie"), 1, lease=first),
+        store.renew(first, ttl=30),
+    ):
+        try:
+            await attempt
+        except LeaseLost:
+            pass
+        else:
+            raise AssertionError("a stale lease was honoured")
+    await store.append("s1", make_events("s1", 2, _sample(1), tag="b"), 1, lease=second)
+    assert [e.id for e in await store.read("s1")] == ["s1-a-1", "s1-b-2"]
+
+
+async def control_appends_need_no_lease_and_renewal_extends_it(store: Store) -> None:
+    lease = await store.claim("s1", "worker-a", ttl=30)
+    await store.append("s1", make_events("s1", 1, _sample(1), tag="control"), 0)
+    renewed = await store.renew(lease, ttl=60)
+    assert renewed.generation == lease.generation and renewed.expires > lease.expires
+    await store.append("s1", make_events("s1", 2, _sample(1)), 1, lease=renewed)
+    assert await store.last_seq("s1") == 2
+
+
+async def a_released_lease_can_be_claimed_at_once(store: Store) -> None:
+    lease = await store.claim("s1", "worker-a", ttl=30)
+    await store.release(lease)
+    assert await store.current_lease("s1") is None
+    taken = await store.claim("s1", "worker-b", ttl=30)
+    assert taken.generation > lease.generation
+    try:
+        await store.append("s1", make_events("s1", 1, _sample(1)), 0, lease=lease)
+    except LeaseLost:
+        pass
+    else:
+        raise AssertionError("a released lease could still append")
+    await store.release(lease)  # releasing a lost lease is not an error
+    assert await store.current_lease("s1") == taken
+
+
 STORE_CHECKS: list[Check] = [
     appended_events_read_back_equal,
     a_stale_expected_seq_is_a_conflict,
@@ -146,6 +207,10 @@ STORE_CHECKS: list[Check] = [
     concurrent_appends_at_one_seq_let_exactly_one_win,
     sessions_are_separate_and_listed,
     large_and_unicode_payloads_round_trip,
+    a_held_lease_refuses_another_claim,
+    an_append_under_a_stale_lease_is_refused_and_writes_nothing,
+    control_appends_need_no_lease_and_renewal_extends_it,
+    a_released_lease_can_be_claimed_at_once,
 ]
 
 

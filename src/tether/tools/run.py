@@ -139,6 +139,11 @@ async def run_calls(
     if len(calls) == 1:
         await one(calls[0])  # no task group for the common single call
         return
-    async with asyncio.TaskGroup() as group:
-        for call in calls:
-            group.create_task(one(call))
+    try:
+        async with asyncio.TaskGroup() as group:
+            for call in calls:
+                group.create_task(one(call))
+    except BaseExceptionGroup as group:
+        # Tools never raise here (their failures are results): what does is a commit that
+        # failed (a lost lease, a store error). It stops the turn; raise it as itself.
+        raise group.exceptions[0] from None

@@ -1,0 +1,107 @@
+"""Steering a session from any process: send a message, decide an approval, interrupt or
+cancel. Each is a control-plane append; the worker running the session acts on it.
+
+Owns the checks that keep these honest (a decision needs a call waiting for one; cancelling
+an ended session changes nothing) and the closing of a session no worker is running.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from tether.errors import Conflict, LeaseHeld, SessionNotFound, UsageError
+from tether.events import ApprovalDecided, CancelRequested, UserMessage
+from tether.loop import close_canceled_turn
+from tether.messages import Message, user
+from tether.session_log import SessionLog
+from tether.store.base import Store
+
+ATTEMPTS = 5  # a control append that races other writers re-checks and tries again
+
+
+def control_owner() -> str:
+    return f"control:{socket.gethostname()}:{os.getpid()}"
+
+
+async def _load(store: Store, session_id: str) -> SessionLog:
+    log = await SessionLog.load(store, session_id)
+    if log.folder.last_seq == 0:
+        raise SessionNotFound(session_id)
+    return log
+
+
+async def send_message(store: Store, session_id: str, message: str | Message) -> None:
+    """Add a user message; the session runs it when next run or resumed."""
+    log = await _load(store, session_id)
+    for _ in range(ATTEMPTS):
+        if log.folder.terminal:
+            raise UsageError(f"session {session_id} has ended ({log.folder.state})")
+        try:
+            await log.append(UserMessage(message if isinstance(message, Message) else user(message)))
+            return
+        except Conflict:
+            continue
+    raise Conflict(session_id, log.folder.last_seq, log.folder.last_seq)
+
+
+async def decide(
+    store: Store, session_id: str, call_id: str, allow: bool, reason: str | None = None
+) -> None:
+    """Record an approval decision for a call that waits for one."""
+    log = await _load(store, session_id)
+    for _ in range(ATTEMPTS):
+        pending = log.folder.pending_approvals
+        if call_id not in pending:
+            waiting = ", ".join(pending) or "none"
+            raise UsageError(
+                f"call {call_id} of session {session_id} is not waiting for a decision "
+                f"(waiting: {waiting})"
+            )
+        try:
+            await log.append(ApprovalDecided(call_id, allow, reason))
+            return
+        except Conflict:
+            continue
+    raise Conflict(session_id, log.folder.last_seq, log.folder.last_seq)
+
+
+async def request_stop(
+    store: Store, session_id: str, scope: str, reason: str | None = None
+) -> str:
+    """`scope="turn"` interrupts the running turn; `scope="session"` ends the session.
+
+    With a worker running the session, this only asks, and the worker closes what it runs.
+    With none, it takes the session's lease for a moment and closes it itself. Stopping an
+    ended session, or interrupting an idle one, changes nothing. Returns what was done."""
+    if scope not in ("turn", "session"):
+        raise UsageError(f"scope must be 'turn' or 'session', not {scope!r}")
+    log = await _load(store, session_id)
+    for _ in range(ATTEMPTS):
+        folder = log.folder
+        if folder.terminal:
+            return f"nothing to do: the session has ended ({folder.state})"
+        if scope == "turn" and not folder.turn_open:
+            return f"nothing to do: no turn is running ({folder.state})"
+        try:
+            if await store.current_lease(session_id) is not None:
+                if folder.cancel_scope in ("session", scope):
+                    return "asked already: the running worker will stop"
+                await log.append(CancelRequested(scope, reason))
+                return "asked the running worker to stop"
+            await _close_unattended(store, log, scope, reason)
+            return "canceled" if scope == "session" else "interrupted"
+        except (Conflict, LeaseHeld):
+            await log.refresh()
+    raise Conflict(session_id, log.folder.last_seq, log.folder.last_seq)
+
+
+async def _close_unattended(store: Store, log: SessionLog, scope: str, reason: str | None) -> None:
+    lease = await store.claim(log.session_id, control_owner(), ttl=30)
+    log.lease = lease
+    try:
+        await log.append(CancelRequested(scope, reason))
+        await close_canceled_turn(log, "interrupted", end_session=scope == "session")
+    finally:
+        log.lease = None
+        await store.release(lease)
