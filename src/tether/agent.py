@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether import control
+from tether.context import ContextSetting, make_context
 from tether.errors import LeaseLost, SessionNotFound, UsageError
-from tether.events import CancelRequested, SessionCreated, UserMessage
+from tether.events import CancelRequested, Payload, SessionCreated, UserMessage
 from tether.lease import claim_lease, worker_id
 from tether.limits import Limits, StopCondition
 from tether.loop import TurnContext, run_turn
@@ -111,8 +112,11 @@ class Agent:
         lease_ttl: float = 30.0,
         watch_interval: float = 0.5,
         metadata: dict[str, JSONValue] | None = None,
+        context: ContextSetting = True,
     ) -> None:
         self.model = resolve_model(model)
+        # True: the default policy; False: off; or a DefaultPolicy or policy function.
+        self.context = make_context(context, self.model)
         self.toolbox = Toolbox(tools)
         self.system = system
         self.limits = limits or Limits()
@@ -168,15 +172,16 @@ class Agent:
             )
         log.lease = await claim_lease(self.store, log.session_id, worker_id(), self.lease_ttl, lease_wait)
         try:
-            if session_id is None:
-                await log.append(self._session_created())
-            else:
+            first: list[Payload] = [self._session_created()] if session_id is None else []
+            if session_id is not None:
                 await log.refresh()  # what was appended between reading and claiming
             if task is not None:
-                await log.append(UserMessage(task if isinstance(task, Message) else user(task)))
+                first.append(UserMessage(task if isinstance(task, Message) else user(task)))
+            if first:
+                await log.append(*first)
             ctx = TurnContext(
                 log, self.model, self.toolbox, self.limits, self.stop_when, self.on_delta,
-                started_at=time.monotonic(),
+                started_at=time.monotonic(), context=self.context,
             )
             await self._drive(ctx)
         finally:

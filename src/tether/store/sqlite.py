@@ -2,6 +2,7 @@
 
 Appends run on the event loop's own thread: a WAL commit takes tens of microseconds here,
 less than handing work to another thread does (~75 µs), and commits happen on every step.
+The batches of one loop turn share one commit (group_commit.py).
 Reads, which can be long (a 10,000-event resume), run on a reader thread with a connection
 of their own. Other processes may share the file; SQLite's lock and `expected_seq` keep
 their appends apart.
@@ -10,6 +11,7 @@ their appends apart.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import sqlite3
 import time
@@ -23,11 +25,14 @@ from tether.messages import canonical_json
 from tether.store.base import (
     Lease,
     SessionInfo,
+    Wakeup,
     check_batch,
     check_ttl,
     is_retry,
     lease_refusal,
 )
+from tether.store import sqlite_wakeups
+from tether.store.group_commit import GroupCommit
 
 T = TypeVar("T")
 
@@ -53,6 +58,7 @@ CREATE TABLE IF NOT EXISTS leases (
     generation INTEGER NOT NULL,
     expires REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS blobs (hash TEXT PRIMARY KEY, data BLOB NOT NULL);
 """
 STORE_FORMAT = "2"
 
@@ -66,6 +72,7 @@ class SQLiteStore:
         self._closed = False
         # Open now, so a bad path fails where the store is made.
         self._conn: sqlite3.Connection | None = self._connect()
+        self._group = GroupCommit(self._db, self.url)
         self._reader: sqlite3.Connection | None = self._connect()
 
     # -- thread-side --------------------------------------------------------------------------
@@ -75,7 +82,7 @@ class SQLiteStore:
             conn.execute("PRAGMA busy_timeout = 10000")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-            conn.executescript(_SCHEMA)
+            conn.executescript(_SCHEMA + sqlite_wakeups.SCHEMA)
             row = conn.execute("SELECT value FROM tether_meta WHERE key='format'").fetchone()
             if row is None:
                 conn.execute(
@@ -103,35 +110,34 @@ class SQLiteStore:
                 conn.execute("ROLLBACK")
             raise
 
-    def _append(
+    def _append_rows(
         self,
+        conn: sqlite3.Connection,
         session_id: str,
         rows: list[tuple[str, int, str, str, str, str, str]],
         expected_seq: int,
         lease: Lease | None,
     ) -> None:
-        def body(conn: sqlite3.Connection) -> None:
-            if lease is not None:
-                refusal = lease_refusal(session_id, _held(conn, session_id), lease)
-                if refusal is not None:
-                    raise refusal
-            row = conn.execute(
-                "SELECT max(seq) FROM events WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            last = 0 if row[0] is None else int(row[0])
-            if last != expected_seq:
-                stored = conn.execute(
-                    "SELECT id FROM events WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
-                    (session_id, expected_seq, expected_seq + len(rows)),
-                ).fetchall()
-                if is_retry([r[0] for r in stored], [r[2] for r in rows]):
-                    return
-                raise Conflict(session_id, expected_seq, last)
-            conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-            if expected_seq == 0:
-                conn.execute("INSERT INTO sessions VALUES (?, ?)", (session_id, rows[0][3]))
-
-        self._write(body)
+        """One batch, inside the group transaction (see group_commit.py)."""
+        if lease is not None:
+            refusal = lease_refusal(session_id, _held(conn, session_id), lease)
+            if refusal is not None:
+                raise refusal
+        row = conn.execute(
+            "SELECT max(seq) FROM events WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        last = 0 if row[0] is None else int(row[0])
+        if last != expected_seq:
+            stored = conn.execute(
+                "SELECT id FROM events WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+                (session_id, expected_seq, expected_seq + len(rows)),
+            ).fetchall()
+            if is_retry([r[0] for r in stored], [r[2] for r in rows]):
+                return
+            raise Conflict(session_id, expected_seq, last)
+        conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        if expected_seq == 0:
+            conn.execute("INSERT INTO sessions VALUES (?, ?)", (session_id, rows[0][3]))
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -175,11 +181,9 @@ class SQLiteStore:
         ]
         if self._closed:
             raise StoreError(f"store {self.url} is closed")
-        # No await between BEGIN and COMMIT: a cancel cannot leave a batch half written.
-        try:
-            self._append(session_id, rows, expected_seq, lease)
-        except sqlite3.Error as exc:
-            raise StoreError(f"store {self.url}: {exc}") from exc
+        await self._group.submit(
+            lambda conn: self._append_rows(conn, session_id, rows, expected_seq, lease)
+        )
 
     async def read(self, session_id: str, after_seq: int = 0) -> list[Event]:
         rows = await self._run(self._select_events, session_id, after_seq)
@@ -255,6 +259,29 @@ class SQLiteStore:
         )
         return [SessionInfo(r[0], int(r[1]), r[2], r[3]) for r in rows]
 
+    # -- blobs: content-addressed, written in the group commit like events ------------------
+    async def put_blob(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        if self._closed:
+            raise StoreError(f"store {self.url} is closed")
+        blob = bytes(data)
+        await self._group.submit(
+            lambda conn: conn.execute(
+                "INSERT OR IGNORE INTO blobs VALUES (?, ?)", (digest, blob)
+            ).close()
+        )
+        return digest
+
+    async def get_blob(self, digest: str) -> bytes | None:
+        row = await self._run(
+            lambda: (
+                self._read_db()
+                .execute("SELECT data FROM blobs WHERE hash = ?", (digest,))
+                .fetchone()
+            )
+        )
+        return None if row is None else bytes(row[0])
+
     # -- leases: short write transactions, on the loop's thread like appends ----------------
     def _lease_op(self, body: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
@@ -311,6 +338,18 @@ class SQLiteStore:
         if held is None or held.expires <= time.time():
             return None
         return held
+
+    # -- wakeups: which sessions have work for a runner (sqlite_wakeups.py) ---------------
+    async def mark_runnable(self, session_id: str) -> None:
+        if self._closed:
+            raise StoreError(f"store {self.url} is closed")
+        await self._group.submit(lambda conn: sqlite_wakeups.mark(conn, session_id))
+
+    async def runnable(self, limit: int = 100) -> list[Wakeup]:
+        return await self._run(lambda: sqlite_wakeups.runnable(self._read_db(), limit))
+
+    async def clear_runnable(self, wakeup: Wakeup) -> bool:
+        return self._lease_op(lambda conn: sqlite_wakeups.clear(conn, wakeup))
 
     async def close(self) -> None:
         if self._closed:
