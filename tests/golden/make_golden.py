@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 from tether import Agent, Limits, fold, tool
@@ -58,7 +59,11 @@ SCENARIOS = {
 
 
 async def main() -> None:
+    force = "--force" in sys.argv
     for name, (model, tool_list, task, limits) in SCENARIOS.items():
+        if (HERE / f"{name}.events.jsonl").exists() and not force:
+            print(name, "kept: a committed golden log is the contract (--force to rewrite)")
+            continue
         store = MemoryStore()
         result = await Agent(
             model, tools=tool_list, store=store, limits=limits, system="Be brief."
