@@ -264,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = ssub.add_parser(name, help=text)
         p.add_argument("id")
+    blob = ssub.add_parser("blob", help="the full text of a tool output cut at its cap")
+    blob.add_argument("id")
+    blob.add_argument("hash", help="the sha256 its marker names (blob sha256:HEX)")
     add_steering_commands(ssub)
     for p in ssub.choices.values():
         p.add_argument("--store", default=None, help=store_help)
@@ -285,7 +288,26 @@ async def _dispatch(args: argparse.Namespace) -> int:
         )
     if args.sessions_command in STEERING_COMMANDS:
         return await STEERING_COMMANDS[args.sessions_command](args)
+    if args.sessions_command == "blob":
+        return await cmd_blob(args)
     return await cmd_sessions(args)
+
+
+async def cmd_blob(args: argparse.Namespace) -> int:
+    from tether.context.blobs import read_blob
+
+    store = _store(args.store)
+    try:
+        data = await read_blob(store, args.id, args.hash)
+    finally:
+        await store.close()
+    if args.json:
+        text = data.decode("utf-8", "surrogatepass")
+        print(json.dumps({"session_id": args.id, "size": len(data), "content": text}))
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,6 +39,7 @@ async def send_message(store: Store, session_id: str, message: str | Message) ->
             raise UsageError(f"session {session_id} has ended ({log.folder.state})")
         try:
             await log.append(UserMessage(message if isinstance(message, Message) else user(message)))
+            await store.mark_runnable(session_id)  # a worker process picks the session up
             return
         except Conflict:
             continue
@@ -60,6 +61,7 @@ async def decide(
             )
         try:
             await log.append(ApprovalDecided(call_id, allow, reason))
+            await store.mark_runnable(session_id)
             return
         except Conflict:
             continue
@@ -88,6 +90,8 @@ async def request_stop(
                 if folder.cancel_scope in ("session", scope):
                     return "asked already: the running worker will stop"
                 await log.append(CancelRequested(scope, reason))
+                # Should that worker die, whoever takes the session over closes it.
+                await store.mark_runnable(session_id)
                 return "asked the running worker to stop"
             await _close_unattended(store, log, scope, reason)
             return "canceled" if scope == "session" else "interrupted"

@@ -11,7 +11,9 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 
-from tether.errors import ProviderError
+from tether.context.blobs import keep_output
+from tether.context.manager import ContextManager
+from tether.errors import ContextOverflow, ProviderError
 from tether.events import (
     ApprovalRequested,
     ModelFailed,
@@ -49,6 +51,8 @@ class TurnContext:
     # Tokens the model counted for its last request and answer: the next request holds
     # both, so it is a floor under the character estimate when the budget is checked.
     last_request_tokens: int = 0
+    # Clears and compacts the transcript before a request passes its budget; None: off.
+    context: ContextManager | None = None
 
 
 async def run_turn(ctx: TurnContext) -> None:
@@ -113,10 +117,15 @@ def _request_hash(ctx: TurnContext, max_output: int | None) -> str:
     return hashlib.sha256(f"{head}\x00{folder.transcript_hash}".encode()).hexdigest()
 
 
-async def _step(ctx: TurnContext) -> bool:
+async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     """One model call and its commit. False when the turn ended here."""
     folder = ctx.log.folder
     max_output = ctx.limits.max_output_tokens
+    # The context policy's decisions are events: the request below is built from them.
+    if ctx.context is not None and not await ctx.context.before_request(
+        ctx.log, ctx.toolbox, max_output
+    ):
+        return False  # the policy failed; the turn ended with its error
     await ctx.log.append(
         ModelRequested(ctx.model.name, _request_hash(ctx, max_output), _input_estimate(ctx))
     )
@@ -132,6 +141,13 @@ async def _step(ctx: TurnContext) -> bool:
     try:
         response = await ctx.model.complete(request)
     except ProviderError as exc:
+        if (
+            isinstance(exc, ContextOverflow)
+            and ctx.context is not None
+            and not after_overflow
+            and await ctx.context.after_overflow(ctx.log, ctx.toolbox, max_output, exc)
+        ):
+            return await _step(ctx, after_overflow=True)  # compacted: one more attempt
         await ctx.log.append(
             ModelFailed(exc.kind, str(exc), exc.status, exc.retryable, 1),
             TurnEnded("error", f"{exc.kind}: {exc}"),
@@ -200,6 +216,8 @@ async def _settle_calls(
         await log.append(*batch)
 
     async def on_finish(call: ToolCall, outcome: CallOutcome) -> None:
+        if outcome.full_output is not None:  # cut at the cap: kept whole, the marker names it
+            await keep_output(log.store, outcome.full_output)
         await log.append_shielded(
             ToolFinished(call.id, outcome.outcome, outcome.content, outcome.duration_ms)
         )

@@ -25,11 +25,12 @@ from tether.errors import (
     ServerError,
 )
 from tether.providers.base import Model, ModelRequest, ModelResponse
-from tether.providers.http import Bucket, RateLimits
+from tether.providers.http import RateLimits
+from tether.scheduler.budget import Budgets
 from tether.scheduler.clock import Clock, LoopClock, Timer
 from tether.scheduler.estimate import estimate_request_tokens
 from tether.scheduler.figures import Counters, GatewayFigures, wait_figures
-from tether.scheduler.limits import AIMDLimit, CircuitBreaker, InputCalibration, TokenBucket
+from tether.scheduler.limits import AIMDLimit, CircuitBreaker, TokenBucket
 from tether.scheduler.queue import PRIORITIES, Entry, FairQueue, Priority
 from tether.scheduler.retry import RetryPolicy
 from tether.scheduler.status import GatewayStatus, StatusKind
@@ -117,11 +118,7 @@ class Gateway:
         self._overflow: dict[str, deque[_Waiter]] = {}
         self._aimd = AIMDLimit(config.max_concurrency, decrease=config.aimd_decrease)
         self._circuit = CircuitBreaker(config.circuit_threshold, config.circuit_cooldown)
-        self._calibration = InputCalibration()
-        self._rpm: TokenBucket | None = None
-        self._tpm: TokenBucket | None = None
-        self._buckets_made = False
-        self._hold_until = 0.0
+        self._budgets = Budgets(config.requests_per_minute, config.tokens_per_minute)
         self._in_flight = 0
         self._blocked: tuple[StatusKind, float] | None = None
         self._timer: Timer | None = None
@@ -155,7 +152,7 @@ class Gateway:
     async def submit(self, request: ModelRequest, ticket: Ticket) -> ModelResponse:
         """Queue, send, retry: the answer, or the last error with `attempts` set on it."""
         now = self._clock.now()
-        self._ensure_buckets(now)
+        self._budgets.start(now)
         self._counters.start(now)
         self._counters.requests += 1
         self._counters.requests_by_tenant[ticket.tenant] += 1
@@ -168,7 +165,7 @@ class Gateway:
         try:
             while True:
                 attempt += 1
-                reservation = self._calibration.tokens(estimate) + output_cap
+                reservation = self._budgets.reservation(estimate, output_cap)
                 lease = await self._acquire(ticket, seq, reservation, track, first=attempt == 1)
                 track.kind, track.since = "sending", self._clock.now()
                 try:
@@ -289,20 +286,11 @@ class Gateway:
             return "circuit_open", opened_until
         if not self._circuit.may_probe(now) or self._in_flight >= self._aimd.allowed:
             return "full", None
-        if self._hold_until > now:
-            return "rate_limited", self._hold_until
-        wait = 0.0
-        if self._rpm is not None:
-            wait = self._rpm.wait_for(1, now)
-        if self._tpm is not None:
-            wait = max(wait, self._tpm.wait_for(reservation, now))
-        return ("rate_limited", now + wait) if wait > 0 else ("queued", None)
+        ready_at = self._budgets.ready_at(reservation, now)
+        return ("rate_limited", ready_at) if ready_at is not None else ("queued", None)
 
     def _dispatch(self, waiter: _Waiter, priority: Priority, now: float) -> None:
-        if self._rpm is not None:
-            self._rpm.take(1, now)
-        if self._tpm is not None:
-            self._tpm.take(waiter.reservation, now)
+        self._budgets.take(waiter.reservation, now)
         probe = self._circuit.on_sent(now)
         self._in_flight += 1
         self._counters.set_in_flight(self._in_flight, now)
@@ -355,15 +343,17 @@ class Gateway:
         usage = response.usage
         used = usage.input_tokens + usage.output_tokens
         if used > 0:
-            if self._tpm is not None:
-                self._tpm.give(lease.reserved - used, now)
-            self._calibration.observe(estimate, usage.input_tokens)
+            self._budgets.settle(lease.reserved, estimate, usage.input_tokens, used, now)
             self._queue.charge(ticket.tenant, ticket.priority, used - lease.reserved)
             self._counters.tokens_used += used
             self._counters.tokens_by_tenant[ticket.tenant] += used
         self._aimd.on_success()
         self._circuit.on_success(lease.probe)
-        self._learn(response, now)
+        # Codecs that keep the last headers on themselves are read right after the answer,
+        # before any other task can run.
+        limits = response.rate_limits or getattr(self.model, "last_rate_limits", None)
+        if self.config.learn_from_headers and isinstance(limits, RateLimits):
+            self._budgets.learn(limits, now)
         self._counters.succeeded += 1
         self._release(lease, now)
 
@@ -383,7 +373,7 @@ class Gateway:
             self._aimd.on_congestion(lease.sent_at, now)
             if error.retry_after is not None:
                 # The backend's budget is spent for everyone, not just for this call.
-                self._hold_until = max(self._hold_until, now + error.retry_after)
+                self._budgets.hold(error.retry_after, now)
         if isinstance(error, Overloaded | ServerError | ConnectionFailed):
             was_open = self._circuit.opened_until
             self._circuit.on_failure(lease.probe, now)
@@ -400,28 +390,6 @@ class Gateway:
     def _settle_abandoned(self, lease: _Lease) -> None:
         self._circuit.on_abandoned(lease.probe)
         self._release(lease, self._clock.now())
-
-    def _ensure_buckets(self, now: float) -> None:
-        if self._buckets_made:
-            return
-        self._buckets_made = True
-        if self.config.requests_per_minute:
-            self._rpm = TokenBucket.per_minute(self.config.requests_per_minute, now)
-        if self.config.tokens_per_minute:
-            self._tpm = TokenBucket.per_minute(self.config.tokens_per_minute, now)
-
-    def _learn(self, response: ModelResponse, now: float) -> None:
-        """Slow down before a 429, not after: believe the backend's own count of what is left.
-        Codecs that keep the last headers on themselves are read right after the answer,
-        before any other task can run."""
-        limits = response.rate_limits or getattr(self.model, "last_rate_limits", None)
-        if not self.config.learn_from_headers or not isinstance(limits, RateLimits):
-            return
-        tokens = limits.tokens
-        if tokens.limit is None and tokens.remaining is None:
-            tokens = limits.input_tokens
-        self._rpm = _learn_bucket(self._rpm, limits.requests, now)
-        self._tpm = _learn_bucket(self._tpm, tokens, now)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -482,27 +450,16 @@ class Gateway:
             circuit=self._circuit.state(now),
             circuit_opened=c.circuit_opened,
             tokens_used=c.tokens_used,
-            input_estimate_factor=self._calibration.factor,
+            input_estimate_factor=self._budgets.calibration.factor,
             tokens_by_tenant=dict(c.tokens_by_tenant),
             requests_by_tenant=dict(c.requests_by_tenant),
             wait={p: wait_figures(c.waits[p]) for p in PRIORITIES},
             utilisation={
                 "concurrency": busy / (ceiling * elapsed) if elapsed > 0 else None,
-                "requests": used(c.attempts, self._rpm),
-                "tokens": used(c.tokens_used, self._tpm),
+                "requests": used(c.attempts, self._budgets.requests),
+                "tokens": used(c.tokens_used, self._budgets.tokens),
             },
         )
-
-
-def _learn_bucket(bucket: TokenBucket | None, seen: Bucket, now: float) -> TokenBucket | None:
-    if seen.limit is not None and seen.limit > 0:
-        if bucket is None:
-            bucket = TokenBucket.per_minute(seen.limit, now)
-        elif seen.limit != bucket.capacity:
-            bucket.resize(seen.limit, now)
-    if bucket is not None and seen.remaining is not None:
-        bucket.observe(seen.remaining, now)
-    return bucket
 
 
 class SessionModel:

@@ -35,6 +35,15 @@ class Lease:
     expires: float  # seconds since the epoch, by the store's clock
 
 
+@dataclass(frozen=True, slots=True)
+class Wakeup:
+    """A session marked as having work for a runner. `token` grows with every mark, so a
+    worker clears only the mark it saw, never one made while it ran."""
+
+    session_id: str
+    token: int
+
+
 class Store(Protocol):
     """An append-only log of events per session, and the leases of the workers running them.
 
@@ -71,6 +80,20 @@ class Store(Protocol):
         """The session's lease if one is held and unexpired."""
         ...
 
+    async def mark_runnable(self, session_id: str) -> None:
+        """Note that the session has work for a runner (it was started, sent a message or a
+        decision, or asked to stop). Marking a marked session bumps its token, keeps its place."""
+        ...
+
+    async def runnable(self, limit: int = 100) -> list[Wakeup]:
+        """Marked sessions that no unexpired lease holds, oldest mark first: what workers poll
+        instead of folding every log."""
+        ...
+
+    async def clear_runnable(self, wakeup: Wakeup) -> bool:
+        """Remove the mark unless it was bumped since `wakeup` was read; True if removed."""
+        ...
+
     async def read(self, session_id: str, after_seq: int = 0) -> list[Event]: ...
 
     async def last_seq(self, session_id: str) -> int: ...
@@ -80,6 +103,14 @@ class Store(Protocol):
         ...
 
     async def sessions(self, limit: int = 100) -> list[SessionInfo]: ...
+
+    async def put_blob(self, data: bytes) -> str:
+        """Keep `data` under its sha256 (hex), which it returns; storing it twice is a no-op."""
+        ...
+
+    async def get_blob(self, digest: str) -> bytes | None:
+        """The data stored under `digest`, or None."""
+        ...
 
     async def close(self) -> None: ...
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 
@@ -10,6 +11,7 @@ from tether.events import Event
 from tether.store.base import (
     Lease,
     SessionInfo,
+    Wakeup,
     check_batch,
     check_ttl,
     is_retry,
@@ -26,6 +28,8 @@ class MemoryStore:
         self._logs: dict[str, list[Event]] = {}
         self._leases: dict[str, Lease] = {}
         self._clock = clock
+        self._wakeups: dict[str, int] = {}  # session id -> token; insertion order is age
+        self._blobs: dict[str, bytes] = {}
 
     async def append(
         self,
@@ -96,6 +100,32 @@ class MemoryStore:
         if held is None or held.expires <= self._clock():
             return None
         return held
+
+    async def put_blob(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        self._blobs.setdefault(digest, bytes(data))
+        return digest
+
+    async def get_blob(self, digest: str) -> bytes | None:
+        return self._blobs.get(digest)
+
+    async def mark_runnable(self, session_id: str) -> None:
+        self._wakeups[session_id] = self._wakeups.get(session_id, 0) + 1
+
+    async def runnable(self, limit: int = 100) -> list[Wakeup]:
+        out: list[Wakeup] = []
+        for sid, token in self._wakeups.items():
+            if len(out) >= limit:
+                break
+            if await self.current_lease(sid) is None:
+                out.append(Wakeup(sid, token))
+        return out
+
+    async def clear_runnable(self, wakeup: Wakeup) -> bool:
+        if self._wakeups.get(wakeup.session_id) != wakeup.token:
+            return False
+        del self._wakeups[wakeup.session_id]
+        return True
 
     async def close(self) -> None:
         return None

@@ -14,6 +14,7 @@ from tether.errors import Conflict, LeaseHeld, LeaseLost, UsageError
 from tether.events import Event, ModelResponded, Payload, SessionCreated, ToolFinished, UserMessage
 from tether.messages import Message, Text, ToolCall, Usage, user
 from tether.store.base import Store
+from tether.testing.wakeup_conformance import WAKEUP_CHECKS
 
 Check = Callable[[Store], Awaitable[None]]
 
@@ -211,6 +212,7 @@ STORE_CHECKS: list[Check] = [
     an_append_under_a_stale_lease_is_refused_and_writes_nothing,
     control_appends_need_no_lease_and_renewal_extends_it,
     a_released_lease_can_be_claimed_at_once,
+    *WAKEUP_CHECKS,
 ]
 
 

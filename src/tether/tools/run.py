@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,10 +32,29 @@ class CallOutcome:
     outcome: str  # ok | error | timeout | canceled | denied | unknown_effect | invalid_input | unknown_tool
     content: str
     duration_ms: float = 0.0
+    # The whole output when `content` was cut at the cap: the caller keeps it as a blob.
+    full_output: str | None = None
 
 
 def render_output(value: object, cap: int) -> str:
     """The text the model sees of a tool's return value, cut at `cap` with a visible marker."""
+    return cap_output(output_text(value), cap)
+
+
+def cap_output(text: str, cap: int) -> str:
+    """`text` cut at `cap`, with a marker naming its size and the blob (its sha256, as
+    `tether.context.blobs` stores it) that keeps all of it."""
+    if len(text) <= cap:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return (
+        f"{text[:cap]}\n[output truncated: {len(text):,} characters, first {cap:,} shown; "
+        f"full output: blob sha256:{digest}]"
+    )
+
+
+def output_text(value: object) -> str:
+    """A tool's return value as text, before any cap."""
     if value is None:
         text = ""
     elif isinstance(value, str):
@@ -46,8 +66,6 @@ def render_output(value: object, cap: int) -> str:
             text = json.dumps(value, ensure_ascii=False, default=str)
         except (TypeError, ValueError):
             text = repr(value)
-    if len(text) > cap:
-        return f"{text[:cap]}\n[output truncated: {len(text):,} characters, first {cap:,} shown]"
     return text
 
 
@@ -102,7 +120,11 @@ async def execute(tool: Tool, call: ToolCall, session_id: str = "") -> CallOutco
         raise
     except Exception as exc:
         return done("error", f"tool {tool.name} raised {type(exc).__name__}: {exc}")
-    return done("ok", render_output(value, tool.output_cap))
+    text = output_text(value)
+    finished = done("ok", cap_output(text, tool.output_cap))
+    if len(text) <= tool.output_cap:
+        return finished
+    return CallOutcome(finished.outcome, finished.content, finished.duration_ms, text)
 
 
 def unknown_tool(call: ToolCall, toolbox: Toolbox) -> CallOutcome:

@@ -1,0 +1,286 @@
+"""The Runtime protocol: the managed-session face of tether, in-process or over HTTP.
+
+Owns `Runtime`, `Capabilities`, `SessionSpec`, `SessionRef`, `SessionStatus`, their JSON
+forms and `validate_capabilities`. It runs nothing: `LocalRuntime` and `HttpRuntime` do,
+and both pass `tether.testing`'s runtime conformance suite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tether.errors import UsageError
+from tether.events import Event
+from tether.limits import Limits
+from tether.messages import JSONObject, JSONValue, Usage, part_from_json
+from tether.state import STOP_REASONS, TERMINAL_STATES, SessionView
+
+# Metadata keys the runtime writes into session.created; a spec may not set them.
+RESERVED_METADATA = frozenset({"runner", "tenant", "idempotency"})
+
+
+class CapabilityRefused(UsageError):
+    """A spec asked for more than the runtime declares; nothing was created."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a runtime can do. `resume_after_restart`: sessions survive the runtime's process
+    (a durable store). `cancel`, `interrupt`, `approvals`: those operations. `event_stream`:
+    `events()` is the log so far, then live. `live_deltas`: streamed model output, not stored.
+    `tenants`: sessions are scoped to the caller's tenant."""
+
+    resume_after_restart: bool = False
+    cancel: bool = False
+    interrupt: bool = False
+    approvals: bool = False
+    event_stream: bool = False
+    live_deltas: bool = False
+    tenants: bool = False
+
+    @staticmethod
+    def names() -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(Capabilities))
+
+    def held(self) -> frozenset[str]:
+        return frozenset(n for n in self.names() if getattr(self, n))
+
+    @staticmethod
+    def of(names: Iterable[str]) -> Capabilities:
+        wanted = set(names)
+        unknown = sorted(wanted - set(Capabilities.names()))
+        if unknown:
+            raise UsageError(
+                f"unknown capabilities {', '.join(unknown)}; known: {', '.join(Capabilities.names())}"
+            )
+        return Capabilities(**{n: True for n in wanted})
+
+    def to_json(self) -> JSONObject:
+        return {n: getattr(self, n) for n in self.names()}
+
+
+def validate_capabilities(declared: Capabilities, requested: Capabilities) -> None:
+    """Refuse (`CapabilityRefused`) a request for anything the runtime does not declare."""
+    missing = sorted(requested.held() - declared.held())
+    if missing:
+        raise CapabilityRefused(
+            f"this runtime cannot provide {', '.join(missing)} "
+            f"(it declares: {', '.join(sorted(declared.held())) or 'nothing'})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """A session to start. `model` is a model string (`scripted:demo`, `python:MODULE:ATTR`,
+    `anthropic:MODEL`, ...) and `tools` are `MODULE:ATTR` specs, so any worker process can
+    rebuild the runner from what `session.created` records. `end_after_turn`: the session
+    ends after a turn that stops for good (completed on `end_turn` or a custom stop, failed
+    on an error or a limit); otherwise it stays idle for more messages. `requires`: the
+    capabilities the caller relies on, refused before anything is created if not declared."""
+
+    model: str
+    task: str
+    tools: tuple[str, ...] = ()
+    system: str | None = None
+    limits: Limits = Limits()
+    metadata: JSONObject = field(default_factory=dict)
+    end_after_turn: bool = False
+    requires: Capabilities = Capabilities()
+
+    def check(self) -> None:
+        """What is wrong whatever the runtime: raised as `UsageError`, before any I/O."""
+        if not self.model.strip():
+            raise UsageError("spec.model is empty: name a model, e.g. scripted:demo")
+        if not self.task.strip():
+            raise UsageError("spec.task is empty: a session starts with a task")
+        for spec in self.tools:
+            if not spec.strip() or spec.startswith(":"):
+                raise UsageError(f"spec.tools: {spec!r} is not MODULE or MODULE:ATTR")
+        taken = sorted(RESERVED_METADATA & set(self.metadata))
+        if taken:
+            raise UsageError(f"spec.metadata may not set {', '.join(taken)}: the runtime writes them")
+
+    def to_json(self) -> JSONObject:
+        return {
+            "model": self.model,
+            "task": self.task,
+            "tools": list(self.tools),
+            "system": self.system,
+            "limits": self.limits.to_json(),
+            "metadata": self.metadata,
+            "end_after_turn": self.end_after_turn,
+            "requires": sorted(self.requires.held()),
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> SessionSpec:
+        limits = data.get("limits") or {}
+        return SessionSpec(
+            model=data["model"],
+            task=data["task"],
+            tools=tuple(data.get("tools") or ()),
+            system=data.get("system"),
+            limits=Limits(**{k: v for k, v in limits.items() if v is not None}),
+            metadata=dict(data.get("metadata") or {}),
+            end_after_turn=bool(data.get("end_after_turn", False)),
+            requires=Capabilities.of(data.get("requires") or ()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRef:
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStatus:
+    """One observation of a session: its fold's view (state, stop reason, usage, cost, last
+    output, seq, open calls and pending approvals). Successive observations obey
+    `tether.state.validate_observation(a.view, b.view)`."""
+
+    view: SessionView
+
+    @property
+    def session_id(self) -> str:
+        return self.view.session_id
+
+    @property
+    def state(self) -> str:
+        return self.view.state
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.view.stop_reason
+
+    @property
+    def usage(self) -> Usage:
+        return self.view.usage
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self.view.cost_usd
+
+    @property
+    def last_output(self) -> str:
+        return self.view.last_output
+
+    @property
+    def last_seq(self) -> int:
+        return self.view.last_seq
+
+    @property
+    def terminal(self) -> bool:
+        return self.view.state in TERMINAL_STATES
+
+    @property
+    def settled(self) -> bool:
+        """Nothing runs and nothing will until someone acts: ended, idle or waiting for a
+        decision."""
+        return self.terminal or self.view.state in ("idle", "waiting_approval")
+
+    def to_json(self) -> JSONObject:
+        return self.view.to_json()
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> SessionStatus:
+        return SessionStatus(view_from_json(data))
+
+
+def view_from_json(data: Mapping[str, Any]) -> SessionView:
+    """The inverse of `SessionView.to_json` (which leaves out `transcript_chars`)."""
+    calls = tuple(part_from_json(c) for c in data.get("open_calls") or ())
+    decisions: JSONObject = dict(data.get("decisions") or {})
+    return SessionView(
+        session_id=str(data["session_id"]),
+        state=data["state"],
+        stop_reason=data.get("stop_reason"),
+        stop_detail=data.get("stop_detail"),
+        model=str(data.get("model", "")),
+        usage=Usage.from_json(data.get("usage") or {}),
+        cost_usd=data.get("cost_usd"),
+        steps=int(data.get("steps", 0)),
+        turn_steps=int(data.get("turn_steps", 0)),
+        turns=int(data.get("turns", 0)),
+        last_seq=int(data.get("last_seq", 0)),
+        last_output=str(data.get("last_output", "")),
+        open_calls=tuple(c for c in calls if not isinstance(c, str)),  # type: ignore[misc]
+        started_calls=frozenset(str(c) for c in data.get("started_calls") or ()),
+        pending_approvals=tuple(str(c) for c in data.get("pending_approvals") or ()),
+        decisions=decisions,
+        cancel_scope=data.get("cancel_scope"),
+        model_request_open=bool(data.get("model_request_open", False)),
+    )
+
+
+# Stop reasons after which a session with `end_after_turn` stays open: it is waiting for a
+# decision, or someone interrupted it and may go on.
+NOT_FINAL = frozenset({"awaiting_approval", "interrupted"})
+FAILED_STOPS = STOP_REASONS - {"end_turn"} - NOT_FINAL
+
+
+class Runtime(Protocol):
+    """Start, watch, steer and stop sessions. Every method that waits takes `timeout`
+    (seconds; None waits as long as it takes) and raises `TimeoutError` past it; cancelling
+    the calling task cancels the wait. A session of another tenant is `SessionNotFound`."""
+
+    async def capabilities(self, *, timeout: float | None = None) -> Capabilities:
+        """What this runtime can do. Creates nothing."""
+        ...
+
+    async def start(
+        self,
+        spec: SessionSpec,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> SessionRef:
+        """Create the session and return once it exists (a worker runs it). The same
+        `idempotency_key` with the same spec returns the same session."""
+        ...
+
+    async def poll(self, ref: SessionRef, *, timeout: float | None = None) -> SessionStatus:
+        """What the session is doing now. Never waits on the session itself."""
+        ...
+
+    async def cancel(self, ref: SessionRef, *, timeout: float | None = None) -> None:
+        """End the session `canceled`. Cancelling an ended session succeeds and changes
+        nothing: its evidence stays readable."""
+        ...
+
+    async def interrupt(self, ref: SessionRef, *, timeout: float | None = None) -> None:
+        """End the running turn `interrupted`; the session stays usable."""
+        ...
+
+    async def send(self, ref: SessionRef, message: str, *, timeout: float | None = None) -> None:
+        """Add a user message; a worker runs the turn it opens."""
+        ...
+
+    async def decide(
+        self,
+        ref: SessionRef,
+        call_id: str,
+        allow: bool,
+        reason: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Allow or deny a call that waits for approval."""
+        ...
+
+    def events(
+        self, ref: SessionRef, after_seq: int = 0, *, timeout: float | None = None
+    ) -> AsyncIterator[Event]:
+        """The session's events after `after_seq`: the log so far, then live, each once and
+        in order; the stream ends after the event that ends the session."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def spec_value(value: JSONValue) -> str:
+    """A short rendering of a JSON value for error messages."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"

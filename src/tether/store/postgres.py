@@ -1,0 +1,294 @@
+"""The PostgreSQL store: many workers on many machines sharing one event log and its leases.
+
+Each append, claim and token-bucket take is one statement calling a server-side function
+(`pg_schema`), so it is atomic and costs one round trip. Lease expiry uses the database's
+clock. Control-plane appends NOTIFY, so a worker hears of a message, a decision or a cancel
+at once (`subscribe`). `claim_runnable` hands
+runnable sessions to workers without contention (SKIP LOCKED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from psycopg.rows import TupleRow
+
+from tether.errors import ConfigError, Conflict, LeaseHeld, LeaseLost, StoreError
+from tether.events import Event, payload_to_json
+from tether.messages import canonical_json
+from tether.store.base import Lease, SessionInfo, Wakeup, check_batch, check_ttl
+from tether.store.pg_conn import Conn, News, Pool, Subscription, redact
+
+DEFAULT_POOL_SIZE = 4
+# How long a cancelled append still waits for its statement's outcome before giving up.
+_APPEND_SETTLE = 30.0
+
+_SELECT_EVENTS = (
+    "SELECT session_id, seq, id, time, thread, type, data FROM tether_events "
+    "WHERE session_id = %s AND seq > %s ORDER BY seq"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A runnable session a worker now holds. `claims` counts claims since the session's
+    last clean release: past a bound, the session kills its workers and is parked."""
+
+    wakeup: Wakeup
+    lease: Lease
+    claims: int
+
+
+def parse_url(url: str) -> tuple[str, int]:
+    """The connection string for psycopg and the pool size (`?pool_size=N`, ours)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ConfigError(f"not a PostgreSQL URL: {redact(url)}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    size = DEFAULT_POOL_SIZE
+    rest: list[tuple[str, str]] = []
+    for key, value in query:
+        if key == "pool_size":
+            if not value.isdigit() or int(value) < 1:
+                raise ConfigError(f"pool_size must be a positive integer, not {value!r}")
+            size = int(value)
+        else:
+            rest.append((key, value))
+    return urlunsplit(parts._replace(query=urlencode(rest))), size
+
+
+class PostgresStore:
+    """`PostgresStore("postgresql://user:pass@host/db?pool_size=4")`. Opens nothing until
+    first used; the first connection brings the schema up to date unless `auto_migrate` is
+    False (then run `tether db migrate`)."""
+
+    def __init__(self, url: str, *, pool_size: int | None = None, auto_migrate: bool = True):
+        conninfo, size = parse_url(url)
+        self.url = url
+        self.pool = Pool(conninfo, pool_size or size, auto_migrate=auto_migrate)
+        self._news = News(conninfo)
+
+    # -- the log ------------------------------------------------------------------------------
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        lease: Lease | None = None,
+    ) -> None:
+        check_batch(session_id, events, expected_seq)
+        params = (
+            session_id,
+            expected_seq,
+            None if lease is None else lease.generation,
+            [e.id for e in events],
+            [e.time for e in events],
+            [e.thread for e in events],
+            [e.type for e in events],
+            [canonical_json(payload_to_json(e.payload)) for e in events],
+        )
+        # A cancel must not leave the caller unsure whether the connection was mid-commit:
+        # the statement runs to its end, then the cancel goes on (the outcome is as after a
+        # lost reply: a retry of the same batch is accepted once).
+        task = asyncio.ensure_future(self.pool.run(lambda conn: _append(conn, params)))
+        try:
+            row = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait({task}, timeout=_APPEND_SETTLE)
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: the caller is cancelled and hears of neither
+            raise
+        status, actual, owner, generation = row
+        if status == "conflict":
+            raise Conflict(session_id, expected_seq, int(actual))
+        if status == "lease" and lease is not None:
+            held = f"generation {generation} ({owner or 'released'})" if generation else "no lease"
+            raise LeaseLost(
+                f"session {session_id}: lease generation {lease.generation} of {lease.owner} "
+                f"is no longer current; the store holds {held}"
+            )
+
+    async def read(self, session_id: str, after_seq: int = 0) -> list[Event]:
+        async def body(conn: Conn) -> list[TupleRow]:
+            cur = await conn.execute(_SELECT_EVENTS, (session_id, after_seq))
+            return await cur.fetchall()
+
+        rows = await self.pool.run(body)
+        return [
+            Event.from_json(
+                {
+                    "session_id": r[0],
+                    "seq": r[1],
+                    "id": r[2],
+                    "time": r[3],
+                    "thread": r[4],
+                    "type": r[5],
+                    "data": json.loads(r[6]),
+                }
+            )
+            for r in rows
+        ]
+
+    async def last_seq(self, session_id: str) -> int:
+        row = await self._one("SELECT last_seq FROM tether_sessions WHERE session_id = %s", (session_id,))
+        return 0 if row is None else int(row[0])
+
+    async def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
+        rows = await self._all(
+            "SELECT session_id, last_seq FROM tether_sessions WHERE session_id = ANY(%s)",
+            (list(session_ids),),
+        )
+        return {r[0]: int(r[1]) for r in rows}
+
+    async def sessions(self, limit: int = 100) -> list[SessionInfo]:
+        rows = await self._all(
+            "SELECT session_id, last_seq, created, updated FROM tether_sessions "
+            "ORDER BY updated DESC, session_id LIMIT %s",
+            (limit,),
+        )
+        return [SessionInfo(r[0], int(r[1]), r[2], r[3]) for r in rows]
+
+    # -- leases -------------------------------------------------------------------------------
+    async def claim(self, session_id: str, owner: str, ttl: float) -> Lease:
+        check_ttl(ttl)
+        row = await self._one("SELECT * FROM tether_claim(%s, %s, %s)", (session_id, owner, ttl))
+        if row is None:
+            raise StoreError(f"session {session_id}: the claim returned nothing")
+        won, held_owner, generation, expires, _claims = row
+        if not won:
+            raise LeaseHeld(session_id, held_owner, float(expires))
+        return Lease(session_id, held_owner, int(generation), float(expires))
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        check_ttl(ttl)
+        row = await self._one(
+            "UPDATE tether_leases SET expires = tether_now() + %s "
+            "WHERE session_id = %s AND generation = %s AND owner <> '' RETURNING expires",
+            (ttl, lease.session_id, lease.generation),
+        )
+        if row is None:
+            raise LeaseLost(
+                f"session {lease.session_id}: lease generation {lease.generation} of "
+                f"{lease.owner} was released or taken over; it cannot be renewed"
+            )
+        return Lease(lease.session_id, lease.owner, lease.generation, float(row[0]))
+
+    async def release(self, lease: Lease) -> None:
+        # Keep the row and its generation, so the next claim still gets a higher one; a clean
+        # release also clears the claim count (the session did not kill its worker).
+        await self._exec(
+            "UPDATE tether_leases SET owner = '', expires = 0, claims = 0 "
+            "WHERE session_id = %s AND generation = %s",
+            (lease.session_id, lease.generation),
+        )
+
+    async def current_lease(self, session_id: str) -> Lease | None:
+        row = await self._one(
+            "SELECT owner, generation, expires FROM tether_leases "
+            "WHERE session_id = %s AND expires > tether_now()",
+            (session_id,),
+        )
+        return None if row is None else Lease(session_id, row[0], int(row[1]), float(row[2]))
+
+    async def claims(self, session_id: str) -> int:
+        """Claims of the session's lease since its last clean release: 1 while its first
+        worker runs it, more after workers died holding it."""
+        row = await self._one(
+            "SELECT claims FROM tether_leases WHERE session_id = %s", (session_id,)
+        )
+        return 0 if row is None else int(row[0])
+
+    # -- runnable sessions ---------------------------------------------------------------------
+    async def mark_runnable(self, session_id: str) -> None:
+        await self._exec("SELECT tether_mark(%s)", (session_id,))
+
+    async def runnable(self, limit: int = 100) -> list[Wakeup]:
+        rows = await self._all(
+            "SELECT w.session_id, w.token FROM tether_wakeups w "
+            "LEFT JOIN tether_leases l ON l.session_id = w.session_id "
+            "WHERE l.session_id IS NULL OR l.expires <= tether_now() "
+            "ORDER BY w.marked, w.session_id LIMIT %s",
+            (limit,),
+        )
+        return [Wakeup(r[0], int(r[1])) for r in rows]
+
+    async def clear_runnable(self, wakeup: Wakeup) -> bool:
+        row = await self._one(
+            "DELETE FROM tether_wakeups WHERE session_id = %s AND token = %s RETURNING 1",
+            (wakeup.session_id, wakeup.token),
+        )
+        return row is not None
+
+    async def claim_runnable(self, owner: str, ttl: float, limit: int = 1) -> list[Claimed]:
+        """Claim up to `limit` runnable sessions at once, oldest mark first. Workers asking
+        together get different sessions without waiting on each other (SKIP LOCKED)."""
+        check_ttl(ttl)
+        rows = await self._all(
+            "SELECT * FROM tether_claim_runnable(%s, %s, %s)", (owner, ttl, limit)
+        )
+        return [
+            Claimed(Wakeup(r[0], int(r[1])), Lease(r[0], owner, int(r[2]), float(r[3])), int(r[4]))
+            for r in rows
+        ]
+
+    # -- blobs --------------------------------------------------------------------------------
+    async def put_blob(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        await self._exec(
+            "INSERT INTO tether_blobs VALUES (%s, %s) ON CONFLICT (digest) DO NOTHING",
+            (digest, bytes(data)),
+        )
+        return digest
+
+    async def get_blob(self, digest: str) -> bytes | None:
+        row = await self._one("SELECT data FROM tether_blobs WHERE digest = %s", (digest,))
+        return None if row is None else bytes(row[0])
+
+    # -- wake-ups -----------------------------------------------------------------------------
+    def subscribe(self) -> Subscription:
+        """Control-plane appends (messages, decisions, cancels) as they commit: `await
+        sub.wait(timeout)` returns the sessions named since the last wait."""
+        return self._news.subscribe()
+
+    async def now(self) -> float:
+        """The database's clock, in seconds since the epoch: the one leases expire by."""
+        row = await self._one("SELECT tether_now()", ())
+        return float(row[0]) if row is not None else 0.0
+
+    # -- plumbing -----------------------------------------------------------------------------
+    async def _one(self, sql: str, params: tuple[object, ...]) -> TupleRow | None:
+        async def body(conn: Conn) -> TupleRow | None:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchone()
+
+        return await self.pool.run(body)
+
+    async def _all(self, sql: str, params: tuple[object, ...]) -> list[TupleRow]:
+        async def body(conn: Conn) -> list[TupleRow]:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchall()
+
+        return await self.pool.run(body)
+
+    async def _exec(self, sql: str, params: tuple[object, ...]) -> None:
+        async def body(conn: Conn) -> None:
+            await conn.execute(sql, params)
+
+        await self.pool.run(body)
+
+    async def close(self) -> None:
+        await self._news.close()
+        await self.pool.close()
+
+
+async def _append(conn: Conn, params: tuple[object, ...]) -> TupleRow:
+    cur = await conn.execute("SELECT * FROM tether_append(%s, %s, %s, %s, %s, %s, %s, %s)", params)
+    row = await cur.fetchone()
+    if row is None:
+        raise StoreError("tether_append returned nothing")
+    return row

@@ -1,0 +1,184 @@
+"""Tools and scripted models that the crash workers and the CLI round trips run in their own
+processes (imported as `kit`, with this directory on PYTHONPATH).
+
+Every tool writes one line per execution to a file under `$CRASH_EFFECTS`, so a test can
+count effects across processes that were killed. `$CRASH_CALL=CALL_ID:before|after`
+SIGKILLs the process inside that call, before or after its effect happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+from tether import ToolContext, tool
+from tether.testing import ScriptedModel, call
+from tether.tools import Tool
+
+EFFECTS_ENV = "CRASH_EFFECTS"
+CRASH_CALL_ENV = "CRASH_CALL"
+
+
+def effects_dir() -> Path:
+    return Path(os.environ[EFFECTS_ENV])
+
+
+def record(kind: str, line: str) -> None:
+    """One line per execution; O_APPEND keeps lines from parallel calls whole."""
+    with open(effects_dir() / f"{kind}.log", "a") as f:
+        f.write(line + "\n")
+
+
+def read_records(directory: Path, kind: str) -> list[list[str]]:
+    path = directory / f"{kind}.log"
+    if not path.exists():
+        return []
+    return [line.split(" ") for line in path.read_text().splitlines()]
+
+
+def die() -> None:
+    """A crash: no finally block, no flush, no lease release."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(99)  # unreachable: SIGKILL to oneself lands before kill() returns
+
+
+def _maybe_die(call_id: str, when: str) -> None:
+    if os.environ.get(CRASH_CALL_ENV) == f"{call_id}:{when}":
+        die()
+
+
+# -- the crash script: read, idempotent and write tools, one parallel turn -----------------
+
+
+@tool(effect="read")
+async def read_note(name: str, ctx: ToolContext) -> str:
+    """Read a note."""
+    _maybe_die(ctx.call_id, "before")
+    record("read", ctx.call_id)
+    _maybe_die(ctx.call_id, "after")
+    await asyncio.sleep(0)
+    return f"note {name}: remember the milk"
+
+
+@tool(effect="idempotent")
+def set_flag(key: str, value: int, ctx: ToolContext) -> str:
+    """Set a flag; setting it twice with the same key is harmless."""
+    _maybe_die(ctx.call_id, "before")
+    record("idempotent", f"{ctx.call_id} {ctx.idempotency_key} {key}={value}")
+    _maybe_die(ctx.call_id, "after")
+    return f"flag {key} set to {value}"
+
+
+@tool  # effect="write", the default
+def append_line(text: str, ctx: ToolContext) -> str:
+    """Append a line to the journal (not safe to repeat)."""
+    _maybe_die(ctx.call_id, "before")
+    record("write", f"{ctx.call_id} {text}")
+    _maybe_die(ctx.call_id, "after")
+    return f"appended {text!r}"
+
+
+CRASH_TOOLS: list[Tool] = [read_note, set_flag, append_line]
+FINAL_ANSWER = "done: the journal has hello and world"
+
+
+def crash_model() -> ScriptedModel:
+    return ScriptedModel(
+        [
+            call("read_note", name="a"),
+            call("set_flag", key="x", value=1),
+            call("append_line", text="hello"),
+            [
+                call("read_note", name="b"),
+                call("set_flag", key="y", value=2),
+                call("append_line", text="world"),
+            ],
+            FINAL_ANSWER,
+        ]
+    )
+
+
+# -- the zombie script: a write that holds until the test lets it go ----------------------
+
+
+def _hold(call_id: str, block_loop: bool) -> None:
+    (effects_dir() / "running").write_text(f"{call_id} {os.getpid()}")
+    deadline = time.monotonic() + 60
+    while not (effects_dir() / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    record("write", f"{call_id} held{'-blocking' if block_loop else ''}")
+
+
+@tool(name="hold_write")
+def hold_write_thread(text: str, ctx: ToolContext) -> str:
+    """Write, after waiting for the go file (in a tool thread: the event loop keeps running)."""
+    _hold(ctx.call_id, block_loop=False)
+    return f"wrote {text}"
+
+
+@tool(name="hold_write")
+async def hold_write_blocking(text: str, ctx: ToolContext) -> str:
+    """Write, after waiting for the go file while blocking the event loop (a badly behaved
+    tool: nothing else of its process runs until it returns)."""
+    _hold(ctx.call_id, block_loop=True)
+    return f"wrote {text}"
+
+
+def zombie_model() -> ScriptedModel:
+    return ScriptedModel([call("hold_write", text="zombie"), "done after the held write"])
+
+
+# -- cancel and interrupt: a tool that runs until it is cancelled -------------------------
+
+
+@tool(timeout=120)
+async def long_write(text: str, ctx: ToolContext) -> str:
+    """A long write that notes when it starts and when it is cancelled."""
+    record("long", f"{ctx.call_id} started {time.time():.6f}")
+    try:
+        await asyncio.sleep(100)
+    except asyncio.CancelledError:
+        record("long", f"{ctx.call_id} cancelled {time.time():.6f}")
+        raise
+    record("long", f"{ctx.call_id} finished {time.time():.6f}")
+    return f"wrote {text}"
+
+
+@tool(effect="read")
+async def quick_read(ctx: ToolContext) -> str:
+    """A read that takes a moment."""
+    await asyncio.sleep(float(os.environ.get("QUICK_READ_SECONDS", "0.3")))
+    record("read", ctx.call_id)
+    return "all quiet"
+
+
+LONG_TOOLS: list[Tool] = [long_write, quick_read]
+
+
+def long_model() -> ScriptedModel:
+    """A long write first; after an interrupt, a user's next message gets a plain answer."""
+    return ScriptedModel([call("long_write", text="slowly"), "stopped as asked", "fine, done"])
+
+
+def quick_model() -> ScriptedModel:
+    return ScriptedModel([call("quick_read"), "all quiet here"])
+
+
+# -- approvals: a write that needs a decision ----------------------------------------------
+
+
+@tool(needs_approval=True)
+def transfer(amount: int, ctx: ToolContext) -> str:
+    """Move money out of the account."""
+    record("write", f"{ctx.call_id} transfer={amount}")
+    return f"sent {amount}"
+
+
+APPROVAL_TOOLS: list[Tool] = [transfer]
+
+
+def approval_model() -> ScriptedModel:
+    return ScriptedModel([call("transfer", amount=30), "transfer handled"])

@@ -1,0 +1,118 @@
+"""A worker process for the crash tests: starts or resumes one scripted session on a SQLite
+file, and can SIGKILL itself at a chosen commit point.
+
+    python worker.py DB SCRIPT start            # a new session (SCRIPT: a key of SCRIPTS)
+    python worker.py DB SCRIPT resume SESSION   # continue it, waiting out a dead lease
+
+Env: CRASH_AT_SEQ=N dies right after this process commits the event with seq N;
+CRASH_AFTER_OWN=K right after its K-th own event; CRASH_CALL (see kit) inside a tool.
+WORKER_TTL is the lease ttl (default 1.0 s). It prints JSON lines: {"prefix"} first (its
+event-id prefix), {"committed"} for each event it appends, then {"result"} (exit 0) or
+{"lease_lost"} (exit 3), both with the appends it tried and the ones refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import kit
+
+from tether import Agent, Event
+from tether.errors import LeaseLost
+from tether.session_log import _ID_PREFIX
+from tether.store import SQLiteStore
+from tether.store.base import Lease
+from tether.testing import ScriptedModel
+from tether.tools import Tool
+
+SCRIPTS: dict[str, tuple[Callable[[], ScriptedModel], list[Tool]]] = {
+    "crash": (kit.crash_model, kit.CRASH_TOOLS),
+    "zombie_thread": (kit.zombie_model, [kit.hold_write_thread]),
+    "zombie_blocking": (kit.zombie_model, [kit.hold_write_blocking]),
+}
+TASK = "Read the notes, set the flags, and journal hello and world."
+OWN = f"ev_{_ID_PREFIX}_"
+
+
+def say(**fact: Any) -> None:
+    print(json.dumps(fact), flush=True)
+
+
+class CountingStore:
+    """The real SQLite store, counting the appends this process tries and those refused."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self.inner = inner
+        self.tried = 0
+        self.refused = 0
+
+    async def append(
+        self, session_id: str, events: Sequence[Event], expected_seq: int, lease: Lease | None = None
+    ) -> None:
+        self.tried += 1
+        try:
+            await self.inner.append(session_id, events, expected_seq, lease)
+        except LeaseLost:
+            self.refused += 1
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def observer() -> Callable[[Event], None]:
+    at_seq = int(os.environ.get("CRASH_AT_SEQ", "0"))
+    after_own = int(os.environ.get("CRASH_AFTER_OWN", "0"))
+    own = 0
+
+    def on_event(event: Event) -> None:
+        nonlocal own
+        if not event.id.startswith(OWN):
+            return  # folded in from another process
+        own += 1
+        say(committed=event.id, seq=event.seq, type=event.type)
+        if event.seq == at_seq or own == after_own:
+            kit.die()
+
+    return on_event
+
+
+async def main(db: str, script: str, command: str, session_id: str | None) -> int:
+    model, tools = SCRIPTS[script]
+    store = CountingStore(SQLiteStore(db))
+    agent = Agent(
+        model(),
+        tools=tools,
+        store=store,  # type: ignore[arg-type]
+        lease_ttl=float(os.environ.get("WORKER_TTL", "1.0")),
+        watch_interval=0.1,
+        on_event=observer(),
+    )
+    say(prefix=_ID_PREFIX, pid=os.getpid())
+    try:
+        if command == "start":
+            result = await agent.run(TASK)
+        else:
+            assert session_id is not None
+            result = await agent.resume(session_id, lease_wait=30)
+    except LeaseLost as exc:
+        say(lease_lost=str(exc), tried=store.tried, refused=store.refused)
+        return 3
+    finally:
+        await agent.close()
+    say(
+        result={"session_id": result.session_id, "state": result.state,
+                "stop_reason": result.stop_reason, "output": result.output},
+        tried=store.tried, refused=store.refused,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    db_path, script_name, cmd = sys.argv[1:4]
+    sys.exit(asyncio.run(main(db_path, script_name, cmd, sys.argv[4] if len(sys.argv) > 4 else None)))
