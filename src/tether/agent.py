@@ -26,7 +26,7 @@ from tether.messages import JSONValue, Message, Usage, user
 from tether.providers.base import DeltaObserver, Model
 from tether.session_log import Clock, EventObserver, SessionLog, new_session_id
 from tether.state import SessionView
-from tether.store.base import DEFAULT_STORE_URL, Store, open_store
+from tether.store.base import DEFAULT_STORE_URL, Lease, Store, open_store
 from tether.tools.base import Tool, Toolbox
 from tether.watch import Watched, Watcher
 
@@ -157,12 +157,15 @@ class Agent:
         *,
         session_id: str | None = None,
         lease_wait: float = 0.0,
+        lease: Lease | None = None,
     ) -> RunResult:
         """Run one turn: a new session for `task`, or `task` sent to session `session_id`.
         With `task=None`, continue the session's open turn (after an approval or a crash).
 
         The run holds the session's lease: if another worker holds it, wait up to
-        `lease_wait` seconds for it to be released or to expire, then raise `LeaseHeld`."""
+        `lease_wait` seconds for it to be released or to expire, then raise `LeaseHeld`.
+        A worker that claimed the session already (e.g. `claim_runnable`) passes its `lease`:
+        the run uses it, and releases it at the end as its own."""
         if session_id is not None and session_id in self._running:
             raise UsageError(f"session {session_id} is already running in this agent")
         log = await self._open_log(session_id)
@@ -170,7 +173,11 @@ class Agent:
             raise UsageError(
                 f"session {log.session_id} has ended ({log.folder.state}); start a new one"
             )
-        log.lease = await claim_lease(self.store, log.session_id, worker_id(), self.lease_ttl, lease_wait)
+        if lease is not None and lease.session_id != log.session_id:
+            raise UsageError(f"a lease of session {lease.session_id} cannot run {log.session_id}")
+        log.lease = lease or await claim_lease(
+            self.store, log.session_id, worker_id(), self.lease_ttl, lease_wait
+        )
         try:
             first: list[Payload] = [self._session_created()] if session_id is None else []
             if session_id is not None:

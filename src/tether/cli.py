@@ -271,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     for p in ssub.choices.values():
         p.add_argument("--store", default=None, help=store_help)
         p.add_argument("--json", action="store_true")
+    add_db_commands(sub, store_help)
     return parser
 
 
@@ -279,6 +280,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
         if args.max_steps <= 0:
             raise CliError(f"--max-steps must be positive, not {args.max_steps}")
         return await cmd_run(args, task=args.task, model=args.model, tool_specs=args.tools)
+    if args.command == "db":
+        return await cmd_db(args)
     if args.command == "demo":
         from tether.demo import DEMO_TASK
 
@@ -328,6 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 from tether.cli_steer import STEERING_COMMANDS, add_steering_commands  # noqa: E402
+from tether.cli_db import add_db_commands, cmd_db  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -53,12 +53,23 @@ class Watcher:
                 await task
 
     async def _run(self) -> None:
-        while self._watched:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.tick()
-            except StoreError:
-                continue  # a busy or briefly unreachable store: the next tick tries again
+        # A store that pushes news (PostgreSQL's NOTIFY) wakes the watcher at once; the
+        # interval stays the fallback, so a lost notification only delays.
+        subscribe = getattr(self.store, "subscribe", None)
+        news = subscribe() if subscribe is not None else None
+        try:
+            while self._watched:
+                if news is not None:
+                    await news.wait(self.interval)
+                else:
+                    await asyncio.sleep(self.interval)
+                try:
+                    await self.tick()
+                except StoreError:
+                    continue  # a busy or briefly unreachable store: the next tick tries again
+        finally:
+            if news is not None:
+                news.close()
 
     async def tick(self) -> None:
         """One round: renew what is due, then fold in other processes' appends."""

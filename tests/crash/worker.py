@@ -5,7 +5,8 @@ file, and can SIGKILL itself at a chosen commit point.
     python worker.py DB SCRIPT resume SESSION   # continue it, waiting out a dead lease
 
 Env: CRASH_AT_SEQ=N dies right after this process commits the event with seq N;
-CRASH_AFTER_OWN=K right after its K-th own event; CRASH_CALL (see kit) inside a tool.
+CRASH_AFTER_APPENDS=K as its K-th append returns from the store (committed, but not yet
+folded in or observed); CRASH_CALL (see kit) inside a tool.
 WORKER_TTL is the lease ttl (default 1.0 s). It prints JSON lines: {"prefix"} first (its
 event-id prefix), {"committed"} for each event it appends, then {"result"} (exit 0) or
 {"lease_lost"} (exit 3), both with the appends it tried and the ones refused.
@@ -46,10 +47,11 @@ def say(**fact: Any) -> None:
 class CountingStore:
     """The real SQLite store, counting the appends this process tries and those refused."""
 
-    def __init__(self, inner: SQLiteStore) -> None:
+    def __init__(self, inner: SQLiteStore, die_after: int = 0) -> None:
         self.inner = inner
         self.tried = 0
         self.refused = 0
+        self.die_after = die_after
 
     async def append(
         self, session_id: str, events: Sequence[Event], expected_seq: int, lease: Lease | None = None
@@ -60,6 +62,8 @@ class CountingStore:
         except LeaseLost:
             self.refused += 1
             raise
+        if self.tried == self.die_after:
+            kit.die()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -67,16 +71,12 @@ class CountingStore:
 
 def observer() -> Callable[[Event], None]:
     at_seq = int(os.environ.get("CRASH_AT_SEQ", "0"))
-    after_own = int(os.environ.get("CRASH_AFTER_OWN", "0"))
-    own = 0
 
     def on_event(event: Event) -> None:
-        nonlocal own
         if not event.id.startswith(OWN):
             return  # folded in from another process
-        own += 1
         say(committed=event.id, seq=event.seq, type=event.type)
-        if event.seq == at_seq or own == after_own:
+        if event.seq == at_seq:
             kit.die()
 
     return on_event
@@ -84,7 +84,7 @@ def observer() -> Callable[[Event], None]:
 
 async def main(db: str, script: str, command: str, session_id: str | None) -> int:
     model, tools = SCRIPTS[script]
-    store = CountingStore(SQLiteStore(db))
+    store = CountingStore(SQLiteStore(db), int(os.environ.get("CRASH_AFTER_APPENDS", "0")))
     agent = Agent(
         model(),
         tools=tools,

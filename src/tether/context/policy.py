@@ -61,19 +61,21 @@ class DefaultPolicy:
     async def __call__(self, view: ContextView) -> list[ContextCompacted]:
         if view.budget is None and not view.overflowed:
             return []
-        if not view.overflowed and view.estimate <= self.threshold * (view.budget or 0):
+        limit = int(self.threshold * view.budget) if view.budget is not None else view.estimate
+        if not view.overflowed and view.estimate <= limit:
             return []
         goal = int(self.target * view.budget) if view.budget is not None else view.estimate
         if view.overflowed:  # the provider counts more than we do: shrink by at least target
-            goal = min(goal, int(self.target * view.estimate))
+            goal = limit = min(goal, int(self.target * view.estimate))
         draft = _draft(view)
         start = view.first_user_index() + 1
+        # Each step goes down to `goal`, so the next is needed only much later; a later step
+        # is taken only while the request is still over `limit`.
         events = _clear(draft, start, goal, self.keep_recent)
-        if draft.total > goal:
-            compacted = await self._compact(draft, start, goal)
-            events += compacted
-            if draft.total > goal:  # the kept turns alone are too large: clear them too
-                events += _clear(draft, start, goal, 0)
+        if draft.total > limit:
+            events += await self._compact(draft, start, goal)
+        if draft.total > limit:  # the latest turns alone are too large: clear them too
+            events += _clear(draft, start, goal, 0)
         return events
 
     async def _compact(self, draft: _Draft, start: int, goal: int) -> list[ContextCompacted]:

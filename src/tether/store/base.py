@@ -156,12 +156,19 @@ DEFAULT_STORE_URL = "sqlite:///tether.db"
 
 
 def open_store(url: str) -> Store:
-    """`memory:` (tests), `sqlite:///PATH` or a path ending in .db/.sqlite (the default)."""
+    """`memory:` (tests), `sqlite:///PATH` or a path ending in .db/.sqlite (the default),
+    `postgresql://…` (many workers on many machines)."""
     from tether.store.memory import MemoryStore
     from tether.store.sqlite import SQLiteStore
 
     if url in ("memory:", "memory://"):
         return MemoryStore()
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from tether.store.postgres import PostgresStore
+        except ImportError as exc:
+            raise ConfigError(f"{url.split(':')[0]} stores need: pip install 'tether[postgres]'") from exc
+        return PostgresStore(url)
     if url.startswith("sqlite://"):
         path = url.removeprefix("sqlite://")
         path = path[1:] if path.startswith("/") and not path.startswith("//") else path
@@ -171,5 +178,6 @@ def open_store(url: str) -> Store:
     if url.endswith((".db", ".sqlite", ".sqlite3")) and "://" not in url:
         return SQLiteStore(url)
     raise ConfigError(
-        f"cannot open store {url!r}: use memory:, sqlite:///PATH or a path ending in .db"
+        f"cannot open store {url!r}: use memory:, sqlite:///PATH, a path ending in .db "
+        "or postgresql://USER:PASSWORD@HOST/DB"
     )

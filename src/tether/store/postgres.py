@@ -135,18 +135,18 @@ class PostgresStore:
         ]
 
     async def last_seq(self, session_id: str) -> int:
-        row = await self._one("SELECT last_seq FROM tether_sessions WHERE session_id = %s", (session_id,))
+        row = await self.fetch_one("SELECT last_seq FROM tether_sessions WHERE session_id = %s", (session_id,))
         return 0 if row is None else int(row[0])
 
     async def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
-        rows = await self._all(
+        rows = await self.fetch_all(
             "SELECT session_id, last_seq FROM tether_sessions WHERE session_id = ANY(%s)",
             (list(session_ids),),
         )
         return {r[0]: int(r[1]) for r in rows}
 
     async def sessions(self, limit: int = 100) -> list[SessionInfo]:
-        rows = await self._all(
+        rows = await self.fetch_all(
             "SELECT session_id, last_seq, created, updated FROM tether_sessions "
             "ORDER BY updated DESC, session_id LIMIT %s",
             (limit,),
@@ -156,7 +156,7 @@ class PostgresStore:
     # -- leases -------------------------------------------------------------------------------
     async def claim(self, session_id: str, owner: str, ttl: float) -> Lease:
         check_ttl(ttl)
-        row = await self._one("SELECT * FROM tether_claim(%s, %s, %s)", (session_id, owner, ttl))
+        row = await self.fetch_one("SELECT * FROM tether_claim(%s, %s, %s)", (session_id, owner, ttl))
         if row is None:
             raise StoreError(f"session {session_id}: the claim returned nothing")
         won, held_owner, generation, expires, _claims = row
@@ -166,7 +166,7 @@ class PostgresStore:
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         check_ttl(ttl)
-        row = await self._one(
+        row = await self.fetch_one(
             "UPDATE tether_leases SET expires = tether_now() + %s "
             "WHERE session_id = %s AND generation = %s AND owner <> '' RETURNING expires",
             (ttl, lease.session_id, lease.generation),
@@ -181,14 +181,14 @@ class PostgresStore:
     async def release(self, lease: Lease) -> None:
         # Keep the row and its generation, so the next claim still gets a higher one; a clean
         # release also clears the claim count (the session did not kill its worker).
-        await self._exec(
+        await self.execute(
             "UPDATE tether_leases SET owner = '', expires = 0, claims = 0 "
             "WHERE session_id = %s AND generation = %s",
             (lease.session_id, lease.generation),
         )
 
     async def current_lease(self, session_id: str) -> Lease | None:
-        row = await self._one(
+        row = await self.fetch_one(
             "SELECT owner, generation, expires FROM tether_leases "
             "WHERE session_id = %s AND expires > tether_now()",
             (session_id,),
@@ -198,17 +198,17 @@ class PostgresStore:
     async def claims(self, session_id: str) -> int:
         """Claims of the session's lease since its last clean release: 1 while its first
         worker runs it, more after workers died holding it."""
-        row = await self._one(
+        row = await self.fetch_one(
             "SELECT claims FROM tether_leases WHERE session_id = %s", (session_id,)
         )
         return 0 if row is None else int(row[0])
 
     # -- runnable sessions ---------------------------------------------------------------------
     async def mark_runnable(self, session_id: str) -> None:
-        await self._exec("SELECT tether_mark(%s)", (session_id,))
+        await self.execute("SELECT tether_mark(%s)", (session_id,))
 
     async def runnable(self, limit: int = 100) -> list[Wakeup]:
-        rows = await self._all(
+        rows = await self.fetch_all(
             "SELECT w.session_id, w.token FROM tether_wakeups w "
             "LEFT JOIN tether_leases l ON l.session_id = w.session_id "
             "WHERE l.session_id IS NULL OR l.expires <= tether_now() "
@@ -218,7 +218,7 @@ class PostgresStore:
         return [Wakeup(r[0], int(r[1])) for r in rows]
 
     async def clear_runnable(self, wakeup: Wakeup) -> bool:
-        row = await self._one(
+        row = await self.fetch_one(
             "DELETE FROM tether_wakeups WHERE session_id = %s AND token = %s RETURNING 1",
             (wakeup.session_id, wakeup.token),
         )
@@ -228,7 +228,7 @@ class PostgresStore:
         """Claim up to `limit` runnable sessions at once, oldest mark first. Workers asking
         together get different sessions without waiting on each other (SKIP LOCKED)."""
         check_ttl(ttl)
-        rows = await self._all(
+        rows = await self.fetch_all(
             "SELECT * FROM tether_claim_runnable(%s, %s, %s)", (owner, ttl, limit)
         )
         return [
@@ -239,14 +239,14 @@ class PostgresStore:
     # -- blobs --------------------------------------------------------------------------------
     async def put_blob(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
-        await self._exec(
+        await self.execute(
             "INSERT INTO tether_blobs VALUES (%s, %s) ON CONFLICT (digest) DO NOTHING",
             (digest, bytes(data)),
         )
         return digest
 
     async def get_blob(self, digest: str) -> bytes | None:
-        row = await self._one("SELECT data FROM tether_blobs WHERE digest = %s", (digest,))
+        row = await self.fetch_one("SELECT data FROM tether_blobs WHERE digest = %s", (digest,))
         return None if row is None else bytes(row[0])
 
     # -- wake-ups -----------------------------------------------------------------------------
@@ -257,25 +257,25 @@ class PostgresStore:
 
     async def now(self) -> float:
         """The database's clock, in seconds since the epoch: the one leases expire by."""
-        row = await self._one("SELECT tether_now()", ())
+        row = await self.fetch_one("SELECT tether_now()", ())
         return float(row[0]) if row is not None else 0.0
 
     # -- plumbing -----------------------------------------------------------------------------
-    async def _one(self, sql: str, params: tuple[object, ...]) -> TupleRow | None:
+    async def fetch_one(self, sql: str, params: tuple[object, ...]) -> TupleRow | None:
         async def body(conn: Conn) -> TupleRow | None:
             cur = await conn.execute(sql, params)
             return await cur.fetchone()
 
         return await self.pool.run(body)
 
-    async def _all(self, sql: str, params: tuple[object, ...]) -> list[TupleRow]:
+    async def fetch_all(self, sql: str, params: tuple[object, ...]) -> list[TupleRow]:
         async def body(conn: Conn) -> list[TupleRow]:
             cur = await conn.execute(sql, params)
             return await cur.fetchall()
 
         return await self.pool.run(body)
 
-    async def _exec(self, sql: str, params: tuple[object, ...]) -> None:
+    async def execute(self, sql: str, params: tuple[object, ...]) -> None:
         async def body(conn: Conn) -> None:
             await conn.execute(sql, params)
 

@@ -1,0 +1,73 @@
+"""`tether db migrate|status`: bring a store's schema up to date, or say where it stands.
+
+A thin adapter over `tether.store.pg_schema`. Migrating is idempotent and safe while workers
+run: each step takes one advisory lock and commits with its bookkeeping row. SQLite stores
+create their schema when opened, so for them this only opens the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from tether.store.base import DEFAULT_STORE_URL
+
+
+def add_db_commands(sub: Any, store_help: str) -> None:
+    db = sub.add_parser("db", help="the store's schema")
+    dsub = db.add_subparsers(dest="db_command", required=True)
+    for name, text in (
+        ("migrate", "create or update the schema (idempotent)"),
+        ("status", "the schema version the store is at"),
+    ):
+        p = dsub.add_parser(name, help=text)
+        p.add_argument("--store", default=None, help=store_help)
+        p.add_argument("--json", action="store_true")
+
+
+async def cmd_db(args: argparse.Namespace) -> int:
+    from tether.cli import _store
+
+    url = args.store or os.environ.get("TETHER_STORE") or DEFAULT_STORE_URL
+    if url.startswith(("postgresql://", "postgres://")):
+        report = await _postgres(url, migrate=args.db_command == "migrate")
+    else:
+        store = _store(url)  # opening a SQLite file creates or checks its schema
+        await store.close()
+        report = {"store": store.url, "applied": [], "detail": "schema checked when opened"}
+    print(json.dumps(report) if args.json else _line(report))
+    return 0
+
+
+async def _postgres(url: str, *, migrate: bool) -> dict[str, Any]:
+    from tether.store import pg_schema
+    from tether.store.pg_conn import redact
+    from tether.store.postgres import PostgresStore
+
+    store = PostgresStore(url, pool_size=1, auto_migrate=False)
+    try:
+        async with store.pool.connection() as conn:
+            applied = await pg_schema.migrate(conn) if migrate else []
+            version = await pg_schema.schema_version(conn)
+    finally:
+        await store.close()
+    return {
+        "store": redact(url),
+        "version": version,
+        "latest": pg_schema.SCHEMA_VERSION,
+        "applied": [{"version": m.version, "description": m.description} for m in applied],
+    }
+
+
+def _line(report: dict[str, Any]) -> str:
+    if "version" not in report:
+        return f"{report['store']}: {report['detail']}"
+    done = ", ".join(f"{a['version']} ({a['description']})" for a in report["applied"])
+    where = f"{report['store']}: schema version {report['version']} of {report['latest']}"
+    if done:
+        return f"{where}; applied {done}"
+    if report["version"] < report["latest"]:
+        return f"{where}; run `tether db migrate`"
+    return f"{where}; up to date"

@@ -1,0 +1,166 @@
+"""Live event streams: one tail over the store per process, fanned out to every subscriber.
+
+Owns `EventHub` and `stream_events`, the generator behind `Runtime.events`: the log so far,
+then live, each event once and in order. The hub looks for news with one `last_seqs` query
+per interval for all watched sessions (or at once, when this process appended: `poke`), reads
+each session's news once, and hands the same events to all its subscribers. A subscriber
+that falls behind or sees a gap reads the store itself, so the hub may drop, never reorder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+from tether.errors import StoreError
+from tether.events import Event, SessionEnded
+from tether.store.base import Store
+
+BUFFER = 2_000  # events a subscriber may have waiting before it must read the store itself
+
+
+@dataclass(eq=False)
+class Subscription:
+    session_id: str
+    notify: asyncio.Event = field(default_factory=asyncio.Event)
+    buffer: list[Event] = field(default_factory=list)
+    overflowed: bool = False
+    closed: bool = False
+
+    def take(self) -> tuple[list[Event], bool]:
+        events, overflowed = self.buffer, self.overflowed
+        self.buffer, self.overflowed = [], False
+        self.notify.clear()
+        return events, overflowed
+
+
+class EventHub:
+    def __init__(self, store: Store, interval: float = 0.1) -> None:
+        self.store = store
+        self.interval = interval
+        self._subs: dict[str, set[Subscription]] = {}
+        self._cursor: dict[str, int] = {}
+        self._poked: set[str] = set()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def subscribers(self) -> int:
+        return sum(len(s) for s in self._subs.values())
+
+    def subscribe(self, session_id: str) -> Subscription:
+        sub = Subscription(session_id)
+        self._subs.setdefault(session_id, set()).add(sub)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="tether-hub")
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        subs = self._subs.get(sub.session_id)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._subs[sub.session_id]
+                self._cursor.pop(sub.session_id, None)
+
+    def poke(self, session_id: str) -> None:
+        """This process appended to the session: look now rather than at the next interval."""
+        if session_id in self._subs:
+            self._poked.add(session_id)
+            self._wake.set()
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for subs in self._subs.values():
+            for sub in subs:
+                sub.closed = True
+                sub.notify.set()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_poll = loop.time()
+        while self._subs:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, next_poll - loop.time())):
+                    await self._wake.wait()
+            self._wake.clear()
+            due, self._poked = self._poked, set()
+            if loop.time() >= next_poll:
+                next_poll = loop.time() + self.interval
+                due |= set(self._subs)
+            try:
+                await self._tick(due)
+            except StoreError:
+                continue  # a busy store: the next round looks again
+
+    async def _tick(self, due: set[str]) -> None:
+        if not due:
+            return
+        seqs = await self.store.last_seqs(list(due))
+        for sid, seq in seqs.items():
+            if sid not in self._subs:
+                continue
+            cursor = self._cursor.get(sid)
+            if cursor is None:  # new to the hub: its subscribers read what came before
+                self._cursor[sid] = cursor = seq
+                self._notify(sid, [])
+            if seq > cursor:
+                events = await self.store.read(sid, cursor)
+                if events:
+                    self._cursor[sid] = events[-1].seq
+                    self._notify(sid, events)
+
+    def _notify(self, session_id: str, events: list[Event]) -> None:
+        for sub in self._subs.get(session_id, ()):
+            if len(sub.buffer) + len(events) > BUFFER:
+                sub.buffer, sub.overflowed = [], True
+            else:
+                sub.buffer.extend(events)
+            sub.notify.set()
+
+
+async def stream_events(
+    hub: EventHub,
+    session_id: str,
+    after_seq: int,
+    is_terminal: Callable[[], Awaitable[tuple[bool, int]]],
+) -> AsyncIterator[Event]:
+    """Every event after `after_seq`, once and in order, then live ones as they land; ends
+    after `session.ended`, or when `is_terminal()` says (terminal, last seq) that the session
+    ended and everything is delivered."""
+    store = hub.store
+    cursor = after_seq
+    sub = hub.subscribe(session_id)  # first, so nothing appended while reading is missed
+    try:
+        pending = await store.read(session_id, cursor)
+        checked = False
+        while True:
+            for event in pending:
+                if event.seq != cursor + 1:
+                    continue  # already delivered, or a gap the next read fills
+                cursor = event.seq
+                yield event
+                if isinstance(event.payload, SessionEnded):
+                    return
+            if not checked:  # once: a stream opened after the end has no session.ended to see
+                checked = True
+                ended, last_seq = await is_terminal()
+                if ended and cursor >= last_seq:
+                    return
+            await sub.notify.wait()
+            if sub.closed:
+                raise StoreError("the runtime was closed while streaming events")
+            news, overflowed = sub.take()
+            if overflowed or not news or news[0].seq > cursor + 1:
+                # Behind, a gap, or a bare wake-up: the store has what the hub did not bring.
+                pending = await store.read(session_id, cursor)
+            else:
+                pending = news
+    finally:
+        hub.unsubscribe(sub)

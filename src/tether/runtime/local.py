@@ -1,0 +1,257 @@
+"""`LocalRuntime`: the Runtime protocol in-process, over a store, with a pool of workers.
+
+Owns the operations' checks (spec, capabilities, tenant, deadlines) and wiring the pieces:
+creation and folds (`sessions`), running (`worker`), streams (`hub`), steering (`control`).
+`tether serve` is this runtime behind HTTP; `for_tenant` scopes it to one tenant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from tether import control
+from tether.errors import SessionNotFound, UsageError
+from tether.events import Event
+from tether.fold import Folder
+from tether.providers.base import Model
+from tether.runtime.base import (
+    Capabilities,
+    SessionRef,
+    SessionSpec,
+    SessionStatus,
+    validate_capabilities,
+)
+from tether.runtime.hub import EventHub, stream_events
+from tether.runtime.sessions import Views, build_runner, create_session, created_event
+from tether.runtime.worker import Worker
+from tether.store.base import Store, open_store
+from tether.tools.base import Tool
+
+BUILT = 256  # resolved (model, tools) pairs kept for starting sessions
+
+
+@dataclass(eq=False)
+class _Core:
+    """What every tenant's view of one runtime shares."""
+
+    store: Store
+    owns_store: bool
+    hub: EventHub
+    views: Views
+    worker: Worker | None
+    worker_task: asyncio.Task[None] | None = None
+    built: OrderedDict[tuple[str, tuple[str, ...]], tuple[Model, list[Tool]]] = field(
+        default_factory=OrderedDict
+    )
+    started: int = 0
+    closed: bool = False
+
+
+class LocalRuntime:
+    """`LocalRuntime(store, workers=8)`: `store` is a `Store` or a store URL; `workers` is
+    how many sessions this process runs at once (0: none, `tether worker` processes run
+    them). `lease_ttl`: how soon another worker takes over a session whose worker died."""
+
+    def __init__(
+        self,
+        store: Store | str,
+        *,
+        workers: int = 8,
+        poll_interval: float = 0.1,
+        lease_ttl: float = 30.0,
+        watch_interval: float = 0.2,
+        views: int = 1_000,
+    ) -> None:
+        owns = isinstance(store, str)
+        the_store = open_store(store) if isinstance(store, str) else store
+        hub = EventHub(the_store, interval=poll_interval)
+        worker = None
+        if workers > 0:
+            worker = Worker(
+                the_store,
+                concurrency=workers,
+                poll_interval=poll_interval,
+                lease_ttl=lease_ttl,
+                watch_interval=watch_interval,
+                on_event=lambda e: hub.poke(e.session_id),
+            )
+        self._core = _Core(the_store, owns, hub, Views(the_store, views), worker)
+        self.tenant: str | None = None
+
+    def for_tenant(self, tenant: str) -> LocalRuntime:
+        """The same runtime, seeing and touching only `tenant`'s sessions."""
+        scoped = object.__new__(LocalRuntime)
+        scoped._core = self._core
+        scoped.tenant = tenant
+        return scoped
+
+    @property
+    def store(self) -> Store:
+        return self._core.store
+
+    @property
+    def worker(self) -> Worker | None:
+        return self._core.worker
+
+    @property
+    def hub(self) -> EventHub:
+        return self._core.hub
+
+    async def __aenter__(self) -> LocalRuntime:
+        self._ensure_running()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _ensure_running(self) -> None:
+        core = self._core
+        if core.closed:
+            raise UsageError("this runtime is closed")
+        if core.worker is not None and (core.worker_task is None or core.worker_task.done()):
+            core.worker_task = asyncio.get_running_loop().create_task(
+                core.worker.run(), name="tether-worker"
+            )
+
+    async def capabilities(self, *, timeout: float | None = None) -> Capabilities:
+        return Capabilities(
+            resume_after_restart=not self._core.store.url.startswith("memory:"),
+            cancel=True,
+            interrupt=True,
+            approvals=True,
+            event_stream=True,
+            live_deltas=False,
+            tenants=True,
+        )
+
+    async def start(
+        self,
+        spec: SessionSpec,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> SessionRef:
+        spec.check()
+        validate_capabilities(await self.capabilities(), spec.requires)
+        if idempotency_key is not None and not idempotency_key.strip():
+            raise UsageError("an idempotency key must not be empty")
+        self._ensure_running()
+        model, tools = self._build(spec)
+        created = created_event(spec, model, tools, self.tenant, idempotency_key)
+        async with asyncio.timeout(timeout):
+            sid = await create_session(
+                self._core.store, spec, created, self.tenant, idempotency_key, time.time()
+            )
+        self._core.started += 1
+        if self._core.worker is not None:
+            self._core.worker.wake()
+        return SessionRef(sid)
+
+    def _build(self, spec: SessionSpec) -> tuple[Model, list[Tool]]:
+        key = (spec.model, spec.tools)
+        built = self._core.built.get(key)
+        if built is None:
+            built = build_runner(spec.model, spec.tools)
+            self._core.built[key] = built
+            while len(self._core.built) > BUILT:
+                self._core.built.popitem(last=False)
+        return built
+
+    async def _folder(self, ref: SessionRef) -> Folder:
+        """The session's current fold, if it exists and belongs to this tenant."""
+        folder = await self._core.views.get(ref.session_id)
+        if folder.last_seq == 0 or (
+            self.tenant is not None and folder.metadata.get("tenant") != self.tenant
+        ):
+            raise SessionNotFound(ref.session_id)
+        return folder
+
+    async def poll(self, ref: SessionRef, *, timeout: float | None = None) -> SessionStatus:
+        async with asyncio.timeout(timeout):
+            return SessionStatus((await self._folder(ref)).view())
+
+    async def cancel(self, ref: SessionRef, *, timeout: float | None = None) -> None:
+        await self._stop(ref, "session", timeout)
+
+    async def interrupt(self, ref: SessionRef, *, timeout: float | None = None) -> None:
+        await self._stop(ref, "turn", timeout)
+
+    async def _stop(self, ref: SessionRef, scope: str, timeout: float | None) -> None:
+        async with asyncio.timeout(timeout):
+            await self._folder(ref)
+            await control.request_stop(self._core.store, ref.session_id, scope)
+        self._core.hub.poke(ref.session_id)
+
+    async def send(self, ref: SessionRef, message: str, *, timeout: float | None = None) -> None:
+        if not message.strip():
+            raise UsageError("a message must not be empty")
+        async with asyncio.timeout(timeout):
+            await self._folder(ref)
+            await control.send_message(self._core.store, ref.session_id, message)
+        self._woken(ref)
+
+    async def decide(
+        self,
+        ref: SessionRef,
+        call_id: str,
+        allow: bool,
+        reason: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        async with asyncio.timeout(timeout):
+            folder = await self._folder(ref)
+            if folder.terminal:
+                raise UsageError(f"session {ref.session_id} has ended ({folder.state})")
+            await control.decide(self._core.store, ref.session_id, call_id, allow, reason)
+        self._woken(ref)
+
+    def _woken(self, ref: SessionRef) -> None:
+        self._core.hub.poke(ref.session_id)
+        if self._core.worker is not None:
+            self._core.worker.wake()
+
+    async def events(
+        self, ref: SessionRef, after_seq: int = 0, *, timeout: float | None = None
+    ) -> AsyncIterator[Event]:
+        if after_seq < 0:
+            raise UsageError(f"after_seq must be 0 or more, not {after_seq}")
+        # The deadline bounds the waits inside the stream, never the caller's own work
+        # between events (a timeout scope must not span a yield).
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        async with asyncio.timeout_at(deadline):
+            await self._folder(ref)
+
+        async def is_terminal() -> tuple[bool, int]:
+            folder = await self._folder(ref)
+            return folder.terminal, folder.last_seq
+
+        stream = stream_events(self._core.hub, ref.session_id, after_seq, is_terminal)
+        try:
+            while True:
+                async with asyncio.timeout_at(deadline):
+                    try:
+                        event = await anext(stream)
+                    except StopAsyncIteration:
+                        return
+                yield event
+        finally:
+            await stream.aclose()
+
+    async def close(self) -> None:
+        """Stop the workers of this process (a running turn closes as interrupted) and the
+        streams, and close the store if this runtime opened it."""
+        core = self._core
+        if core.closed:
+            return
+        core.closed = True
+        if core.worker_task is not None:
+            core.worker_task.cancel()
+            await asyncio.gather(core.worker_task, return_exceptions=True)
+        await core.hub.close()
+        if core.owns_store:
+            await core.store.close()

@@ -1,0 +1,169 @@
+"""Creating managed sessions and rebuilding their runners; folds kept current for polling.
+
+Owns what `session.created` records for a runtime session (`metadata.runner`: model string,
+tool specs, `end_after_turn`; `metadata.tenant`; `metadata.idempotency`), idempotent
+creation, and `Views`, the per-process cache of incremental folds behind `poll`. Running
+sessions is `worker`; the operations themselves are `local`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from tether.agent import resolve_model
+from tether.errors import Conflict, TetherError, UsageError
+from tether.events import Event, SessionCreated, UserMessage, format_time
+from tether.fold import Folder
+from tether.limits import Limits
+from tether.messages import JSONObject, JSONValue, canonical_json, user
+from tether.providers.base import Model
+from tether.runtime.base import SessionSpec
+from tether.session_log import new_event_id, new_session_id
+from tether.store.base import Store
+from tether.tools.base import Tool
+
+
+class IdempotencyConflict(UsageError):
+    """An idempotency key was used again with a different request."""
+
+
+@dataclass(frozen=True, slots=True)
+class Runner:
+    """What a worker needs to run a session, as `session.created` recorded it."""
+
+    model: str
+    tools: tuple[str, ...]
+    limits: JSONObject
+    end_after_turn: bool
+
+    @staticmethod
+    def from_created(created: SessionCreated) -> Runner | None:
+        """None for a session no runtime started (and that no worker should take)."""
+        recorded = created.metadata.get("runner") or created.metadata.get("cli")
+        if not isinstance(recorded, dict) or not isinstance(recorded.get("model"), str):
+            return None
+        tools = recorded.get("tools") or []
+        return Runner(
+            model=str(recorded["model"]),
+            tools=tuple(str(t) for t in tools) if isinstance(tools, list) else (),
+            limits=dict(created.limits),
+            end_after_turn=bool(recorded.get("end_after_turn", False)),
+        )
+
+    def key(self) -> str:
+        return canonical_json([self.model, list(self.tools), self.limits])
+
+    def build_limits(self) -> Limits:
+        return Limits(**{k: v for k, v in self.limits.items() if v is not None})  # type: ignore[arg-type]
+
+
+def load_tool_specs(specs: tuple[str, ...]) -> list[Tool]:
+    from tether.cli import CliError, load_tools
+
+    try:
+        return load_tools(specs)
+    except CliError as exc:
+        raise UsageError(str(exc).replace("--tools ", "tool ")) from exc
+
+
+def build_runner(model: str, tools: tuple[str, ...]) -> tuple[Model, list[Tool]]:
+    """Resolve the model string and load the tools, or say clearly which one is wrong."""
+    try:
+        resolved = resolve_model(model)
+    except TetherError as exc:
+        raise UsageError(f"model {model!r}: {exc}") from exc
+    except Exception as exc:  # a model factory of the user's that raised
+        raise UsageError(f"model {model!r}: {type(exc).__name__}: {exc}") from exc
+    return resolved, load_tool_specs(tools)
+
+
+def fingerprint(spec: SessionSpec) -> str:
+    return hashlib.sha256(canonical_json(spec.to_json()).encode()).hexdigest()[:32]
+
+
+def session_id_for(tenant: str | None, key: str) -> str:
+    """The same key of the same tenant names the same session, in any process."""
+    digest = hashlib.sha256(f"{tenant or ''}\x00{key}".encode()).hexdigest()
+    return f"ses_{digest[:16]}"
+
+
+def created_event(
+    spec: SessionSpec, model: Model, tools: list[Tool], tenant: str | None, key: str | None
+) -> SessionCreated:
+    metadata: JSONObject = dict(spec.metadata)
+    metadata["runner"] = {
+        "model": spec.model,
+        "tools": list[JSONValue](spec.tools),
+        "end_after_turn": spec.end_after_turn,
+    }
+    if tenant is not None:
+        metadata["tenant"] = tenant
+    if key is not None:
+        metadata["idempotency"] = {"key": key, "fingerprint": fingerprint(spec)}
+    return SessionCreated(
+        model=model.name,
+        system=spec.system,
+        tools={t.name: t.schema_hash for t in tools},
+        limits=spec.limits.to_json(),
+        metadata=metadata,
+    )
+
+
+async def create_session(
+    store: Store,
+    spec: SessionSpec,
+    created: SessionCreated,
+    tenant: str | None,
+    key: str | None,
+    now: float,
+) -> str:
+    """Append `session.created` and the task as one batch, then mark the session runnable.
+    A retried key returns the session it made (and marks it again, should the first try
+    have stopped before marking)."""
+    session_id = new_session_id() if key is None else session_id_for(tenant, key)
+    stamp = format_time(now)
+    events = [
+        Event(session_id, 1, new_event_id(), stamp, created),
+        Event(session_id, 2, new_event_id(), stamp, UserMessage(user(spec.task))),
+    ]
+    try:
+        await store.append(session_id, events, 0)
+    except Conflict:
+        if key is None:
+            raise
+        first = (await store.read(session_id))[0].payload
+        recorded = first.metadata.get("idempotency") if isinstance(first, SessionCreated) else None
+        if not isinstance(recorded, dict) or recorded.get("fingerprint") != fingerprint(spec):
+            raise IdempotencyConflict(
+                f"idempotency key {key!r} was already used for a different session spec"
+            ) from None
+    await store.mark_runnable(session_id)
+    return session_id
+
+
+class Views:
+    """Incremental folds of the sessions this process was asked about, so a poll reads only
+    the events since the last one. Bounded: the least recently polled are dropped."""
+
+    def __init__(self, store: Store, size: int = 1_000) -> None:
+        self.store = store
+        self.size = size
+        self._folders: OrderedDict[str, Folder] = OrderedDict()
+
+    async def get(self, session_id: str) -> Folder:
+        folder = self._folders.get(session_id)
+        if folder is None:
+            folder = Folder()
+        else:
+            self._folders.move_to_end(session_id)
+        news = await self.store.read(session_id, folder.last_seq)
+        for event in news:
+            if event.seq == folder.last_seq + 1:  # a concurrent poll may have applied it
+                folder.apply(event)
+        if folder.last_seq > 0 and session_id not in self._folders:
+            self._folders[session_id] = folder
+            while len(self._folders) > self.size:
+                self._folders.popitem(last=False)
+        return folder

@@ -1,0 +1,70 @@
+"""Taking work from PostgreSQL for a worker: claim runnable sessions without contention, and
+park the ones that keep killing their workers.
+
+A session whose lease was claimed more than `max_claims` times since its last clean release
+has had that many workers die (or hang) while running it. Rather than let it take down
+worker after worker, `take_work` ends it `failed`, naming why, and hands out the rest. What
+a worker then does with a session (run its turn) is the caller's: see `Agent.run(lease=...)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from tether.events import SessionEnded, ToolFinished, TurnEnded
+from tether.recovery import UNKNOWN_EFFECT
+from tether.session_log import SessionLog
+from tether.store.postgres import Claimed, PostgresStore
+
+DEFAULT_MAX_CLAIMS = 3
+
+
+def poison_reason(claims: int) -> str:
+    return (
+        f"poisoned: the session's workers stopped without releasing it {claims - 1} times in a "
+        "row (crashed, killed or hung); parked so it cannot take down more workers"
+    )
+
+
+async def take_work(
+    store: PostgresStore,
+    owner: str,
+    *,
+    ttl: float,
+    limit: int,
+    max_claims: int = DEFAULT_MAX_CLAIMS,
+) -> list[Claimed]:
+    """Claim up to `limit` runnable sessions; those past `max_claims` are parked, not
+    returned. The caller runs each returned session under its lease and releases it."""
+    claimed = await store.claim_runnable(owner, ttl, limit)
+    runnable: list[Claimed] = []
+    for item in claimed:
+        if item.claims > max_claims:
+            await park(store, item, poison_reason(item.claims))
+        else:
+            runnable.append(item)
+    return runnable
+
+
+async def park(store: PostgresStore, item: Claimed, reason: str) -> None:
+    """End the claimed session `failed` with `reason`: open calls answered (a started one
+    with unknown effect, never run again), the turn closed, the session ended; then its
+    wakeup cleared and its lease released."""
+    log = await SessionLog.load(store, item.lease.session_id)
+    log.lease = item.lease
+    try:
+        folder = log.folder
+        if log.folder.last_seq and not folder.terminal:
+            if folder.turn_open:
+                for call in folder.view().open_calls:
+                    if call.id in folder.started:
+                        await log.append(ToolFinished(call.id, "unknown_effect", UNKNOWN_EFFECT))
+                    else:
+                        await log.append(
+                            ToolFinished(call.id, "canceled", f"The call never ran: {reason}")
+                        )
+                await log.append(TurnEnded("error", reason))
+            await log.append(SessionEnded("failed", reason))
+        await store.clear_runnable(item.wakeup)
+    finally:
+        await asyncio.shield(store.release(item.lease))

@@ -1,0 +1,329 @@
+"""The runtime conformance suite: what every `Runtime` must do, as plain async checks.
+
+Each check takes a runtime whose workers run sessions (models and tools from
+`runtime_fixtures`) and raises AssertionError on a violation. Every poll it makes is checked
+against the one before with `validate_observation`. A runtime's tests run them all, e.g.
+`@pytest.mark.parametrize("check", RUNTIME_CHECKS)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable
+
+from tether.errors import SessionNotFound, UsageError
+from tether.events import Event
+from tether.runtime.base import (
+    Capabilities,
+    CapabilityRefused,
+    Runtime,
+    SessionRef,
+    SessionSpec,
+    SessionStatus,
+)
+from tether.state import validate_observation
+from tether.testing.runtime_fixtures import MODEL, TOOLS
+
+Check = Callable[[Runtime], Awaitable[None]]
+WAIT = 30.0  # generous: a slow machine passes, a hung runtime still fails
+
+
+def spec(task: str, **changes: object) -> SessionSpec:
+    return SessionSpec(model=MODEL, task=task, tools=TOOLS, **changes)  # type: ignore[arg-type]
+
+
+class Observer:
+    """Polls one session; every observation must be able to follow the one before it."""
+
+    def __init__(self, runtime: Runtime, ref: SessionRef) -> None:
+        self.runtime, self.ref = runtime, ref
+        self.last: SessionStatus | None = None
+        self.polls = 0
+
+    async def poll(self) -> SessionStatus:
+        status = await self.runtime.poll(self.ref, timeout=WAIT)
+        assert status.session_id == self.ref.session_id
+        if self.last is not None:
+            validate_observation(self.last.view, status.view)
+        self.last, self.polls = status, self.polls + 1
+        return status
+
+    async def until(self, what: str, ok: Callable[[SessionStatus], bool]) -> SessionStatus:
+        async with asyncio.timeout(WAIT):
+            while True:
+                status = await self.poll()
+                if ok(status):
+                    return status
+                await asyncio.sleep(0.01)
+        raise AssertionError(f"unreachable: waiting for {what}")
+
+    async def settled(self) -> SessionStatus:
+        return await self.until("a settled state", lambda s: s.settled)
+
+
+async def collect(runtime: Runtime, ref: SessionRef, after_seq: int = 0) -> list[Event]:
+    return [e async for e in runtime.events(ref, after_seq, timeout=WAIT)]
+
+
+def assert_dense(events: list[Event], first: int = 1) -> None:
+    seqs = [e.seq for e in events]
+    assert seqs == list(range(first, first + len(seqs))), f"not dense from {first}: {seqs}"
+
+
+async def capabilities_are_declared_and_a_spec_asking_for_more_is_refused(rt: Runtime) -> None:
+    caps = await rt.capabilities(timeout=WAIT)
+    for needed in ("cancel", "interrupt", "approvals", "event_stream"):
+        assert needed in caps.held(), f"the suite needs {needed}; declared {sorted(caps.held())}"
+    key = f"caps-{secrets.token_hex(4)}"
+    missing = set(Capabilities.names()) - caps.held()
+    if missing:
+        try:
+            await rt.start(spec("echo no", requires=Capabilities.of(missing)), idempotency_key=key)
+        except CapabilityRefused as exc:
+            assert all(name in str(exc) for name in missing), str(exc)
+        else:
+            raise AssertionError(f"a spec requiring {sorted(missing)} was accepted")
+    try:
+        await rt.start(spec("echo no", requires=Capabilities.of(["no_such_capability"])))
+    except UsageError as exc:
+        assert "no_such_capability" in str(exc)
+    else:
+        raise AssertionError("a spec requiring an unknown capability was accepted")
+    # The refused start created nothing: its key is still free for another spec.
+    ref = await rt.start(spec("echo yes", requires=caps), idempotency_key=key)
+    status = await Observer(rt, ref).settled()
+    assert status.last_output == "echo: yes", status.last_output
+
+
+async def a_session_runs_its_task_and_every_poll_is_a_valid_observation(rt: Runtime) -> None:
+    ref = await rt.start(spec("note 3"))
+    watch = Observer(rt, ref)
+    first = await watch.poll()
+    assert first.state in {"pending", "waiting_model", "waiting_tool", "idle"}, first.state
+    status = await watch.settled()
+    assert status.state == "idle" and status.stop_reason == "end_turn", status.to_json()
+    assert status.last_output == "noted 3" and status.view.steps == 4
+    assert status.usage.input_tokens > 0 and (status.cost_usd or 0) > 0
+    finished = [e for e in await collect(rt, ref) if e.type == "tool.finished"]
+    assert [getattr(e.payload, "outcome", "") for e in finished] == ["ok"] * 3
+
+
+async def send_opens_a_new_turn_on_an_idle_session(rt: Runtime) -> None:
+    ref = await rt.start(spec("echo one"))
+    watch = Observer(rt, ref)
+    await watch.settled()
+    await rt.send(ref, "echo two", timeout=WAIT)
+    status = await watch.until("the second turn", lambda s: s.view.turns == 2 and s.settled)
+    assert status.last_output == "echo: two" and status.stop_reason == "end_turn"
+    try:
+        await rt.send(ref, "   ", timeout=WAIT)
+    except UsageError:
+        pass
+    else:
+        raise AssertionError("an empty message was accepted")
+
+
+async def an_ended_session_can_be_cancelled_and_its_evidence_stays_readable(rt: Runtime) -> None:
+    ref = await rt.start(spec("echo done", end_after_turn=True))
+    watch = Observer(rt, ref)
+    status = await watch.until("completed", lambda s: s.terminal)
+    assert status.state == "completed", status.state
+    before = await collect(rt, ref)
+    assert before[-1].type == "session.ended"
+    await rt.cancel(ref, timeout=WAIT)  # success, and nothing changes
+    await rt.cancel(ref, timeout=WAIT)
+    after = await watch.poll()
+    assert after.state == "completed" and after.last_output == "echo: done"
+    assert await collect(rt, ref) == before
+    for refused in (rt.send(ref, "echo more", timeout=WAIT), rt.decide(ref, "call_0_0", True)):
+        try:
+            await refused
+        except UsageError:
+            pass
+        else:
+            raise AssertionError("an ended session accepted more input")
+    assert await collect(rt, ref) == before
+
+
+async def cancel_ends_a_running_session(rt: Runtime) -> None:
+    ref = await rt.start(spec("hang"))
+    watch = Observer(rt, ref)
+    await watch.until("the model call", lambda s: s.state == "waiting_model")
+    await rt.cancel(ref, timeout=WAIT)
+    status = await watch.until("canceled", lambda s: s.terminal)
+    assert status.state == "canceled" and status.stop_reason == "interrupted", status.to_json()
+    types = [e.type for e in await collect(rt, ref)]
+    assert "cancel.requested" in types and types[-1] == "session.ended", types
+
+
+async def interrupt_ends_the_turn_and_the_session_stays_usable(rt: Runtime) -> None:
+    ref = await rt.start(spec("hang"))
+    watch = Observer(rt, ref)
+    await watch.until("the model call", lambda s: s.state == "waiting_model")
+    await rt.interrupt(ref, timeout=WAIT)
+    status = await watch.until("interrupted", lambda s: s.stop_reason == "interrupted")
+    assert status.state == "idle", status.state
+    await rt.interrupt(ref, timeout=WAIT)  # nothing runs: nothing to do, not an error
+    await rt.send(ref, "echo back", timeout=WAIT)
+    status = await watch.until("the next turn", lambda s: s.view.turns == 2 and s.settled)
+    assert status.last_output == "echo: back"
+
+
+async def an_approval_waits_for_a_decision(rt: Runtime) -> None:
+    for allow, expected in ((True, "guarded said: done: launch"), (False, "denied")):
+        ref = await rt.start(spec("guarded launch"))
+        watch = Observer(rt, ref)
+        status = await watch.until("an approval", lambda s: s.state == "waiting_approval")
+        (call_id,) = status.view.pending_approvals
+        assert status.view.open_calls[0].name == "guarded"
+        try:
+            await rt.decide(ref, "call_no_such", True, timeout=WAIT)
+        except UsageError as exc:
+            assert "call_no_such" in str(exc)
+        else:
+            raise AssertionError("a decision on a call that waits for none was accepted")
+        await rt.decide(ref, call_id, allow, None if allow else "not today", timeout=WAIT)
+        status = await watch.until("the answer", lambda s: s.state == "idle")
+        assert expected in status.last_output, status.last_output
+
+
+async def a_failing_model_ends_a_one_turn_session_failed(rt: Runtime) -> None:
+    ref = await rt.start(spec("fail", end_after_turn=True))
+    status = await Observer(rt, ref).until("the end", lambda s: s.terminal)
+    assert status.state == "failed" and status.stop_reason == "error", status.to_json()
+
+
+async def events_are_the_log_so_far_then_live_and_end_with_the_session(rt: Runtime) -> None:
+    ref = await rt.start(spec("note 3 0.05", end_after_turn=True))
+    events = await collect(rt, ref)  # subscribed while the session runs
+    assert_dense(events)
+    assert [e.type for e in events[:2]] == ["session.created", "user.message"]
+    assert events[-1].type == "session.ended"
+    status = await Observer(rt, ref).poll()
+    assert status.state == "completed" and status.last_seq == events[-1].seq
+
+
+async def an_event_stream_resumes_after_any_seq_without_gaps_or_duplicates(rt: Runtime) -> None:
+    ref = await rt.start(spec("note 4 0.05", end_after_turn=True))
+    head: list[Event] = []
+    async for event in rt.events(ref, 0, timeout=WAIT):
+        head.append(event)
+        if len(head) == 4:
+            break  # a subscriber goes away mid-session...
+    tail = await collect(rt, ref, after_seq=head[-1].seq)  # ...and comes back
+    whole = head + tail
+    assert_dense(whole)
+    assert whole[-1].type == "session.ended"
+    for after in range(len(whole) + 1):
+        again = await collect(rt, ref, after_seq=after)
+        assert again == whole[after:], f"resuming after seq {after}"
+
+
+async def unknown_sessions_are_not_found(rt: Runtime) -> None:
+    ref = SessionRef(f"ses_{secrets.token_hex(8)}")
+    attempts: list[Callable[[], Awaitable[object]]] = [
+        lambda: rt.poll(ref, timeout=WAIT),
+        lambda: rt.cancel(ref, timeout=WAIT),
+        lambda: rt.interrupt(ref, timeout=WAIT),
+        lambda: rt.send(ref, "echo hi", timeout=WAIT),
+        lambda: rt.decide(ref, "call_0_0", True, timeout=WAIT),
+        lambda: collect(rt, ref),
+    ]
+    for attempt in attempts:
+        try:
+            await attempt()
+        except SessionNotFound as exc:
+            assert ref.session_id in str(exc)
+        else:
+            raise AssertionError("an unknown session was found")
+
+
+async def bad_specs_are_refused_before_anything_is_created(rt: Runtime) -> None:
+    key = f"bad-{secrets.token_hex(4)}"
+    bad = [
+        SessionSpec(model="no-such-provider:model", task="echo hi"),
+        SessionSpec(model=MODEL, task="echo hi", tools=("tether_no_such_module:tools",)),
+        SessionSpec(model=MODEL, task="   "),
+        SessionSpec(model=MODEL, task="echo hi", metadata={"tenant": "someone-else"}),
+    ]
+    for refused in bad:
+        try:
+            await rt.start(refused, idempotency_key=key, timeout=WAIT)
+        except UsageError as exc:
+            assert str(exc).strip(), "a refusal without a message"
+        else:
+            raise AssertionError(f"a bad spec was accepted: {refused}")
+    ref = await rt.start(spec("echo fine"), idempotency_key=key)  # the key is still free
+    assert (await Observer(rt, ref).settled()).last_output == "echo: fine"
+
+
+async def an_idempotency_key_returns_the_same_session(rt: Runtime) -> None:
+    key = f"idem-{secrets.token_hex(4)}"
+    first = await rt.start(spec("echo once"), idempotency_key=key)
+    again = await rt.start(spec("echo once"), idempotency_key=key)
+    assert first == again
+    try:
+        await rt.start(spec("echo twice"), idempotency_key=key)
+    except UsageError as exc:
+        assert key in str(exc)
+    else:
+        raise AssertionError("an idempotency key was reused for another spec")
+    status = await Observer(rt, first).settled()
+    assert status.view.turns == 1 and status.last_output == "echo: once"
+
+
+async def waits_honour_their_deadline_and_cancellation(rt: Runtime) -> None:
+    ref = await rt.start(spec("echo open"))
+    await Observer(rt, ref).settled()  # idle: its stream stays open for more
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    seen: list[Event] = []
+    try:
+        async for event in rt.events(ref, 0, timeout=0.5):
+            seen.append(event)
+    except TimeoutError:
+        pass
+    else:
+        raise AssertionError("a stream of an open session ended before its deadline")
+    assert 0.4 <= loop.time() - began < WAIT, loop.time() - began
+    assert_dense(seen)
+    assert seen and seen[-1].type == "turn.ended"
+
+    async def consume() -> None:
+        async for _ in rt.events(ref, 0):
+            pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.2)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=WAIT)
+    assert done and task.cancelled(), "cancelling a stream's consumer did not stop it"
+
+
+RUNTIME_CHECKS: list[Check] = [
+    capabilities_are_declared_and_a_spec_asking_for_more_is_refused,
+    a_session_runs_its_task_and_every_poll_is_a_valid_observation,
+    send_opens_a_new_turn_on_an_idle_session,
+    an_ended_session_can_be_cancelled_and_its_evidence_stays_readable,
+    cancel_ends_a_running_session,
+    interrupt_ends_the_turn_and_the_session_stays_usable,
+    an_approval_waits_for_a_decision,
+    a_failing_model_ends_a_one_turn_session_failed,
+    events_are_the_log_so_far_then_live_and_end_with_the_session,
+    an_event_stream_resumes_after_any_seq_without_gaps_or_duplicates,
+    unknown_sessions_are_not_found,
+    bad_specs_are_refused_before_anything_is_created,
+    an_idempotency_key_returns_the_same_session,
+    waits_honour_their_deadline_and_cancellation,
+]
+
+
+async def run_runtime_conformance(factory: Callable[[], Awaitable[Runtime]]) -> None:
+    """Run every check, each on a fresh runtime from `factory`."""
+    for check in RUNTIME_CHECKS:
+        runtime = await factory()
+        try:
+            await check(runtime)
+        finally:
+            await runtime.close()

@@ -1,0 +1,146 @@
+"""A worker process for the PostgreSQL chaos test and benchmark: claims runnable sessions
+(`take_work`: SKIP LOCKED, poisoned ones parked) and runs each turn with `Agent.run(lease=)`.
+
+Run as `python -m tests.postgres.pg_worker URL JOURNAL [--concurrency N] [--ttl S]`. Its model
+is scripted (two `write` calls, then an answer); a session whose task says "poison" kills
+its worker at every model call. Every accepted leased append and every refused one is
+journalled (`ok SID GEN FIRST LAST`, `refused SID GEN`) so the test can check that no
+append under an old lease landed after a newer one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import sys
+from collections.abc import Sequence
+
+from tether.agent import Agent
+from tether.errors import LeaseHeld, LeaseLost, UsageError
+from tether.events import Event
+from tether.fold import Folder
+from tether.lease import worker_id
+from tether.messages import Message
+from tether.store.base import Lease
+from tether.store.pg_work import take_work
+from tether.store.postgres import Claimed, PostgresStore
+from tether.testing import Delay, ScriptedModel, call
+from tether.tools import ToolContext, tool
+
+
+class JournalledStore(PostgresStore):
+    """Writes down the outcome of every append made under a lease."""
+
+    def __init__(self, url: str, journal: str) -> None:
+        super().__init__(url, pool_size=8)
+        self._journal = open(journal, "a", buffering=1)  # noqa: SIM115  (lives with the process)
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        lease: Lease | None = None,
+    ) -> None:
+        try:
+            await super().append(session_id, events, expected_seq, lease)
+        except LeaseLost:
+            if lease is not None:
+                self._journal.write(f"refused {session_id} {lease.generation}\n")
+            raise
+        if lease is not None:
+            self._journal.write(
+                f"ok {session_id} {lease.generation} {events[0].seq} {events[-1].seq}\n"
+            )
+
+
+def make_tools(effects_path: str) -> list[object]:
+    @tool(effect="write")
+    async def write(n: int, ctx: ToolContext) -> str:
+        """Write one record somewhere outside the log (an effect that must not repeat)."""
+        await asyncio.sleep(random.uniform(0.05, 0.4))
+        fd = os.open(effects_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{ctx.session_id} {ctx.call_id} {n} {os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+        return f"wrote {n}"
+
+    return [write]
+
+
+def first_reply(messages: Sequence[Message]) -> object:
+    if messages and "poison" in messages[0].text:
+        os.kill(os.getpid(), signal.SIGKILL)  # this session kills whoever runs it
+    return call("write", n=1)
+
+
+async def run_one(agent: Agent, store: PostgresStore, item: Claimed) -> None:
+    sid = item.lease.session_id
+    try:
+        folder = Folder().apply_all(await store.read(sid))
+        if folder.terminal or not folder.turn_open:
+            # The turn was finished by a worker that died before clearing the mark.
+            await store.clear_runnable(item.wakeup)
+            await store.release(item.lease)
+            return
+        await agent.run(None, session_id=sid, lease=item.lease)
+        await store.clear_runnable(item.wakeup)
+    except (LeaseLost, LeaseHeld, UsageError):
+        pass  # taken over (we were a zombie), or ended meanwhile
+
+
+async def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("journal")
+    parser.add_argument("--effects", default=os.devnull)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--ttl", type=float, default=2.0)
+    parser.add_argument("--max-claims", type=int, default=3)
+    parser.add_argument("--exit-when-idle", type=float, default=0.0)
+    args = parser.parse_args(argv)
+
+    store = JournalledStore(args.url, args.journal)
+    model = ScriptedModel(
+        [first_reply, Delay(0.02, call("write", n=2)), "done"]  # type: ignore[list-item]
+    )
+    agent = Agent(
+        model, tools=make_tools(args.effects), store=store, lease_ttl=args.ttl, watch_interval=0.2
+    )
+    owner = worker_id()
+    news = store.subscribe()
+    running: set[asyncio.Task[None]] = set()
+    idle_since = asyncio.get_running_loop().time()
+    try:
+        while True:
+            free = args.concurrency - len(running)
+            got = []
+            if free > 0:
+                got = await take_work(
+                    store, owner, ttl=args.ttl, limit=free, max_claims=args.max_claims
+                )
+            for item in got:
+                task = asyncio.create_task(run_one(agent, store, item))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            now = asyncio.get_running_loop().time()
+            if got or running:
+                idle_since = now
+            elif args.exit_when_idle and now - idle_since > args.exit_when_idle:
+                return 0
+            if not got:
+                await news.wait(0.1 if running else 0.5)
+    finally:
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        news.close()
+        await agent.close()
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,25 @@
+"""LocalRuntime passes the runtime conformance suite on both embedded stores."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tether.runtime import LocalRuntime
+from tether.store import MemoryStore, SQLiteStore, Store
+from tether.testing import RUNTIME_CHECKS
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LocalRuntime]:
+    store: Store = MemoryStore() if request.param == "memory" else SQLiteStore(str(tmp_path / "t.db"))
+    async with LocalRuntime(store, workers=4, poll_interval=0.05, watch_interval=0.05) as rt:
+        yield rt
+    await store.close()
+
+
+@pytest.mark.parametrize("check", RUNTIME_CHECKS, ids=lambda c: c.__name__)
+async def test_local_runtime_conformance(runtime: LocalRuntime, check) -> None:  # type: ignore[no-untyped-def]
+    await check(runtime)
