@@ -21,7 +21,7 @@ from tether.errors import LeaseLost, SessionNotFound, UsageError
 from tether.events import CancelRequested, Payload, SessionCreated, UserMessage
 from tether.lease import claim_lease, worker_id
 from tether.limits import Limits, StopCondition
-from tether.loop import TurnContext, run_turn
+from tether.loop import TurnContext, close_canceled_turn, run_turn
 from tether.messages import JSONValue, Message, Usage, user
 from tether.providers.base import DeltaObserver, Model
 from tether.session_log import Clock, EventObserver, SessionLog, new_session_id
@@ -199,6 +199,12 @@ class Agent:
                 f"session {log.session_id}: another worker took the session over; "
                 "this run stopped without writing"
             )
+        # A cancel that came as the turn ended, after the runner's last look, was addressed
+        # to this run: honour it now (control closes it itself only once the lease is free).
+        await log.refresh()
+        if log.folder.cancel_scope == "session" and not log.folder.terminal:
+            await control.request_stop(self.store, log.session_id, "session")
+            await log.refresh()
         return RunResult.from_view(log.folder.view())
 
     async def resume(self, session_id: str, *, lease_wait: float = 0.0) -> RunResult:
@@ -234,6 +240,12 @@ class Agent:
         try:
             await self._await_turn(inner, ctx)
         finally:
+            if inner.cancelled() and not ctx.lease_lost:
+                # A turn cancelled before its first step never ran run_turn's own close;
+                # for one that did, this finds the turn closed and does nothing.
+                await asyncio.shield(
+                    close_canceled_turn(ctx.log, ctx.stop_cause, ctx.end_session_on_stop)
+                )
             watcher.unwatch(sid)
             self._running.pop(sid, None)
 
@@ -286,7 +298,9 @@ class Agent:
             await control.request_stop(self.store, session_id, scope)
             return
         inner, ctx = running
-        if not ctx.log.folder.terminal and ctx.log.folder.turn_open:
+        folder = ctx.log.folder
+        if not folder.terminal and (folder.turn_open or scope == "session"):
+            # With the turn already ended, the run honours a session cancel as it finishes.
             await ctx.log.append(CancelRequested(scope))
         ctx.stop_cause = "interrupted"
         inner.cancel()

@@ -268,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     blob.add_argument("id")
     blob.add_argument("hash", help="the sha256 its marker names (blob sha256:HEX)")
     add_steering_commands(ssub)
+    add_runtime_commands(sub, store_help)
     for p in ssub.choices.values():
         p.add_argument("--store", default=None, help=store_help)
         p.add_argument("--json", action="store_true")
@@ -289,6 +290,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
         return await cmd_run(
             args, task=DEMO_TASK, model="scripted:demo", tool_specs=["tether.demo:tools"]
         )
+    if args.command in RUNTIME_COMMANDS:
+        return await RUNTIME_COMMANDS[args.command](args)
     if args.sessions_command in STEERING_COMMANDS:
         return await STEERING_COMMANDS[args.sessions_command](args)
     if args.sessions_command == "blob":
@@ -330,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+from tether.cli_runtime import RUNTIME_COMMANDS, add_runtime_commands  # noqa: E402
 from tether.cli_steer import STEERING_COMMANDS, add_steering_commands  # noqa: E402
 from tether.cli_db import add_db_commands, cmd_db  # noqa: E402
 

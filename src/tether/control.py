@@ -87,12 +87,19 @@ async def request_stop(
             return f"nothing to do: no turn is running ({folder.state})"
         try:
             if await store.current_lease(session_id) is not None:
-                if folder.cancel_scope in ("session", scope):
-                    return "asked already: the running worker will stop"
-                await log.append(CancelRequested(scope, reason))
-                # Should that worker die, whoever takes the session over closes it.
-                await store.mark_runnable(session_id)
-                return "asked the running worker to stop"
+                asked = folder.cancel_scope in ("session", scope)
+                if not asked:
+                    await log.append(CancelRequested(scope, reason))
+                    # Should that worker die, whoever takes the session over closes it.
+                    await store.mark_runnable(session_id)
+                if await store.current_lease(session_id) is not None:
+                    return "asked already: the running worker will stop" if asked else (
+                        "asked the running worker to stop"
+                    )
+                # The worker released the session meanwhile, perhaps without seeing the
+                # request: close it here.
+                await log.refresh()
+                continue
             await _close_unattended(store, log, scope, reason)
             return "canceled" if scope == "session" else "interrupted"
         except (Conflict, LeaseHeld):
@@ -104,7 +111,12 @@ async def _close_unattended(store: Store, log: SessionLog, scope: str, reason: s
     lease = await store.claim(log.session_id, control_owner(), ttl=30)
     log.lease = lease
     try:
-        await log.append(CancelRequested(scope, reason))
+        # Decide on what the log holds now: another closer may have finished meanwhile.
+        await log.refresh()
+        if log.folder.terminal:
+            return
+        if log.folder.cancel_scope not in ("session", scope):
+            await log.append(CancelRequested(scope, reason))
         await close_canceled_turn(log, "interrupted", end_session=scope == "session")
     finally:
         log.lease = None

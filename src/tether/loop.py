@@ -149,7 +149,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
         ):
             return await _step(ctx, after_overflow=True)  # compacted: one more attempt
         await ctx.log.append(
-            ModelFailed(exc.kind, str(exc), exc.status, exc.retryable, 1),
+            ModelFailed(exc.kind, str(exc), exc.status, exc.retryable, exc.attempts),
             TurnEnded("error", f"{exc.kind}: {exc}"),
         )
         return False

@@ -73,3 +73,13 @@ async def test_a_second_overflow_after_compacting_ends_the_turn_rather_than_loop
     assert [v.overflowed for v in seen] == [False, True, False]
     events = await read_checked(store, result.session_id)
     assert [f.error_class for f in payloads(events, ModelFailed)] == ["context_overflow"] * 2
+
+
+async def test_with_no_known_window_the_default_policy_still_answers_an_overflow() -> None:
+    model = WindowedModel(window=64_000, steps=12, first=user(FIRST), overflow_window=9_000)
+    store = MemoryStore()
+    result = await _agent(model, store, True).run(FIRST)  # "windowed" is in no catalog
+    assert result.output == "done" and model.overflows >= 1
+    events = await read_checked(store, result.session_id)
+    assert len(payloads(events, ModelFailed)) == model.overflows
+    assert payloads(events, ContextCompacted)

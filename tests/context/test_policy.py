@@ -157,5 +157,5 @@ def test_policy_events_that_would_break_a_request_are_refused() -> None:
 
 
 def test_a_policy_with_impossible_fractions_is_refused() -> None:
-    with pytest.raises(ValueError, match="target <= threshold"):
+    with pytest.raises(UsageError, match="target <= threshold"):
         DefaultPolicy(threshold=0.5, target=0.8)

@@ -128,3 +128,15 @@ async def test_without_tiktoken_an_openai_model_falls_back_to_the_calibrated_est
 
 async def _log(agent: Agent, session_id: str) -> SessionLog:
     return await SessionLog.load(agent.store, session_id)
+
+
+async def test_a_manager_with_an_encoding_estimates_every_request_by_it() -> None:
+    model = ScriptedModel(["one", "two"], name="openai:gpt-4o")
+    agent = Agent(model, store=MemoryStore(), context=False)
+    result = await agent.run("hello there")
+    manager = ContextManager(DefaultPolicy(), model, estimator=RequestEstimator(_bytes_encoding()))
+    view = await manager.view(await _log(agent, result.session_id), agent.toolbox, 500)
+    assert isinstance(view.sizer, EncodingSizer)
+    fixed = len("[]")  # no system prompt, no tools
+    assert view.estimate == fixed + sum(view.sizer.message(m) for m in view.messages)
+    assert view.budget == 128_000 - 500

@@ -20,15 +20,17 @@ from collections.abc import Sequence
 
 from tether.agent import Agent
 from tether.errors import LeaseHeld, LeaseLost, UsageError
-from tether.events import Event
+from tether.events import Event, SessionCreated, UserMessage
 from tether.fold import Folder
 from tether.lease import worker_id
-from tether.messages import Message
+from tether.limits import Limits
+from tether.messages import Message, user
+from tether.session_log import SessionLog, new_session_id
 from tether.store.base import Lease
 from tether.store.pg_work import take_work
 from tether.store.postgres import Claimed, PostgresStore
 from tether.testing import Delay, ScriptedModel, call
-from tether.tools import ToolContext, tool
+from tether.tools import ToolContext, Toolbox, tool
 
 
 class JournalledStore(PostgresStore):
@@ -45,23 +47,32 @@ class JournalledStore(PostgresStore):
         expected_seq: int,
         lease: Lease | None = None,
     ) -> None:
-        try:
-            await super().append(session_id, events, expected_seq, lease)
-        except LeaseLost:
-            if lease is not None:
-                self._journal.write(f"refused {session_id} {lease.generation}\n")
-            raise
+        # Shielded, so the outcome is journalled even when the caller is cancelled (as a
+        # zombie's turn is, the moment it finds its lease lost).
+        task = asyncio.ensure_future(super().append(session_id, events, expected_seq, lease))
         if lease is not None:
-            self._journal.write(
-                f"ok {session_id} {lease.generation} {events[0].seq} {events[-1].seq}\n"
+            first, last = events[0].seq, events[-1].seq
+            task.add_done_callback(
+                lambda t: self._note(t, f"{session_id} {lease.generation} {first} {last}")
             )
+        await asyncio.shield(task)
+
+    def _note(self, task: asyncio.Future[None], what: str) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            self._journal.write(f"ok {what}\n")
+        elif isinstance(error, LeaseLost):
+            self._journal.write(f"refused {what}\n")
 
 
-def make_tools(effects_path: str) -> list[object]:
+def make_tools(effects_path: str, slow: bool = True) -> list[object]:
     @tool(effect="write")
     async def write(n: int, ctx: ToolContext) -> str:
         """Write one record somewhere outside the log (an effect that must not repeat)."""
-        await asyncio.sleep(random.uniform(0.05, 0.4))
+        if slow:  # the chaos test wants calls in flight when a worker is killed
+            await asyncio.sleep(random.uniform(0.05, 0.4))
         fd = os.open(effects_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, f"{ctx.session_id} {ctx.call_id} {n} {os.getpid()}\n".encode())
@@ -76,6 +87,25 @@ def first_reply(messages: Sequence[Message]) -> object:
     if messages and "poison" in messages[0].text:
         os.kill(os.getpid(), signal.SIGKILL)  # this session kills whoever runs it
     return call("write", n=1)
+
+
+async def create_sessions(store: PostgresStore, tasks: Sequence[str]) -> list[str]:
+    """Start one session per task as a control-plane writer would (no lease), marked
+    runnable for the workers."""
+    toolbox = Toolbox(make_tools(os.devnull))
+    created = SessionCreated(
+        model="scripted",
+        system=None,
+        tools={t.name: t.schema_hash for t in toolbox},
+        limits=Limits().to_json(),
+    )
+    ids: list[str] = []
+    for task in tasks:
+        log = SessionLog(store, new_session_id())
+        await log.append(created, UserMessage(user(task)))
+        await store.mark_runnable(log.session_id)
+        ids.append(log.session_id)
+    return ids
 
 
 async def run_one(agent: Agent, store: PostgresStore, item: Claimed) -> None:
@@ -102,14 +132,18 @@ async def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ttl", type=float, default=2.0)
     parser.add_argument("--max-claims", type=int, default=3)
     parser.add_argument("--exit-when-idle", type=float, default=0.0)
+    parser.add_argument("--fast", action="store_true", help="no delays: for the benchmark")
     args = parser.parse_args(argv)
 
     store = JournalledStore(args.url, args.journal)
-    model = ScriptedModel(
-        [first_reply, Delay(0.02, call("write", n=2)), "done"]  # type: ignore[list-item]
-    )
+    second = call("write", n=2) if args.fast else Delay(0.02, call("write", n=2))
+    model = ScriptedModel([first_reply, second, "done"])  # type: ignore[list-item]
     agent = Agent(
-        model, tools=make_tools(args.effects), store=store, lease_ttl=args.ttl, watch_interval=0.2
+        model,
+        tools=make_tools(args.effects, slow=not args.fast),
+        store=store,
+        lease_ttl=args.ttl,
+        watch_interval=0.2,
     )
     owner = worker_id()
     news = store.subscribe()
@@ -121,7 +155,12 @@ async def main(argv: Sequence[str] | None = None) -> int:
             got = []
             if free > 0:
                 got = await take_work(
-                    store, owner, ttl=args.ttl, limit=free, max_claims=args.max_claims
+                    store,
+                    owner,
+                    ttl=args.ttl,
+                    limit=free,
+                    alone=not running,
+                    max_claims=args.max_claims,
                 )
             for item in got:
                 task = asyncio.create_task(run_one(agent, store, item))

@@ -34,13 +34,23 @@ ContextSetting = bool | ContextPolicy
 class ContextManager:
     """One per agent; holds no session state but caches (encodings, per-folder token sums)."""
 
-    def __init__(self, policy: ContextPolicy, model: Model, *, window: int | None = None) -> None:
+    def __init__(
+        self,
+        policy: ContextPolicy,
+        model: Model,
+        *,
+        window: int | None = None,
+        estimator: RequestEstimator | None = None,
+    ) -> None:
         self.policy = policy
         self.model = model
         known_window, known_output = context_window(model.name)
         self.window = window or getattr(policy, "window", None) or known_window
         self.known_output = known_output
-        self._estimator: RequestEstimator | None = None
+        # The default policy acts before a request only against a known window.
+        self._idle = isinstance(policy, DefaultPolicy) and self.window is None
+        # None: made at the first request, with tiktoken's encoding where it loads.
+        self._estimator = estimator
         self._fixed: tuple[str | None, int, str] | None = None
 
     async def _ready_estimator(self) -> RequestEstimator:
@@ -97,6 +107,8 @@ class ContextManager:
     ) -> bool:
         """Append what the policy decides for the next request, if anything. False when the
         policy failed: the turn is then ended here with its error, by name."""
+        if self._idle:
+            return True
         try:
             events = await self.decide(await self.view(log, toolbox, max_output))
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
@@ -124,7 +136,7 @@ class ContextManager:
             return False
         if not events:
             return False
-        failed = ModelFailed(error.kind, str(error), error.status, error.retryable, 1)
+        failed = ModelFailed(error.kind, str(error), error.status, error.retryable, error.attempts)
         await log.append(failed, *events)
         return True
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from tether.context.summary import summarize
 from tether.context.view import ContextView
+from tether.errors import UsageError
 from tether.events import ContextCompacted
 from tether.fold import CLEARED_PREFIX, cleared_marker, summary_message
 from tether.messages import Message, ToolResult
@@ -51,12 +52,12 @@ class DefaultPolicy:
 
     def __post_init__(self) -> None:
         if not 0 < self.target <= self.threshold <= 1:
-            raise ValueError(
+            raise UsageError(
                 f"DefaultPolicy needs 0 < target <= threshold <= 1, not target={self.target}, "
                 f"threshold={self.threshold}"
             )
         if self.keep_recent < 0 or self.summary_tokens <= 0:
-            raise ValueError("DefaultPolicy.keep_recent must be >= 0 and summary_tokens > 0")
+            raise UsageError("DefaultPolicy.keep_recent must be >= 0 and summary_tokens > 0")
 
     async def __call__(self, view: ContextView) -> list[ContextCompacted]:
         if view.budget is None and not view.overflowed:

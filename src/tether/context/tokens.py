@@ -10,7 +10,9 @@ folds the same log estimates the same numbers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Protocol
@@ -67,16 +69,30 @@ async def load_encoding(name: str) -> Encoding | None:
     except ImportError:
         _loaded[name] = None
         return None
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Encoding | None] = loop.create_future()
+
+    def load() -> None:
+        try:
+            found: Encoding | None = tiktoken.get_encoding(name)
+        except Exception:  # no network, no cache, a bad file: all mean "estimate instead"
+            found = None
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
+            loop.call_soon_threadsafe(_settle, done, found)
+
+    # A daemon thread: a download that hangs must not hold up the process's exit either.
+    threading.Thread(target=load, name="tether-tiktoken", daemon=True).start()
     try:
-        encoding: Encoding | None = await asyncio.wait_for(
-            asyncio.to_thread(tiktoken.get_encoding, name), ENCODING_LOAD_SECONDS
-        )
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        raise
-    except Exception:  # no network, no cache, a bad file: all mean "estimate instead"
+        encoding = await asyncio.wait_for(done, ENCODING_LOAD_SECONDS)
+    except TimeoutError:
         encoding = None
     _loaded[name] = encoding
     return encoding
+
+
+def _settle(future: asyncio.Future[Encoding | None], value: Encoding | None) -> None:
+    if not future.done():  # the waiter may have given up already
+        future.set_result(value)
 
 
 def context_window(model: str) -> tuple[int | None, int | None]:

@@ -56,7 +56,7 @@ def check_events(view: ContextView, events: Sequence[ContextCompacted]) -> None:
     message, or one that ends between a call and its result. (A cleared result keeps its
     call, so clearing is always safe.) Checking each event against the view before the batch
     is sound: compaction keeps the seqs of the messages it does not replace."""
-    first_user = view.first_user_index()
+    first_user = view.first_user_index() if events else -1
     for event in events:
         if not isinstance(event, ContextCompacted):
             raise UsageError(f"a context policy may only return context.compacted, not {event!r}")

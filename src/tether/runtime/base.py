@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from tether.errors import UsageError
 from tether.events import Event
 from tether.limits import Limits
-from tether.messages import JSONObject, JSONValue, Usage, part_from_json
+from tether.messages import JSONObject, Usage, part_from_json
 from tether.state import STOP_REASONS, TERMINAL_STATES, SessionView
 
 # Metadata keys the runtime writes into session.created; a spec may not set them.
@@ -24,6 +24,11 @@ RESERVED_METADATA = frozenset({"runner", "tenant", "idempotency"})
 
 class CapabilityRefused(UsageError):
     """A spec asked for more than the runtime declares; nothing was created."""
+
+
+class StateConflict(UsageError):
+    """The session's state does not allow this now (it has ended; no call waits for that
+    decision). Nothing was changed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,9 +283,3 @@ class Runtime(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-def spec_value(value: JSONValue) -> str:
-    """A short rendering of a JSON value for error messages."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:59] + "…"

@@ -8,9 +8,10 @@ creation and folds (`sessions`), running (`worker`), streams (`hub`), steering (
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from tether import control
@@ -23,6 +24,7 @@ from tether.runtime.base import (
     SessionRef,
     SessionSpec,
     SessionStatus,
+    StateConflict,
     validate_capabilities,
 )
 from tether.runtime.hub import EventHub, stream_events
@@ -49,12 +51,15 @@ class _Core:
     )
     started: int = 0
     closed: bool = False
+    allow_code: tuple[str, ...] | None = None
 
 
 class LocalRuntime:
     """`LocalRuntime(store, workers=8)`: `store` is a `Store` or a store URL; `workers` is
     how many sessions this process runs at once (0: none, `tether worker` processes run
-    them). `lease_ttl`: how soon another worker takes over a session whose worker died."""
+    them). `lease_ttl`: how soon another worker takes over a session whose worker died.
+    `allow_code`: fnmatch patterns of the `MODULE:ATTR` a spec may name (a `python:` model,
+    tools), for callers that are not trusted to import code; None allows all."""
 
     def __init__(
         self,
@@ -65,6 +70,7 @@ class LocalRuntime:
         lease_ttl: float = 30.0,
         watch_interval: float = 0.2,
         views: int = 1_000,
+        allow_code: Sequence[str] | None = None,
     ) -> None:
         owns = isinstance(store, str)
         the_store = open_store(store) if isinstance(store, str) else store
@@ -80,6 +86,7 @@ class LocalRuntime:
                 on_event=lambda e: hub.poke(e.session_id),
             )
         self._core = _Core(the_store, owns, hub, Views(the_store, views), worker)
+        self._core.allow_code = None if allow_code is None else tuple(allow_code)
         self.tenant: str | None = None
 
     def for_tenant(self, tenant: str) -> LocalRuntime:
@@ -140,6 +147,7 @@ class LocalRuntime:
         if idempotency_key is not None and not idempotency_key.strip():
             raise UsageError("an idempotency key must not be empty")
         self._ensure_running()
+        self._check_code(spec)
         model, tools = self._build(spec)
         created = created_event(spec, model, tools, self.tenant, idempotency_key)
         async with asyncio.timeout(timeout):
@@ -150,6 +158,18 @@ class LocalRuntime:
         if self._core.worker is not None:
             self._core.worker.wake()
         return SessionRef(sid)
+
+    def _check_code(self, spec: SessionSpec) -> None:
+        allowed = self._core.allow_code
+        if allowed is None:
+            return
+        named = [spec.model.removeprefix("python:")] if spec.model.startswith("python:") else []
+        for code in [*named, *spec.tools]:
+            if not any(fnmatch.fnmatchcase(code, pattern) for pattern in allowed):
+                raise UsageError(
+                    f"{code!r} is not code this runtime may load (allowed: "
+                    f"{', '.join(allowed) or 'none'}; see tether serve --allow-code)"
+                )
 
     def _build(self, spec: SessionSpec) -> tuple[Model, list[Tool]]:
         key = (spec.model, spec.tools)
@@ -175,23 +195,31 @@ class LocalRuntime:
             return SessionStatus((await self._folder(ref)).view())
 
     async def cancel(self, ref: SessionRef, *, timeout: float | None = None) -> None:
-        await self._stop(ref, "session", timeout)
+        await self.stop(ref, "session", timeout=timeout)
 
     async def interrupt(self, ref: SessionRef, *, timeout: float | None = None) -> None:
-        await self._stop(ref, "turn", timeout)
+        await self.stop(ref, "turn", timeout=timeout)
 
-    async def _stop(self, ref: SessionRef, scope: str, timeout: float | None) -> None:
+    async def stop(
+        self, ref: SessionRef, scope: str, reason: str | None = None, *, timeout: float | None = None
+    ) -> str:
+        """`cancel` (scope "session") or `interrupt` (scope "turn") with a reason recorded
+        in `cancel.requested`; says what was done."""
         async with asyncio.timeout(timeout):
             await self._folder(ref)
-            await control.request_stop(self._core.store, ref.session_id, scope)
+            done = await control.request_stop(self._core.store, ref.session_id, scope, reason)
         self._core.hub.poke(ref.session_id)
+        return done
 
     async def send(self, ref: SessionRef, message: str, *, timeout: float | None = None) -> None:
         if not message.strip():
             raise UsageError("a message must not be empty")
         async with asyncio.timeout(timeout):
             await self._folder(ref)
-            await control.send_message(self._core.store, ref.session_id, message)
+            try:
+                await control.send_message(self._core.store, ref.session_id, message)
+            except UsageError as exc:  # the session has ended
+                raise StateConflict(str(exc)) from exc
         self._woken(ref)
 
     async def decide(
@@ -206,8 +234,11 @@ class LocalRuntime:
         async with asyncio.timeout(timeout):
             folder = await self._folder(ref)
             if folder.terminal:
-                raise UsageError(f"session {ref.session_id} has ended ({folder.state})")
-            await control.decide(self._core.store, ref.session_id, call_id, allow, reason)
+                raise StateConflict(f"session {ref.session_id} has ended ({folder.state})")
+            try:
+                await control.decide(self._core.store, ref.session_id, call_id, allow, reason)
+            except UsageError as exc:  # no such call waits for a decision
+                raise StateConflict(str(exc)) from exc
         self._woken(ref)
 
     def _woken(self, ref: SessionRef) -> None:
@@ -252,6 +283,8 @@ class LocalRuntime:
         if core.worker_task is not None:
             core.worker_task.cancel()
             await asyncio.gather(core.worker_task, return_exceptions=True)
+        if core.worker is not None:
+            await core.worker.stop(drain=0.0)
         await core.hub.close()
         if core.owns_store:
             await core.store.close()

@@ -68,19 +68,16 @@ class Worker:
         self._wake.set()
 
     async def run(self) -> None:
-        """Take work until cancelled; cancelling interrupts the turns still running."""
-        try:
-            while True:
-                self._wake.clear()
-                try:
-                    await self.dispatch()
-                except StoreError as exc:
-                    log.warning("worker %s: looking for work failed: %s", self.owner, exc)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.poll_interval):
-                        await self._wake.wait()
-        finally:
-            await self.stop(drain=0.0)
+        """Take work until cancelled. The turns it started go on running: `stop` ends them."""
+        while True:
+            self._wake.clear()
+            try:
+                await self.dispatch()
+            except StoreError as exc:
+                log.warning("worker %s: looking for work failed: %s", self.owner, exc)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.poll_interval):
+                    await self._wake.wait()
 
     async def stop(self, drain: float = 0.0) -> None:
         """Let running turns finish for up to `drain` seconds, then cancel them (their turns

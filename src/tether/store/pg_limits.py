@@ -78,10 +78,22 @@ class SharedBucket:
         return self.capacity if row is None else float(row[0])
 
 
+def _bucket(
+    store: PostgresStore, name: str, per_minute: float | None, headroom: float
+) -> SharedBucket | None:
+    if not per_minute:
+        return None
+    return SharedBucket(store, name, per_minute, capacity=per_minute * (1 - headroom / 60))
+
+
 class SharedLimits:
     """A `Model` that spends from shared request and token budgets before each call of the
     model it wraps. A call reserves its input estimate plus its output cap of the token
-    budget; what the answer did not use is given back."""
+    budget; what the answer did not use is given back.
+
+    The backend counts a request when it arrives, a little after it was taken from the
+    budget, and not always in the order taken: the buckets hold `headroom` seconds' worth
+    less than a full minute, so that jitter never puts the workers past the backend's count."""
 
     def __init__(
         self,
@@ -93,17 +105,12 @@ class SharedLimits:
         tokens_per_minute: float | None = None,
         default_output_tokens: int = 4096,
         timeout: float | None = None,
+        headroom: float = 1.0,
     ) -> None:
         key = backend or model.name
         self.model = model
-        self.requests = (
-            SharedBucket(store, f"{key}:requests", requests_per_minute)
-            if requests_per_minute
-            else None
-        )
-        self.tokens = (
-            SharedBucket(store, f"{key}:tokens", tokens_per_minute) if tokens_per_minute else None
-        )
+        self.requests = _bucket(store, f"{key}:requests", requests_per_minute, headroom)
+        self.tokens = _bucket(store, f"{key}:tokens", tokens_per_minute, headroom)
         self.default_output_tokens = default_output_tokens
         self.timeout = timeout
 

@@ -170,10 +170,14 @@ LANGUAGE sql AS $$
 $$;
 
 -- Claim up to p_limit runnable sessions for one worker in one statement. SKIP LOCKED: two
--- workers asking at once get different sessions, neither waits for the other.
-CREATE FUNCTION tether_claim_runnable(p_owner text, p_ttl double precision, p_limit integer)
-RETURNS TABLE (session_id text, token bigint, generation bigint, expires double precision,
-               claims integer)
+-- workers asking at once get different sessions, neither waits for the other. A suspect (a
+-- session whose last worker died holding it: claims > 0 on an expired lease) is handed out
+-- only to a worker running nothing else (p_alone), and then alone: a session that kills
+-- its worker takes no other session down with it.
+CREATE FUNCTION tether_claim_runnable(
+    p_owner text, p_ttl double precision, p_limit integer, p_alone boolean
+) RETURNS TABLE (session_id text, token bigint, generation bigint, expires double precision,
+                 claims integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -181,10 +185,13 @@ DECLARE
     w record;
 BEGIN
     FOR w IN
-        SELECT k.session_id, k.token FROM tether_wakeups k
+        SELECT k.session_id, k.token, coalesce(l.claims, 0) > 0 AS suspect
+        FROM tether_wakeups k
         LEFT JOIN tether_leases l ON l.session_id = k.session_id
-        WHERE l.session_id IS NULL OR l.expires <= now_
-        ORDER BY k.marked LIMIT p_limit
+        WHERE (l.session_id IS NULL OR l.expires <= now_)
+          AND (p_alone OR coalesce(l.claims, 0) = 0)
+        ORDER BY coalesce(l.claims, 0) > 0 DESC, k.marked
+        LIMIT CASE WHEN p_alone THEN 1 ELSE p_limit END
         FOR UPDATE OF k SKIP LOCKED
     LOOP
         RETURN QUERY
@@ -194,7 +201,14 @@ BEGIN
                     claims = l.claims + 1
                 WHERE l.expires <= tether_now()
             RETURNING l.session_id, w.token, l.generation, l.expires, l.claims;
+        IF w.suspect THEN
+            RETURN;
+        END IF;
     END LOOP;
+    IF p_alone AND p_limit > 1 THEN
+        -- The oldest was no suspect: fill the rest of the worker's room as usual.
+        RETURN QUERY SELECT * FROM tether_claim_runnable(p_owner, p_ttl, p_limit - 1, false);
+    END IF;
 END $$;
 
 -- A shared token bucket: refill by the database's clock, then take p_amount if the level

@@ -32,18 +32,23 @@ async def take_work(
     *,
     ttl: float,
     limit: int,
+    alone: bool,
     max_claims: int = DEFAULT_MAX_CLAIMS,
 ) -> list[Claimed]:
     """Claim up to `limit` runnable sessions; those past `max_claims` are parked, not
-    returned. The caller runs each returned session under its lease and releases it."""
-    claimed = await store.claim_runnable(owner, ttl, limit)
-    runnable: list[Claimed] = []
-    for item in claimed:
-        if item.claims > max_claims:
-            await park(store, item, poison_reason(item.claims))
-        else:
-            runnable.append(item)
-    return runnable
+    returned. `alone`: the worker runs nothing now, so it may take a suspect (by itself).
+    The caller runs each returned session under its lease and releases it."""
+    while True:
+        claimed = await store.claim_runnable(owner, ttl, limit, alone=alone)
+        runnable: list[Claimed] = []
+        for item in claimed:
+            if item.claims > max_claims:
+                await park(store, item, poison_reason(item.claims))
+            else:
+                runnable.append(item)
+        if runnable or not claimed:
+            return runnable
+        # Everything claimed was parked: the worker is as free as before, look again.
 
 
 async def park(store: PostgresStore, item: Claimed, reason: str) -> None:
@@ -54,16 +59,16 @@ async def park(store: PostgresStore, item: Claimed, reason: str) -> None:
     log.lease = item.lease
     try:
         folder = log.folder
-        if log.folder.last_seq and not folder.terminal:
-            if folder.turn_open:
-                for call in folder.view().open_calls:
-                    if call.id in folder.started:
-                        await log.append(ToolFinished(call.id, "unknown_effect", UNKNOWN_EFFECT))
-                    else:
-                        await log.append(
-                            ToolFinished(call.id, "canceled", f"The call never ran: {reason}")
-                        )
-                await log.append(TurnEnded("error", reason))
+        # A session whose turn had ended was not what killed its workers: nothing to end.
+        if folder.turn_open and not folder.terminal:
+            for call in folder.view().open_calls:
+                if call.id in folder.started:
+                    await log.append(ToolFinished(call.id, "unknown_effect", UNKNOWN_EFFECT))
+                else:
+                    await log.append(
+                        ToolFinished(call.id, "canceled", f"The call never ran: {reason}")
+                    )
+            await log.append(TurnEnded("error", reason))
             await log.append(SessionEnded("failed", reason))
         await store.clear_runnable(item.wakeup)
     finally:

@@ -224,12 +224,18 @@ class PostgresStore:
         )
         return row is not None
 
-    async def claim_runnable(self, owner: str, ttl: float, limit: int = 1) -> list[Claimed]:
+    async def claim_runnable(
+        self, owner: str, ttl: float, limit: int = 1, *, alone: bool = True
+    ) -> list[Claimed]:
         """Claim up to `limit` runnable sessions at once, oldest mark first. Workers asking
-        together get different sessions without waiting on each other (SKIP LOCKED)."""
+        together get different sessions without waiting on each other (SKIP LOCKED).
+
+        A suspect — a session whose last worker died holding it — goes only to a worker
+        that runs nothing else (`alone`), and by itself, so that a session that kills its
+        worker takes no other down with it."""
         check_ttl(ttl)
         rows = await self.fetch_all(
-            "SELECT * FROM tether_claim_runnable(%s, %s, %s)", (owner, ttl, limit)
+            "SELECT * FROM tether_claim_runnable(%s, %s, %s, %s)", (owner, ttl, limit, alone)
         )
         return [
             Claimed(Wakeup(r[0], int(r[1])), Lease(r[0], owner, int(r[2]), float(r[3])), int(r[4]))

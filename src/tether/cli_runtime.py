@@ -1,0 +1,145 @@
+"""`tether serve` (the HTTP API) and `tether worker` (runs sessions from a store, apart from
+the server). Thin adapters over `tether.server.app` and `tether.runtime.Worker`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tether.errors import UsageError
+
+
+def add_runtime_commands(sub: Any, store_help: str) -> None:
+    serve = sub.add_parser("serve", help="serve the HTTP API (sessions, events, health, metrics)")
+    serve.add_argument("--store", default=None, help=store_help)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8700, help="0: any free port (printed)")
+    serve.add_argument(
+        "--workers", type=int, default=8, metavar="N",
+        help="sessions run at once in the server process (0: leave them to `tether worker`)",
+    )
+    serve.add_argument(
+        "--tokens", default=None, metavar="FILE",
+        help='bearer tokens per tenant: {"tenants": {"NAME": ["TOKEN", ...]}} (JSON or TOML); '
+        "default: $TETHER_TOKENS (NAME=TOKEN,...)",
+    )
+    serve.add_argument("--no-auth", action="store_true", help="no tokens: one unscoped tenant")
+    serve.add_argument(
+        "--allow-code", action="append", default=None, metavar="PATTERN",
+        help="MODULE:ATTR (fnmatch) that specs may name as python: models or tools; "
+        "repeatable; default: none (provider models and scripted:demo only)",
+    )
+    worker = sub.add_parser("worker", help="run sessions from a store (apart from the server)")
+    worker.add_argument("--store", default=None, help=store_help)
+    worker.add_argument("--concurrency", type=int, default=16, metavar="N")
+    worker.add_argument(
+        "--drain", type=float, default=10.0, metavar="SECONDS",
+        help="on SIGTERM, let running turns finish this long before interrupting them",
+    )
+    for p in (serve, worker):
+        p.add_argument(
+            "--lease-ttl", type=float, default=30.0, metavar="SECONDS",
+            help="how soon another worker takes over a session whose worker died",
+        )
+        p.add_argument("--poll-interval", type=float, default=0.1, metavar="SECONDS")
+        p.add_argument("--log-level", default="warning")
+
+
+def _positive(name: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise UsageError(f"--{name} must be {'0 or more' if allow_zero else 'positive'}, not {value}")
+
+
+async def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from tether.server.app import create_app
+        from tether.server.auth import Tokens
+    except ImportError as exc:
+        raise UsageError(f"tether serve needs the server extra (pip install 'tether[server]'): {exc}") from exc
+    from tether.cli import _store
+    from tether.runtime.local import LocalRuntime
+
+    _positive("workers", args.workers, allow_zero=True)
+    _positive("lease-ttl", args.lease_ttl)
+    _positive("poll-interval", args.poll_interval)
+    tokens = None if args.no_auth else Tokens.load(args.tokens)
+    if tokens is not None and len(tokens) == 0:
+        raise UsageError("no tokens: pass --tokens FILE, set TETHER_TOKENS, or --no-auth")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
+    store = _store(args.store)
+    runtime = LocalRuntime(
+        store, workers=args.workers, poll_interval=args.poll_interval, lease_ttl=args.lease_ttl,
+        allow_code=args.allow_code or (),
+    )
+    app = create_app(runtime, tokens)
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    host, port = sock.getsockname()[:2]
+    print(f"tether serve: listening on http://{host}:{port} (store {store.url})", flush=True)
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        await store.close()
+    return 0
+
+
+async def cmd_worker(args: argparse.Namespace) -> int:
+    from tether.cli import _store
+    from tether.runtime.worker import Worker
+
+    _positive("concurrency", args.concurrency)
+    _positive("lease-ttl", args.lease_ttl)
+    _positive("poll-interval", args.poll_interval)
+    _positive("drain", args.drain, allow_zero=True)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    store = _store(args.store)
+    worker = Worker(
+        store,
+        concurrency=args.concurrency,
+        poll_interval=args.poll_interval,
+        lease_ttl=args.lease_ttl,
+        watch_interval=min(0.5, args.lease_ttl / 4),
+    )
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    print(f"tether worker {worker.owner}: running sessions from {store.url}", flush=True)
+    task = loop.create_task(_until_stopped(worker, stopping, args.drain))
+    try:
+        await task
+    finally:
+        await store.close()
+    print(f"tether worker {worker.owner}: stopped after {worker.turns_run} turns", file=sys.stderr)
+    return 0
+
+
+async def _until_stopped(worker: Any, stopping: asyncio.Event, drain: float) -> None:
+    """Take work until asked to stop; then take no more, and drain what runs."""
+    run = asyncio.get_running_loop().create_task(worker.run())
+    await stopping.wait()
+    run.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await run
+    await worker.stop(drain=drain)
+
+
+RUNTIME_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
+    "serve": cmd_serve,
+    "worker": cmd_worker,
+}

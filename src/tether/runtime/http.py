@@ -1,0 +1,232 @@
+"""`HttpRuntime`: the Runtime protocol as a client of `tether serve` (httpx).
+
+Owns the wire side of the API: requests, the error envelope mapped back to tether's errors,
+and reading the Server-Sent Events stream, reconnecting with `Last-Event-ID` when the
+connection drops, so the events it yields have no gaps and no duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from tether.errors import SessionNotFound, StoreError, TetherError, UsageError
+from tether.events import Event, SessionEnded
+from tether.runtime.base import (
+    Capabilities,
+    CapabilityRefused,
+    SessionRef,
+    SessionSpec,
+    SessionStatus,
+    StateConflict,
+)
+from tether.runtime.sessions import IdempotencyConflict
+
+RECONNECTS = 5  # a stream that drops reconnects this many times in a row before giving up
+
+
+class Unauthorized(UsageError):
+    """The server refused the token (or there was none)."""
+
+
+class ServerFailed(TetherError):
+    """The server answered 5xx."""
+
+
+_ERRORS: dict[str, type[Exception]] = {
+    "capability_refused": CapabilityRefused,
+    "idempotency_conflict": IdempotencyConflict,
+    "state_conflict": StateConflict,
+    "unauthorized": Unauthorized,
+    "store_unavailable": StoreError,
+    "conflict": StoreError,
+    "timeout": TimeoutError,
+    "internal": ServerFailed,
+}
+
+
+def error_from(response: httpx.Response, session_id: str | None) -> Exception:
+    try:
+        body = response.json()["error"]
+        code, message = str(body["code"]), str(body["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "", f"HTTP {response.status_code}: {response.text[:200]}"
+    if code == "session_not_found" and session_id is not None:
+        return SessionNotFound(session_id)
+    kind = _ERRORS.get(code) or (ServerFailed if response.status_code >= 500 else UsageError)
+    return kind(message)
+
+
+class HttpRuntime:
+    """`HttpRuntime("http://127.0.0.1:8700", token="...")`. `client` may be given to share
+    a connection pool; otherwise one is made and closed with the runtime."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        client: httpx.AsyncClient | None = None,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._owns = client is None
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(60.0, connect=connect_timeout),
+            limits=httpx.Limits(max_connections=200, max_keepalive_connections=100),
+        )
+        self._base = base_url.rstrip("/")
+        self._headers = headers
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        session_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        async with asyncio.timeout(timeout):
+            response = await self._client.request(
+                method,
+                self._base + path,
+                json=body,
+                headers={**self._headers, **(headers or {})},
+            )
+        if response.status_code >= 400:
+            raise error_from(response, session_id)
+        return response.json()
+
+    async def capabilities(self, *, timeout: float | None = None) -> Capabilities:
+        data = await self._call("GET", "/v1/capabilities", timeout=timeout)
+        return Capabilities(**{n: bool(data.get(n)) for n in Capabilities.names()})
+
+    async def start(
+        self,
+        spec: SessionSpec,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> SessionRef:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
+        data = await self._call(
+            "POST", "/v1/sessions", body=spec.to_json(), headers=headers, timeout=timeout
+        )
+        return SessionRef(str(data["session_id"]))
+
+    async def poll(self, ref: SessionRef, *, timeout: float | None = None) -> SessionStatus:
+        data = await self._call(
+            "GET", _path(ref), session_id=ref.session_id, timeout=timeout
+        )
+        return SessionStatus.from_json(data)
+
+    async def cancel(self, ref: SessionRef, *, timeout: float | None = None) -> None:
+        await self._call("POST", _path(ref, "cancel"), session_id=ref.session_id, timeout=timeout)
+
+    async def interrupt(self, ref: SessionRef, *, timeout: float | None = None) -> None:
+        await self._call("POST", _path(ref, "interrupt"), session_id=ref.session_id, timeout=timeout)
+
+    async def send(self, ref: SessionRef, message: str, *, timeout: float | None = None) -> None:
+        await self._call(
+            "POST", _path(ref, "messages"), body={"text": message},
+            session_id=ref.session_id, timeout=timeout,
+        )  # fmt: skip
+
+    async def decide(
+        self,
+        ref: SessionRef,
+        call_id: str,
+        allow: bool,
+        reason: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        await self._call(
+            "POST", _path(ref, "decisions"), body={"call_id": call_id, "allow": allow, "reason": reason},
+            session_id=ref.session_id, timeout=timeout,
+        )  # fmt: skip
+
+    async def events(
+        self, ref: SessionRef, after_seq: int = 0, *, timeout: float | None = None
+    ) -> AsyncIterator[Event]:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        cursor, drops = after_seq, 0
+        while True:
+            left = None if deadline is None else max(0.001, deadline - loop.time())
+            params = {} if left is None else {"timeout": f"{left:.3f}"}
+            headers = {**self._headers, "Last-Event-ID": str(cursor), "Accept": "text/event-stream"}
+            try:
+                async with asyncio.timeout_at(deadline):
+                    request = self._client.build_request(
+                        "GET", self._base + _path(ref, "stream"), params=params, headers=headers
+                    )
+                    response = await self._client.send(request, stream=True)
+                try:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        raise error_from(response, ref.session_id)
+                    frames = _frames(response)
+                    while True:
+                        async with asyncio.timeout_at(deadline):
+                            frame = await anext(frames, None)
+                        if frame is None:
+                            break  # the connection closed without saying why: reconnect
+                        kind, ident, data = frame
+                        if kind == "end":
+                            if json.loads(data).get("reason") == "timeout":
+                                raise TimeoutError("the event stream passed its deadline")
+                            return
+                        event = Event.from_json(json.loads(data))
+                        if ident != str(event.seq) or event.seq != cursor + 1:
+                            continue  # the server resumed before our cursor: skip repeats
+                        cursor, drops = event.seq, 0
+                        yield event
+                        if isinstance(event.payload, SessionEnded):
+                            return
+                finally:
+                    await response.aclose()
+            except (httpx.TransportError, httpx.StreamError):
+                pass  # dropped: resume after the last event we yielded
+            drops += 1
+            if drops > RECONNECTS:
+                raise StoreError(f"the event stream of {ref.session_id} kept dropping")
+            await asyncio.sleep(min(1.0, 0.05 * 2**drops))
+
+    async def close(self) -> None:
+        if self._owns:
+            await self._client.aclose()
+
+
+def _path(ref: SessionRef, action: str | None = None) -> str:
+    from urllib.parse import quote
+
+    base = f"/v1/sessions/{quote(ref.session_id, safe='')}"
+    return base if action is None else f"{base}/{action}"
+
+
+async def _frames(response: httpx.Response) -> AsyncIterator[tuple[str, str, str]]:
+    """Server-Sent Events frames as (event, id, data); comments are skipped."""
+    kind, ident, data = "message", "", []
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                yield kind, ident, "\n".join(data)
+            kind, ident, data = "message", "", []
+        elif line.startswith(":"):
+            continue
+        else:
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "event":
+                kind = value
+            elif field == "id":
+                ident = value
+            elif field == "data":
+                data.append(value)

@@ -1,0 +1,1 @@
+"""`tether serve`: the HTTP API over `LocalRuntime` (needs the `server` extra)."""

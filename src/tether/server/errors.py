@@ -1,0 +1,69 @@
+"""The HTTP error envelope: `{"error": {"code", "message", "status"}}`, with a stable `code`
+per kind of failure, and the mapping from tether's errors to it. `HttpRuntime` maps the
+codes back (`CODES`)."""
+
+from __future__ import annotations
+
+from starlette.responses import JSONResponse
+
+from tether.errors import Conflict, SessionNotFound, StoreError, UsageError
+from tether.runtime.base import CapabilityRefused, StateConflict
+from tether.runtime.sessions import IdempotencyConflict
+
+# code -> (HTTP status, what it means)
+CODES: dict[str, tuple[int, str]] = {
+    "invalid_json": (400, "the body is not a JSON document"),
+    "invalid_request": (422, "a field or parameter is missing, of the wrong type or out of range"),
+    "invalid_spec": (422, "the session spec cannot be run (unknown model, tools that do not load)"),
+    "capability_refused": (422, "the spec asks for more than this runtime declares"),
+    "unauthorized": (401, "no bearer token, or one no tenant holds"),
+    "not_found": (404, "no such route"),
+    "session_not_found": (404, "no such session for this tenant"),
+    "method_not_allowed": (405, "the route does not take this method"),
+    "state_conflict": (409, "the session's state does not allow this now"),
+    "idempotency_conflict": (409, "the idempotency key was used for a different request"),
+    "conflict": (409, "other writers kept the session busy; try again"),
+    "payload_too_large": (413, "the body is larger than the server accepts"),
+    "unsupported_media_type": (415, "the body must be application/json"),
+    "internal": (500, "the server failed; nothing was changed by this request"),
+    "store_unavailable": (503, "the event store failed or is busy; try again"),
+    "timeout": (504, "the operation passed its deadline"),
+}
+
+
+class ApiError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def envelope(code: str, message: str) -> JSONResponse:
+    status = CODES[code][0]
+    headers = {"WWW-Authenticate": 'Bearer realm="tether"'} if status == 401 else None
+    return JSONResponse(
+        {"error": {"code": code, "message": message, "status": status}}, status, headers=headers
+    )
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """The code and message for an exception raised while serving a request."""
+    if isinstance(exc, ApiError):
+        return exc.code, exc.message
+    if isinstance(exc, SessionNotFound):
+        return "session_not_found", f"no session {exc.session_id!r}"
+    if isinstance(exc, CapabilityRefused):
+        return "capability_refused", str(exc)
+    if isinstance(exc, IdempotencyConflict):
+        return "idempotency_conflict", str(exc)
+    if isinstance(exc, StateConflict):
+        return "state_conflict", str(exc)
+    if isinstance(exc, UsageError):
+        return "invalid_spec", str(exc)
+    if isinstance(exc, Conflict):
+        return "conflict", str(exc)
+    if isinstance(exc, StoreError):
+        return "store_unavailable", str(exc)
+    if isinstance(exc, TimeoutError):
+        return "timeout", "the operation passed its deadline"
+    return "internal", f"{type(exc).__name__}: the server failed while handling this request"

@@ -1,0 +1,274 @@
+"""The HTTP API's bodies (pydantic, strict, no extra fields) and its OpenAPI document.
+
+Owns the wire shapes only; `app` maps them onto the Runtime protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic.json_schema import models_json_schema
+
+from tether.limits import Limits
+from tether.runtime.base import Capabilities, SessionSpec
+
+CapabilityName = Literal[
+    "resume_after_restart", "cancel", "interrupt", "approvals", "event_stream", "live_deltas",
+    "tenants",
+]  # fmt: skip
+Text = Field(min_length=1, max_length=200_000)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class LimitsBody(_Body):
+    max_steps: int | None = Field(50, gt=0, le=100_000)
+    max_tokens: int | None = Field(None, gt=0)
+    max_cost_usd: float | None = Field(None, gt=0, allow_inf_nan=False)
+    max_seconds: float | None = Field(None, gt=0, le=7 * 86_400, allow_inf_nan=False)
+    max_output_tokens: int | None = Field(None, gt=0)
+
+
+class StartBody(_Body):
+    """A session to start (see `SessionSpec`)."""
+
+    model: str = Field(min_length=1, max_length=500, examples=["scripted:demo"])
+    task: str = Text
+    tools: list[str] = Field(default_factory=list, max_length=100)
+    system: str | None = Field(None, max_length=200_000)
+    limits: LimitsBody = Field(default_factory=lambda: LimitsBody())
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    end_after_turn: bool = False
+    requires: list[CapabilityName] = Field(default_factory=list)
+
+    def to_spec(self) -> SessionSpec:
+        return SessionSpec(
+            model=self.model,
+            task=self.task,
+            tools=tuple(self.tools),
+            system=self.system,
+            limits=Limits(**self.limits.model_dump()),
+            metadata=dict(self.metadata),
+            end_after_turn=self.end_after_turn,
+            requires=Capabilities.of(self.requires),
+        )
+
+
+class MessageBody(_Body):
+    text: str = Text
+
+
+class DecisionBody(_Body):
+    call_id: str = Field(min_length=1, max_length=200)
+    allow: bool
+    reason: str | None = Field(None, max_length=10_000)
+
+
+class StopBody(_Body):
+    reason: str | None = Field(None, max_length=10_000)
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    status: int
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class UsageModel(BaseModel):
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+
+
+class StatusModel(BaseModel):
+    """A session's state, as its fold sees it (`SessionView.to_json`)."""
+
+    session_id: str
+    state: str
+    stop_reason: str | None
+    stop_detail: str | None
+    model: str
+    usage: UsageModel
+    cost_usd: float | None
+    steps: int
+    turn_steps: int
+    turns: int
+    last_seq: int
+    last_output: str
+    open_calls: list[dict[str, JsonValue]]
+    started_calls: list[str]
+    pending_approvals: list[str]
+    decisions: dict[str, JsonValue]
+    cancel_scope: str | None
+    model_request_open: bool
+
+
+class StartedModel(BaseModel):
+    session_id: str
+    status: StatusModel
+
+
+class DoneModel(BaseModel):
+    session_id: str
+    done: str
+
+
+class EventModel(BaseModel):
+    session_id: str
+    seq: int
+    id: str
+    time: str
+    thread: str
+    type: str
+    data: dict[str, JsonValue]
+
+
+class EventPage(BaseModel):
+    events: list[EventModel]
+    last_seq: int
+    more: bool
+
+
+class CapabilitiesModel(BaseModel):
+    resume_after_restart: bool
+    cancel: bool
+    interrupt: bool
+    approvals: bool
+    event_stream: bool
+    live_deltas: bool
+    tenants: bool
+
+
+class HealthModel(BaseModel):
+    status: str
+
+
+MODELS: list[type[BaseModel]] = [
+    StartBody, MessageBody, DecisionBody, StopBody, ErrorBody, StatusModel, StartedModel,
+    DoneModel, EventPage, CapabilitiesModel, HealthModel,
+]  # fmt: skip
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _json(model: type[BaseModel]) -> dict[str, Any]:
+    return {"application/json": {"schema": _ref(model)}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    return {str(s): {"description": "an error envelope", "content": _json(ErrorBody)} for s in statuses}
+
+
+SESSION_ID = {
+    "name": "session_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+}
+IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+    "description": "The same key with the same body answers with what it made the first time.",
+}
+AFTER_SEQ = {
+    "name": "after_seq",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "integer", "minimum": 0, "default": 0},
+}
+
+
+def _op(summary: str, ok: int, answer: type[BaseModel] | None, *errors: int, **extra: Any) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "responses": _errors(401, *errors)}
+    op["responses"][str(ok)] = {"description": summary}
+    if answer is not None:
+        op["responses"][str(ok)]["content"] = _json(answer)
+    op.update(extra)
+    return op
+
+
+def _body(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": _json(model)}
+
+
+# One Server-Sent Events frame: `event` is the event type (or `end`, whose data says why the
+# stream ended), `id` the event's seq, `data` the event's JSON.
+SSE_FRAME = {
+    "type": "object",
+    "properties": {"event": {"type": "string"}, "id": {"type": "string"}, "data": {"type": "string"}},
+}
+
+
+def openapi() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the API, built from the same models that validate it."""
+    _, defs = models_json_schema(
+        [(m, "validation") for m in MODELS], ref_template="#/components/schemas/{model}"
+    )
+    session = [SESSION_ID]
+    stream = {
+        "summary": "the session's events as Server-Sent Events: the log so far, then live",
+        "parameters": [
+            SESSION_ID,
+            AFTER_SEQ,
+            {"name": "Last-Event-ID", "in": "header", "required": False,
+             "schema": {"type": "string", "pattern": "^[0-9]{1,15}$"}},
+            {"name": "timeout", "in": "query", "required": False,
+             "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600}},
+        ],
+        "responses": {
+            "200": {"description": "id: seq, event: type, data: the event's JSON",
+                    "content": {"text/event-stream": {"schema": SSE_FRAME}}},
+            **_errors(400, 401, 404, 422),
+        },
+    }  # fmt: skip
+    paths: dict[str, Any] = {
+        "/healthz": {"get": {"summary": "liveness and store reachability", "security": [],
+                             "responses": {"200": {"description": "ok", "content": _json(HealthModel)},
+                                           **_errors(503)}}},
+        "/v1/capabilities": {"get": _op("what this runtime can do", 200, CapabilitiesModel)},
+        "/v1/sessions": {"post": _op(
+            "start a session", 201, StartedModel, 400, 409, 413, 415, 422,
+            parameters=[IDEMPOTENCY_KEY], requestBody=_body(StartBody))},
+        "/v1/sessions/{session_id}": {"get": _op(
+            "poll a session", 200, StatusModel, 404, parameters=session)},
+        "/v1/sessions/{session_id}/cancel": {"post": _op(
+            "end the session (an ended session: nothing to do)", 200, DoneModel, 400, 404, 413, 415, 422,
+            parameters=session, requestBody=_body(StopBody, required=False))},
+        "/v1/sessions/{session_id}/interrupt": {"post": _op(
+            "end the running turn", 200, DoneModel, 400, 404, 413, 415, 422,
+            parameters=session, requestBody=_body(StopBody, required=False))},
+        "/v1/sessions/{session_id}/messages": {"post": _op(
+            "send a user message", 202, DoneModel, 400, 404, 409, 413, 415, 422,
+            parameters=[SESSION_ID, IDEMPOTENCY_KEY], requestBody=_body(MessageBody))},
+        "/v1/sessions/{session_id}/decisions": {"post": _op(
+            "allow or deny a call that waits for approval", 200, DoneModel, 400, 404, 409, 413, 415, 422,
+            parameters=session, requestBody=_body(DecisionBody))},
+        "/v1/sessions/{session_id}/events": {"get": _op(
+            "a page of the session's events", 200, EventPage, 404, 422,
+            parameters=[SESSION_ID, AFTER_SEQ, {"name": "limit", "in": "query", "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 1000}}])},
+        "/v1/sessions/{session_id}/stream": {"get": stream},
+    }  # fmt: skip
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "tether", "version": "1", "description": "Managed agent sessions."},
+        "paths": paths,
+        "components": {
+            "schemas": defs["$defs"],
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }

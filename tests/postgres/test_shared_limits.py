@@ -1,0 +1,65 @@
+"""Shared rate limits: four worker processes, each with its own gateway, against one loopback
+backend that allows a fixed number of requests per minute. With the budget kept in
+PostgreSQL they never exceed it together: the backend refuses none of their requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+from tether.scheduler.sim_server import LoopbackServer
+from tether.scheduler.simulate import Capacity
+from tether.store.pg_limits import SharedBucket
+from tether.store.postgres import PostgresStore
+
+ROOT = Path(__file__).resolve().parents[2]
+RPM = 240  # a full minute's burst, then 4 a second, like the gateway's own buckets
+WORKERS = 4
+CALLS = 66  # 264 in all: 24 past the burst, so the refill rate is what holds them back
+
+
+async def test_four_workers_together_never_exceed_the_backends_requests_per_minute(
+    pg_url: str,
+) -> None:
+    capacity = Capacity(max_concurrency=256, requests_per_minute=RPM, tokens_per_minute=10**9)
+    async with LoopbackServer(capacity, headers=False) as server:
+        started = time.monotonic()
+        procs = [
+            await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "tests.postgres.rate_worker", pg_url, server.base_url,
+                "--rpm", str(RPM), "--calls", str(CALLS),
+                cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            for _ in range(WORKERS)
+        ]
+        outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 120)
+        took = time.monotonic() - started
+        assert server.meter is not None
+        totals = server.meter.snapshot(asyncio.get_running_loop().time())
+    reports = [json.loads(out.decode().strip().splitlines()[-1]) for out, _ in outputs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(r["answered"] for r in reports) == WORKERS * CALLS
+    assert totals.refused["requests"] == 0, totals.refused
+    assert totals.requests == WORKERS * CALLS
+    # Not vacuous: the calls past the burst had to wait for the refill (24 at 4 a second).
+    assert took >= (WORKERS * CALLS - RPM) / (RPM / 60) * 0.8, took
+
+
+async def test_a_shared_bucket_refills_by_the_database_clock_and_reports_the_wait(
+    pg_url: str,
+) -> None:
+    store = PostgresStore(pg_url)
+    bucket = SharedBucket(store, "b", per_minute=600)  # 10 a second, 600 at most
+    assert await bucket.try_take(600) == 0.0
+    wait = await bucket.try_take(5)
+    assert 0.3 < wait <= 0.5, wait  # 5 more need half a second of refill
+    other = SharedBucket(PostgresStore(pg_url), "b", per_minute=600)
+    waited = await other.take(5, timeout=10)
+    assert waited > 0.2, waited  # the other process sees the same, empty budget
+    await bucket.give(1000)
+    assert await bucket.level() == 600  # never above the capacity
+    await other.store.close()
+    await store.close()

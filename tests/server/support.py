@@ -1,0 +1,105 @@
+"""Real `tether serve` and `tether worker` processes on loopback for the server tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+TOKENS = {"acme": ["acme-token-0123456789"], "globex": ["globex-token-0123456789"]}
+ACME, GLOBEX = TOKENS["acme"][0], TOKENS["globex"][0]
+TETHER = [sys.executable, "-m", "tether"]
+
+
+@dataclass
+class Server:
+    url: str
+    store: str
+    process: subprocess.Popen[str]
+
+
+def write_tokens(directory: Path) -> Path:
+    path = directory / "tokens.json"
+    path.write_text(json.dumps({"tenants": TOKENS}))
+    return path
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("TETHER_TOKENS", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@contextmanager
+def serve(directory: Path, *args: str, store: str | None = None) -> Iterator[Server]:
+    """`tether serve` on 127.0.0.1 and a free port, with the test tokens."""
+    store = store or f"sqlite:///{directory / 'serve.db'}"
+    command = [
+        *TETHER, "serve", "--host", "127.0.0.1", "--port", "0", "--store", store,
+        "--tokens", str(write_tokens(directory)), "--poll-interval", "0.05",
+        "--allow-code", "tether.testing.runtime_fixtures:*", *args,
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+    )
+    try:
+        line = process.stdout.readline() if process.stdout else ""
+        found = re.search(r"listening on (http://\S+)", line)
+        if found is None:
+            _stop(process)
+            raise AssertionError(f"tether serve did not start: {line!r} {process.stderr.read() if process.stderr else ''}")
+        yield Server(found.group(1), store, process)
+    finally:
+        _stop(process)
+
+
+def start_worker(store: str, *args: str) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [*TETHER, "worker", "--store", store, "--poll-interval", "0.05", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    )  # fmt: skip
+    line = process.stdout.readline() if process.stdout else ""
+    assert "running sessions" in line, line
+    return process
+
+
+def stop_worker(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
+    _stop(process, sig)
+
+
+def sse_frames(lines: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(event, id, data) of each frame in raw SSE lines."""
+    frames, kind, ident, data = [], "message", "", []
+    for line in lines:
+        if not line:
+            if data:
+                frames.append((kind, ident, "\n".join(data)))
+            kind, ident, data = "message", "", []
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "event":
+                kind = value
+            elif name == "id":
+                ident = value
+            elif name == "data":
+                data.append(value)
+    return frames
