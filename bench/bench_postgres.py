@@ -1,7 +1,7 @@
 """Throughput on PostgreSQL: events appended and sessions completed per second with 1, 2 and
 4 worker processes, beside one worker on SQLite doing the same sessions.
 
-Each session is the same scripted turn (two `write` calls, then an answer: 12 events after
+Each session is the same scripted turn (two `write` calls, then an answer: 11 events after
 its two creation events). The sessions are created first; the clock runs from the moment
 they are all marked runnable (the workers already listening) until every turn has ended.
 Needs TETHER_TEST_POSTGRES_URL (`eval "$(bash .ci/postgres.sh)"`); prints and never fails
@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(ROOT))
 
-from common import bare_loop  # noqa: E402
 from psycopg import AsyncConnection  # noqa: E402
-
 from tests.postgres.pg_worker import create_sessions, first_reply, make_tools  # noqa: E402
+
+from common import bare_loop  # noqa: E402
 from tether.agent import Agent  # noqa: E402
 from tether.store.postgres import PostgresStore  # noqa: E402
 from tether.store.sqlite import SQLiteStore  # noqa: E402
@@ -56,9 +56,18 @@ async def run_postgres(base: str, workers: int) -> tuple[float, int]:
         await store.execute("DELETE FROM tether_wakeups", ())  # marked again below, timed
         procs = [
             await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "tests.postgres.pg_worker", url, os.devnull, "--fast",
-                "--concurrency", str(CONCURRENCY), "--ttl", "30", cwd=ROOT,
-            )  # fmt: skip
+                sys.executable,
+                "-m",
+                "tests.postgres.pg_worker",
+                url,
+                os.devnull,
+                "--fast",
+                "--concurrency",
+                str(CONCURRENCY),
+                "--ttl",
+                "30",
+                cwd=ROOT,
+            )
             for _ in range(workers)
         ]
         while True:  # every worker is listening before the clock starts
@@ -121,9 +130,13 @@ async def run_sqlite_one_worker(path: str) -> tuple[float, int]:
 async def main() -> None:
     base = os.environ.get("TETHER_TEST_POSTGRES_URL")
     if not base:
-        print('bench_postgres: skipped: set TETHER_TEST_POSTGRES_URL (eval "$(bash .ci/postgres.sh)")')
+        print(
+            'bench_postgres: skipped: set TETHER_TEST_POSTGRES_URL (eval "$(bash .ci/postgres.sh)")'
+        )
         return
-    print(f"{SESSIONS} sessions of one turn (2 write calls, 12 events each); {CONCURRENCY} at once per worker")
+    print(
+        f"{SESSIONS} sessions of one turn (2 write calls, 11 events each); {CONCURRENCY} at once per worker"
+    )
     print(f"{'backend':<24}{'seconds':>9}{'events/s':>11}{'sessions/s':>12}")
     with tempfile.TemporaryDirectory() as tmp:
         took, events = await run_sqlite_one_worker(str(Path(tmp) / "bench.db"))

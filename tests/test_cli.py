@@ -12,20 +12,33 @@ from pathlib import Path
 import pytest
 
 
-def tether(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def tether(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k != "TETHER_STORE"}
     full_env = {**base, "PYTHONPATH": str(cwd), **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "tether", *args],
-        cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120,
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
 def test_demo_runs_end_to_end_and_prints_the_timeline(tmp_path: Path) -> None:
     out = tether("demo", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    for kind in ("session.created", "user.message", "model.requested", "model.responded",
-                 "tool.started", "tool.finished", "turn.ended"):
+    for kind in (
+        "session.created",
+        "user.message",
+        "model.requested",
+        "model.responded",
+        "tool.started",
+        "tool.finished",
+        "turn.ended",
+    ):
         assert kind in out.stdout
     assert "LookupError" in out.stdout  # the failing call went back to the model as a result
     assert "Lisbon: sunny" in out.stdout
@@ -64,8 +77,18 @@ def test_run_loads_tools_from_a_module_and_honours_max_steps(tmp_path: Path) -> 
         "    '''Ping a host.'''\n"
         "    return 'pong from ' + host\n"
     )
-    out = tether("run", "ping it", "--model", "scripted:demo", "--tools", "mytools:ping",
-                 "--max-steps", "1", "--json", cwd=tmp_path)
+    out = tether(
+        "run",
+        "ping it",
+        "--model",
+        "scripted:demo",
+        "--tools",
+        "mytools:ping",
+        "--max-steps",
+        "1",
+        "--json",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     # The demo script asks for `forecast`, which this run does not have; one step allowed.
@@ -82,16 +105,27 @@ def _store_fingerprint(tmp_path: Path) -> str:
     [
         (["run", "x", "--model", "nope:model"], "--model nope:model"),
         (["run", "x", "--model", "scripted:other"], "scripted:other"),
-        (["run", "x", "--model", "scripted:demo", "--store", "/no/such/dir/t.db"], "cannot open store"),
+        (
+            ["run", "x", "--model", "scripted:demo", "--store", "/no/such/dir/t.db"],
+            "cannot open store",
+        ),
         (["run", "x", "--model", "scripted:demo", "--store", "redis://x"], "cannot open store"),
-        (["run", "x", "--model", "scripted:demo", "--tools", "no_such_module:x"], "cannot import no_such_module"),
-        (["run", "x", "--model", "scripted:demo", "--tools", "broken:tools"], "cannot import broken"),
+        (
+            ["run", "x", "--model", "scripted:demo", "--tools", "no_such_module:x"],
+            "cannot import no_such_module",
+        ),
+        (
+            ["run", "x", "--model", "scripted:demo", "--tools", "broken:tools"],
+            "cannot import broken",
+        ),
         (["run", "x", "--model", "scripted:demo", "--tools", "json:dumps_nope"], "no attribute"),
         (["run", "x", "--model", "scripted:demo", "--max-steps", "0"], "--max-steps"),
         (["sessions", "show", "ses_missing"], "no session 'ses_missing'"),
     ],
 )
-def test_bad_input_is_one_clear_line_and_changes_nothing_stored(tmp_path: Path, args: list[str], message: str) -> None:
+def test_bad_input_is_one_clear_line_and_changes_nothing_stored(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
     (tmp_path / "broken.py").write_text("raise RuntimeError('this module is broken')\n")
     assert tether("demo", cwd=tmp_path).returncode == 0
     before = _store_fingerprint(tmp_path)
@@ -99,7 +133,9 @@ def test_bad_input_is_one_clear_line_and_changes_nothing_stored(tmp_path: Path, 
     assert out.returncode == 2
     assert out.stdout == ""
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tether: error:") and message in lines[0], out.stderr
+    assert len(lines) == 1 and lines[0].startswith("tether: error:") and message in lines[0], (
+        out.stderr
+    )
     assert _store_fingerprint(tmp_path) == before
 
 

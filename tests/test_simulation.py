@@ -12,23 +12,24 @@ scripted model's and tools' `sleep(0)`s and the runtime's own, so a seed replays
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from invariants import assert_log_invariants, payloads
 from tether import Agent, ToolContext, tool
 from tether.control import decide, request_stop, send_message
-from tether.errors import UsageError
+from tether.errors import LeaseHeld, UsageError
 from tether.events import Event, SessionEnded, ToolFinished, ToolStarted, TurnEnded
 from tether.fold import Folder, Transcript
 from tether.recovery import UNKNOWN_EFFECT
 from tether.store import MemoryStore
-from tether.store.base import Lease
+from tether.store.base import Lease, Store
 from tether.testing import Delay, ScriptedModel, call
 from tether.tools import Tool
 
@@ -55,10 +56,14 @@ class VirtualClock:
 
 class DyingStore:
     """One process's view of the shared store: at its `crash_at`-th append it dies, before
-    or after the batch lands, and from then on every call raises `Crash`."""
+    or after the batch lands, and from then on every call raises `Crash`. Its appends take
+    a seeded number of yields to commit, as SQLite's group commit does."""
 
-    def __init__(self, inner: MemoryStore, crash_at: int = 0, after: bool = False) -> None:
+    def __init__(
+        self, inner: MemoryStore, rng: random.Random, crash_at: int = 0, after: bool = False
+    ) -> None:
         self.inner = inner
+        self.rng = rng
         self.url = inner.url
         self.crash_at = crash_at
         self.after = after
@@ -67,7 +72,11 @@ class DyingStore:
         self.claimed = False  # whether this process ever held the session's lease
 
     async def append(
-        self, session_id: str, events: Sequence[Event], expected_seq: int, lease: Lease | None = None
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        lease: Lease | None = None,
     ) -> None:
         self._alive()
         self.appends += 1
@@ -75,6 +84,9 @@ class DyingStore:
         if dies_here and not self.after:
             self._die()
         await self.inner.append(session_id, events, expected_seq, lease)
+        for _ in range(self.rng.choice((0, 0, 1, 2))):
+            await asyncio.sleep(0)  # committed; the writer hears of it a moment later
+            self._alive()
         if dies_here:
             self._die()
 
@@ -92,7 +104,8 @@ class DyingStore:
         async def guarded(*args: Any, **kwargs: Any) -> Any:
             self._alive()
             result = await method(*args, **kwargs)
-            self.claimed = self.claimed or name == "claim"
+            if name == "claim" and not str(args[1]).startswith("control:"):
+                self.claimed = True  # the run's own claim, not a closer's
             return result
 
         return guarded
@@ -212,13 +225,19 @@ class Sim:
     def agent(self, store: DyingStore | MemoryStore) -> Agent:
         # The watcher never ticks: leases expire on the virtual clock, and other
         # processes' appends are folded in at the runner's next commit.
-        return Agent(model(), tools=self.world.tools(), store=store, lease_ttl=TTL, watch_interval=3600)
+        return Agent(
+            model(),
+            tools=self.world.tools(),
+            store=cast(Store, store),
+            lease_ttl=TTL,
+            watch_interval=3600,
+        )
 
     async def attempt(self, action: str, task: str | None) -> Attempt:
         last = (await self.folder()).last_seq if self.session_id else 0
         record = Attempt(action, last + 1)
         crash_at = self.rng.randint(1, 6) if action == "crash" else 0
-        store = DyingStore(self.base, crash_at, after=self.rng.random() < 0.5)
+        store = DyingStore(self.base, self.rng, crash_at, after=self.rng.random() < 0.5)
         agent = self.agent(store)
         runner = asyncio.create_task(agent.run(task, session_id=self.session_id))
         try:
@@ -231,12 +250,12 @@ class Sim:
         record.claimed = store.claimed
         if isinstance(result, UsageError) and (await self.folder()).terminal:
             pass  # a cancel from elsewhere ended the session before this run began
+        elif isinstance(result, LeaseHeld):
+            pass  # another process (closing it for a cancel) held the session just then
         elif isinstance(result, Exception):
             raise result  # the runtime itself failed: never expected
-        try:
+        with contextlib.suppress(Crash):  # a dead process's close fails too; its watcher is gone
             await agent.close()
-        except Crash:
-            pass
         if record.crashed:
             self.clock.now += TTL + 1  # the dead process's lease runs out
         await self.find_session()
@@ -258,7 +277,7 @@ class Sim:
             await agent.cancel(session_id)
         else:  # another process asks; the runner folds it in at its next commit
             scope = "turn" if action == "remote_interrupt" else "session"
-            await request_stop(RemoteStore(self.base, self.rng), session_id, scope)  # type: ignore[arg-type]
+            await request_stop(cast(Store, RemoteStore(self.base, self.rng)), session_id, scope)
 
     async def step(self, crash_only: bool) -> bool:
         """One attempt, chosen by the seed. False when the episode is over."""
@@ -271,7 +290,9 @@ class Sim:
             if folder.pending_approvals:
                 allow = self.rng.random() < 0.6
                 self.decisions.append(allow)
-                await decide(self.base, self.session_id, folder.pending_approvals[0], allow, "not today")
+                await decide(
+                    self.base, self.session_id, folder.pending_approvals[0], allow, "not today"
+                )
             elif not folder.turn_open and folder.state != "canceling":
                 if crash_only or self.rng.random() < 0.5:
                     return False
@@ -297,7 +318,9 @@ class Sim:
         """After the schedule: plain resumes (allowing what waits) until nothing is open."""
         for _ in range(10):
             folder = await self.folder()
-            if folder.terminal or not (folder.turn_open or folder.pending_approvals or folder.state == "canceling"):
+            if folder.terminal or not (
+                folder.turn_open or folder.pending_approvals or folder.state == "canceling"
+            ):
                 return
             if folder.pending_approvals:
                 self.decisions.append(True)
@@ -342,10 +365,14 @@ def check_effects(episode: Episode) -> None:
     """Writes at most once (exactly once when answered ok); idempotent runs carry their call
     id as key; `unknown_effect` only for a write started by an attempt that crashed."""
     finished = {
-        p.call_id: (p.outcome, e.seq) for e in episode.events if isinstance(p := e.payload, ToolFinished)
+        p.call_id: (p.outcome, e.seq)
+        for e in episode.events
+        if isinstance(p := e.payload, ToolFinished)
     }
     started = {
-        p.call_id: (p.effect, e.seq) for e in episode.events if isinstance(p := e.payload, ToolStarted)
+        p.call_id: (p.effect, e.seq)
+        for e in episode.events
+        if isinstance(p := e.payload, ToolStarted)
     }
     runs = Counter((name, call_id) for name, call_id, _ in episode.world.runs)
     for (name, call_id), n in runs.items():

@@ -180,15 +180,27 @@ class Agent:
         )
         try:
             first: list[Payload] = [self._session_created()] if session_id is None else []
-            if session_id is not None:
-                await log.refresh()  # what was appended between reading and claiming
             if task is not None:
                 first.append(UserMessage(task if isinstance(task, Message) else user(task)))
-            if first:
-                await log.append(*first)
+            try:
+                if session_id is not None:
+                    await log.refresh()  # what was appended between reading and claiming
+                if first:
+                    await log.append(*first)
+            except asyncio.CancelledError:
+                # Cancelled before the loop took over: a turn that opened (the batch may
+                # have landed all the same) still ends by name.
+                await asyncio.shield(close_canceled_turn(log, "interrupted"))
+                raise
             ctx = TurnContext(
-                log, self.model, self.toolbox, self.limits, self.stop_when, self.on_delta,
-                started_at=time.monotonic(), context=self.context,
+                log,
+                self.model,
+                self.toolbox,
+                self.limits,
+                self.stop_when,
+                self.on_delta,
+                started_at=time.monotonic(),
+                context=self.context,
             )
             await self._drive(ctx)
         finally:

@@ -87,7 +87,9 @@ async def cmd_run(
         raise CliError(f"--model {model}: {exc}") from exc
     tools = load_tools(tool_specs)
     # What `tether sessions resume` needs to rebuild this agent in another process.
-    args.metadata = {"cli": {"model": model, "tools": list(tool_specs), "mcp": getattr(args, "mcp", None)}}
+    args.metadata = {
+        "cli": {"model": model, "tools": list(tool_specs), "mcp": getattr(args, "mcp", None)}
+    }
     if not getattr(args, "mcp", None):
         return await _run_agent(args, task, resolved, tools)
     # MCP servers start and list their tools here, before the store is touched.
@@ -333,9 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+from tether.cli_db import add_db_commands, cmd_db  # noqa: E402
 from tether.cli_runtime import RUNTIME_COMMANDS, add_runtime_commands  # noqa: E402
 from tether.cli_steer import STEERING_COMMANDS, add_steering_commands  # noqa: E402
-from tether.cli_db import add_db_commands, cmd_db  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

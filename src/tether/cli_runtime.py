@@ -22,17 +22,25 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8700, help="0: any free port (printed)")
     serve.add_argument(
-        "--workers", type=int, default=8, metavar="N",
+        "--workers",
+        type=int,
+        default=8,
+        metavar="N",
         help="sessions run at once in the server process (0: leave them to `tether worker`)",
     )
     serve.add_argument(
-        "--tokens", default=None, metavar="FILE",
+        "--tokens",
+        default=None,
+        metavar="FILE",
         help='bearer tokens per tenant: {"tenants": {"NAME": ["TOKEN", ...]}} (JSON or TOML); '
         "default: $TETHER_TOKENS (NAME=TOKEN,...)",
     )
     serve.add_argument("--no-auth", action="store_true", help="no tokens: one unscoped tenant")
     serve.add_argument(
-        "--allow-code", action="append", default=None, metavar="PATTERN",
+        "--allow-code",
+        action="append",
+        default=None,
+        metavar="PATTERN",
         help="MODULE:ATTR (fnmatch) that specs may name as python: models or tools; "
         "repeatable; default: none (provider models and scripted:demo only)",
     )
@@ -40,12 +48,18 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
     worker.add_argument("--store", default=None, help=store_help)
     worker.add_argument("--concurrency", type=int, default=16, metavar="N")
     worker.add_argument(
-        "--drain", type=float, default=10.0, metavar="SECONDS",
+        "--drain",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
         help="on SIGTERM, let running turns finish this long before interrupting them",
     )
     for p in (serve, worker):
         p.add_argument(
-            "--lease-ttl", type=float, default=30.0, metavar="SECONDS",
+            "--lease-ttl",
+            type=float,
+            default=30.0,
+            metavar="SECONDS",
             help="how soon another worker takes over a session whose worker died",
         )
         p.add_argument("--poll-interval", type=float, default=0.1, metavar="SECONDS")
@@ -54,7 +68,9 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
 
 def _positive(name: str, value: float, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero):
-        raise UsageError(f"--{name} must be {'0 or more' if allow_zero else 'positive'}, not {value}")
+        raise UsageError(
+            f"--{name} must be {'0 or more' if allow_zero else 'positive'}, not {value}"
+        )
 
 
 async def cmd_serve(args: argparse.Namespace) -> int:
@@ -64,7 +80,9 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         from tether.server.app import create_app
         from tether.server.auth import Tokens
     except ImportError as exc:
-        raise UsageError(f"tether serve needs the server extra (pip install 'tether[server]'): {exc}") from exc
+        raise UsageError(
+            f"tether serve needs the server extra (pip install 'tether[server]'): {exc}"
+        ) from exc
     from tether.cli import _store
     from tether.runtime.local import LocalRuntime
 
@@ -75,7 +93,10 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     if tokens is not None and len(tokens) == 0:
         raise UsageError("no tokens: pass --tokens FILE, set TETHER_TOKENS, or --no-auth")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
+    # IPPROTO_TCP named explicitly: asyncio turns Nagle off only for sockets that say so,
+    # and with Nagle on each response body waited ~40 ms for the client's delayed ACK.
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((args.host, args.port))
@@ -83,7 +104,10 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
     store = _store(args.store)
     runtime = LocalRuntime(
-        store, workers=args.workers, poll_interval=args.poll_interval, lease_ttl=args.lease_ttl,
+        store,
+        workers=args.workers,
+        poll_interval=args.poll_interval,
+        lease_ttl=args.lease_ttl,
         allow_code=args.allow_code or (),
     )
     app = create_app(runtime, tokens)

@@ -21,18 +21,25 @@ def add_steering_commands(ssub: Any) -> None:
     resume.add_argument("--mcp", default=None, metavar="FILE")
     resume.add_argument("--max-steps", type=int, default=50)
     resume.add_argument(
-        "--lease-wait", type=float, default=0.0, metavar="SECONDS",
+        "--lease-wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
         help="wait this long for another worker's lease to be released or expire",
     )
-    for name, text in (("approve", "allow a call that waits for approval"),
-                       ("deny", "deny a call that waits for approval")):
+    for name, text in (
+        ("approve", "allow a call that waits for approval"),
+        ("deny", "deny a call that waits for approval"),
+    ):
         p = ssub.add_parser(name, help=text)
         p.add_argument("id")
         p.add_argument("call")
         if name == "deny":
             p.add_argument("--reason", default=None)
-    for name, text in (("cancel", "end the session (terminal)"),
-                       ("interrupt", "end the running turn; the session stays usable")):
+    for name, text in (
+        ("cancel", "end the session (terminal)"),
+        ("interrupt", "end the running turn; the session stays usable"),
+    ):
         p = ssub.add_parser(name, help=text)
         p.add_argument("id")
         p.add_argument("--reason", default=None)
@@ -52,7 +59,11 @@ async def cmd_resume(args: argparse.Namespace) -> int:
     recorded: dict[str, Any] = {}
     if isinstance(created, SessionCreated) and isinstance(created.metadata.get("cli"), dict):
         recorded = dict(created.metadata["cli"])  # type: ignore[arg-type]
-    model = args.model or recorded.get("model") or (created.model if isinstance(created, SessionCreated) else "")
+    model = (
+        args.model
+        or recorded.get("model")
+        or (created.model if isinstance(created, SessionCreated) else "")
+    )
     tools = args.tools if args.tools is not None else list(recorded.get("tools") or [])
     args.mcp = args.mcp or recorded.get("mcp")
     args.system = created.system if isinstance(created, SessionCreated) else None
@@ -75,12 +86,16 @@ async def _steer(
 
 
 async def cmd_approve(args: argparse.Namespace) -> int:
-    return await _steer(args, lambda s: control.decide(s, args.id, args.call, True), f"{args.call} allowed")
+    return await _steer(
+        args, lambda s: control.decide(s, args.id, args.call, True), f"{args.call} allowed"
+    )
 
 
 async def cmd_deny(args: argparse.Namespace) -> int:
     return await _steer(
-        args, lambda s: control.decide(s, args.id, args.call, False, args.reason), f"{args.call} denied"
+        args,
+        lambda s: control.decide(s, args.id, args.call, False, args.reason),
+        f"{args.call} denied",
     )
 
 

@@ -38,7 +38,9 @@ async def send_message(store: Store, session_id: str, message: str | Message) ->
         if log.folder.terminal:
             raise UsageError(f"session {session_id} has ended ({log.folder.state})")
         try:
-            await log.append(UserMessage(message if isinstance(message, Message) else user(message)))
+            await log.append(
+                UserMessage(message if isinstance(message, Message) else user(message))
+            )
             await store.mark_runnable(session_id)  # a worker process picks the session up
             return
         except Conflict:
@@ -68,9 +70,7 @@ async def decide(
     raise Conflict(session_id, log.folder.last_seq, log.folder.last_seq)
 
 
-async def request_stop(
-    store: Store, session_id: str, scope: str, reason: str | None = None
-) -> str:
+async def request_stop(store: Store, session_id: str, scope: str, reason: str | None = None) -> str:
     """`scope="turn"` interrupts the running turn; `scope="session"` ends the session.
 
     With a worker running the session, this only asks, and the worker closes what it runs.
@@ -93,13 +93,13 @@ async def request_stop(
                     # Should that worker die, whoever takes the session over closes it.
                     await store.mark_runnable(session_id)
                 if await store.current_lease(session_id) is not None:
-                    return "asked already: the running worker will stop" if asked else (
-                        "asked the running worker to stop"
+                    return (
+                        "asked already: the running worker will stop"
+                        if asked
+                        else ("asked the running worker to stop")
                     )
                 # The worker released the session meanwhile, perhaps without seeing the
                 # request: close it here.
-                await log.refresh()
-                continue
             await _close_unattended(store, log, scope, reason)
             return "canceled" if scope == "session" else "interrupted"
         except (Conflict, LeaseHeld):
@@ -113,7 +113,7 @@ async def _close_unattended(store: Store, log: SessionLog, scope: str, reason: s
     try:
         # Decide on what the log holds now: another closer may have finished meanwhile.
         await log.refresh()
-        if log.folder.terminal:
+        if log.folder.terminal or (scope == "turn" and not log.folder.turn_open):
             return
         if log.folder.cancel_scope not in ("session", scope):
             await log.append(CancelRequested(scope, reason))

@@ -140,7 +140,9 @@ class LeaseHeld(StoreError):
     """Another worker holds an unexpired lease on the session."""
 
     def __init__(self, session_id: str, owner: str, expires: float) -> None:
-        super().__init__(f"session {session_id} is being run by {owner} (lease until {expires:.3f})")
+        super().__init__(
+            f"session {session_id} is being run by {owner} (lease until {expires:.3f})"
+        )
         self.session_id = session_id
         self.owner = owner
         self.expires = expires

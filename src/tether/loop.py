@@ -242,13 +242,17 @@ async def _close_cancelled(ctx: TurnContext) -> None:
 async def close_canceled_turn(log: SessionLog, reason: str, end_session: bool = False) -> None:
     """Answer the open calls `canceled`, then close the turn (and the session, if asked or
     if a session-wide cancel is pending). Does nothing for a turn that is already closed."""
+    # Appends still in flight (a result committed as the cancel landed) land first, so the
+    # calls answered below are the ones that are really unanswered.
+    await log.refresh()
     folder = log.folder
     if folder.terminal:
         return
     if folder.turn_open:
-        for call in list(folder.open_calls):
-            if call.id in folder.results:
-                continue
+        # Listed before any is answered: the last answer completes the tool message, and the
+        # fold then no longer says which calls had results.
+        unanswered = [call for call in folder.open_calls if call.id not in folder.results]
+        for call in unanswered:
             if call.id in folder.started:
                 text = "The call was canceled while it ran: the turn was interrupted. Its effects may be partial."
             else:

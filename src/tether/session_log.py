@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from tether.errors import Conflict
 from tether.events import Event, Payload, format_time
 from tether.fold import Folder
-from tether.errors import Conflict
 from tether.store.base import Lease, Store
 
 

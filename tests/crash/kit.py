@@ -1,5 +1,5 @@
 """Tools and scripted models that the crash workers and the CLI round trips run in their own
-processes (imported as `kit`, with this directory on PYTHONPATH).
+processes (imported as `crash.kit`, with tests/ on PYTHONPATH).
 
 Every tool writes one line per execution to a file under `$CRASH_EFFECTS`, so a test can
 count effects across processes that were killed. `$CRASH_CALL=CALL_ID:before|after`

@@ -66,7 +66,8 @@ class Outcome:
 
 def env_for(effects: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CRASH_", "TETHER_"))}
-    path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    # `crash.kit` importable in the subprocess, for the workers and `--model python:...`.
+    path = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
     return {**base, kit.EFFECTS_ENV: str(effects), "PYTHONPATH": path, **(extra or {})}
 
 
@@ -75,22 +76,32 @@ def parse_facts(stdout: str) -> list[dict[str, Any]]:
 
 
 def run_worker(
-    db: Path, script: str, command: str, session_id: str | None = None,
+    db: Path,
+    script: str,
+    command: str,
+    session_id: str | None = None,
     env: dict[str, str] | None = None,
 ) -> Proc:
     args = [str(db), script, command, *([session_id] if session_id else [])]
     out = subprocess.run(
-        [sys.executable, str(WORKER), *args], env=env_for(db.parent, env),
-        capture_output=True, text=True, timeout=TIMEOUT,
+        [sys.executable, str(WORKER), *args],
+        env=env_for(db.parent, env),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
     )
     return Proc(args, out.returncode, parse_facts(out.stdout), out.stderr)
 
 
 def tether(*args: str, cwd: Path, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
-    """The `tether` command, run for real, with the kit importable for --model and --tools."""
+    """The `tether` command, run for real, with `crash.kit` importable for --model and --tools."""
     return subprocess.run(
-        [sys.executable, "-m", "tether", *args], cwd=cwd, env=env_for(cwd),
-        capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "tether", *args],
+        cwd=cwd,
+        env=env_for(cwd),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -116,7 +127,10 @@ def effects(directory: Path) -> dict[str, list[list[str]]]:
 
 
 def run_until_turn_ends(
-    directory: Path, script: str, first_env: dict[str, str], resume_env: dict[str, str] | None = None,
+    directory: Path,
+    script: str,
+    first_env: dict[str, str],
+    resume_env: dict[str, str] | None = None,
     max_procs: int = 60,
 ) -> Outcome:
     """Start a session with `first_env`, then resume it in fresh processes (with
@@ -145,7 +159,9 @@ def assert_nothing_lost(outcome: Outcome) -> None:
     at = {e.seq: e.id for e in outcome.events}
     for proc in outcome.procs:
         for seq, event_id in proc.committed:
-            assert at.get(seq) == event_id, f"{event_id} was committed at seq {seq}, the log has {at.get(seq)}"
+            assert at.get(seq) == event_id, (
+                f"{event_id} was committed at seq {seq}, the log has {at.get(seq)}"
+            )
     writers = {p.prefix for p in outcome.procs}
     strangers = [e.seq for e in outcome.events if by_prefix(e) not in writers]
     assert not strangers, f"events at seqs {strangers} come from no worker"
@@ -153,9 +169,15 @@ def assert_nothing_lost(outcome: Outcome) -> None:
 
 def crashed_write_calls(events: Sequence[Event]) -> set[str]:
     """Write calls started by a worker that died before it answered them."""
-    started = {p.call_id: (by_prefix(e), p.effect) for e in events if isinstance(p := e.payload, ToolStarted)}
+    started = {
+        p.call_id: (by_prefix(e), p.effect)
+        for e in events
+        if isinstance(p := e.payload, ToolStarted)
+    }
     finished = {p.call_id: by_prefix(e) for e in events if isinstance(p := e.payload, ToolFinished)}
-    return {c for c, (who, effect) in started.items() if effect == "write" and finished.get(c) != who}
+    return {
+        c for c, (who, effect) in started.items() if effect == "write" and finished.get(c) != who
+    }
 
 
 def assert_outcomes(events: Sequence[Event]) -> None:
@@ -172,14 +194,22 @@ def assert_outcomes(events: Sequence[Event]) -> None:
 def assert_effects(outcome: Outcome) -> None:
     """Each write happened at most once (exactly once when answered ok); every idempotent
     run carried its call id as the idempotency key."""
-    finished = {p.call_id: p.outcome for e in outcome.events if isinstance(p := e.payload, ToolFinished)}
-    write_calls = {p.call_id for e in outcome.events if isinstance(p := e.payload, ToolStarted) and p.effect == "write"}
+    finished = {
+        p.call_id: p.outcome for e in outcome.events if isinstance(p := e.payload, ToolFinished)
+    }
+    write_calls = {
+        p.call_id
+        for e in outcome.events
+        if isinstance(p := e.payload, ToolStarted) and p.effect == "write"
+    }
     writes = Counter(line[0] for line in outcome.effects["write"])
     for call_id, n in writes.items():
         assert n <= 1, f"write {call_id} happened {n} times"
     for call_id in write_calls:
         if finished[call_id] == "ok":
-            assert writes[call_id] == 1, f"write {call_id} was answered ok but happened {writes[call_id]} times"
+            assert writes[call_id] == 1, (
+                f"write {call_id} was answered ok but happened {writes[call_id]} times"
+            )
     for call_id, key, _ in outcome.effects["idempotent"]:
         assert key == call_id, f"idempotent {call_id} ran with key {key}"
 

@@ -34,10 +34,16 @@ KILLED = -signal.SIGKILL
 # (call, before or after its effect): read, idempotent and write calls, alone and in the
 # parallel turn.
 IN_TOOL = [
-    "call_0_0:before", "call_0_0:after",
-    "call_1_0:before", "call_1_0:after",
-    "call_2_0:before", "call_2_0:after",
-    "call_3_0:after", "call_3_1:after", "call_3_2:before", "call_3_2:after",
+    "call_0_0:before",
+    "call_0_0:after",
+    "call_1_0:before",
+    "call_1_0:after",
+    "call_2_0:before",
+    "call_2_0:after",
+    "call_3_0:after",
+    "call_3_1:after",
+    "call_3_2:before",
+    "call_3_2:after",
 ]
 
 
@@ -55,7 +61,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
     reference = run_until_turn_ends(base / "reference", "crash", {})
     with ThreadPoolExecutor(max_workers=4) as pool:
         chain = pool.submit(
-            run_until_turn_ends, base / "chain", "crash", {"CRASH_AFTER_APPENDS": "2"},
+            run_until_turn_ends,
+            base / "chain",
+            "crash",
+            {"CRASH_AFTER_APPENDS": "2"},
             {"CRASH_AFTER_APPENDS": "2"},
         )
         at_seq = {
@@ -64,7 +73,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         }
         in_tool = {
             spec: pool.submit(
-                run_until_turn_ends, base / spec.replace(":", "-"), "crash", {kit.CRASH_CALL_ENV: spec}
+                run_until_turn_ends,
+                base / spec.replace(":", "-"),
+                "crash",
+                {kit.CRASH_CALL_ENV: spec},
             )
             for spec in IN_TOOL
         }
@@ -81,7 +93,9 @@ def check(outcome: Outcome, reference: Outcome) -> None:
     assert_effects(outcome)
     folder = outcome.folder()
     assert (folder.state, folder.stop_reason, folder.last_output) == (
-        "idle", "end_turn", kit.FINAL_ANSWER,
+        "idle",
+        "end_turn",
+        kit.FINAL_ANSWER,
     )
     assert all(p.returncode in (0, KILLED) for p in outcome.procs), [
         (p.args, p.returncode, p.stderr[-2000:]) for p in outcome.procs
@@ -105,7 +119,9 @@ def test_a_kill_after_every_commit_point_is_resumed_by_a_fresh_process(runs: Run
         outcome = future.result()
         first = outcome.procs[0]
         assert first.returncode == KILLED, (n, first.stderr[-2000:])
-        assert first.committed[-1][0] == n, f"worker 1 died after seq {first.committed[-1][0]}, not {n}"
+        assert first.committed[-1][0] == n, (
+            f"worker 1 died after seq {first.committed[-1][0]}, not {n}"
+        )
         try:
             check(outcome, runs.reference)
         except AssertionError as exc:
@@ -114,13 +130,21 @@ def test_a_kill_after_every_commit_point_is_resumed_by_a_fresh_process(runs: Run
     # A kill right after the lone write's start (in the batch with the answer asking for it)
     # leaves it unknown, and it never ran.
     ref_events = runs.reference.events
-    start = next(e.seq for e in ref_events if isinstance(p := e.payload, ToolStarted) and p.call_id == "call_2_0")
+    start = next(
+        e.seq
+        for e in ref_events
+        if isinstance(p := e.payload, ToolStarted) and p.call_id == "call_2_0"
+    )
     for n in (start - 1, start):
         assert unknown_at[n] == {"call_2_0"}, (n, unknown_at[n])
         outcome = runs.at_seq[n].result()
         assert "call_2_0" not in [line[0] for line in outcome.effects["write"]]
     # Everywhere else in the run, no write was in flight.
-    finish = next(e.seq for e in ref_events if isinstance(p := e.payload, ToolFinished) and p.call_id == "call_2_0")
+    finish = next(
+        e.seq
+        for e in ref_events
+        if isinstance(p := e.payload, ToolFinished) and p.call_id == "call_2_0"
+    )
     assert all(not unknown_at[n] for n in range(1, start - 1)), unknown_at
     assert all("call_2_0" not in unknown_at[n] for n in range(finish, len(ref_events) + 1))
 
@@ -132,7 +156,9 @@ def test_a_kill_inside_a_tool_is_resumed_by_the_recovery_rules(runs: Runs, spec:
     check(outcome, runs.reference)
     call_id, when = spec.split(":")
     unknown = crashed_write_calls(outcome.events)
-    runs_of = {kind: [line[0] for line in lines].count(call_id) for kind, lines in outcome.effects.items()}
+    runs_of = {
+        kind: [line[0] for line in lines].count(call_id) for kind, lines in outcome.effects.items()
+    }
     effect = next(p.effect for p in payloads(outcome.events, ToolStarted) if p.call_id == call_id)
     if effect == "write":
         # Never repeated: its effect happened once or never, as the kill fell.

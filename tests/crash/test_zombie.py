@@ -48,8 +48,11 @@ def test_a_paused_worker_cannot_write_after_another_took_the_session_over(
 ) -> None:
     db = tmp_path / "tether.db"
     zombie = subprocess.Popen(
-        [sys.executable, str(WORKER), str(db), script, "start"], env=env_for(tmp_path),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, str(WORKER), str(db), script, "start"],
+        env=env_for(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         wait_for((tmp_path / "running").exists, "the zombie's tool to start")

@@ -19,15 +19,14 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
-import kit
-
+from crash import kit
 from tether import Agent, Event
 from tether.errors import LeaseLost
 from tether.session_log import _ID_PREFIX
 from tether.store import SQLiteStore
-from tether.store.base import Lease
+from tether.store.base import Lease, Store
 from tether.testing import ScriptedModel
 from tether.tools import Tool
 
@@ -54,7 +53,11 @@ class CountingStore:
         self.die_after = die_after
 
     async def append(
-        self, session_id: str, events: Sequence[Event], expected_seq: int, lease: Lease | None = None
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        lease: Lease | None = None,
     ) -> None:
         self.tried += 1
         try:
@@ -88,7 +91,7 @@ async def main(db: str, script: str, command: str, session_id: str | None) -> in
     agent = Agent(
         model(),
         tools=tools,
-        store=store,  # type: ignore[arg-type]
+        store=cast(Store, store),  # the real store, counted
         lease_ttl=float(os.environ.get("WORKER_TTL", "1.0")),
         watch_interval=0.1,
         on_event=observer(),
@@ -106,13 +109,20 @@ async def main(db: str, script: str, command: str, session_id: str | None) -> in
     finally:
         await agent.close()
     say(
-        result={"session_id": result.session_id, "state": result.state,
-                "stop_reason": result.stop_reason, "output": result.output},
-        tried=store.tried, refused=store.refused,
+        result={
+            "session_id": result.session_id,
+            "state": result.state,
+            "stop_reason": result.stop_reason,
+            "output": result.output,
+        },
+        tried=store.tried,
+        refused=store.refused,
     )
     return 0
 
 
 if __name__ == "__main__":
     db_path, script_name, cmd = sys.argv[1:4]
-    sys.exit(asyncio.run(main(db_path, script_name, cmd, sys.argv[4] if len(sys.argv) > 4 else None)))
+    sys.exit(
+        asyncio.run(main(db_path, script_name, cmd, sys.argv[4] if len(sys.argv) > 4 else None))
+    )

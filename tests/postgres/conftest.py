@@ -20,7 +20,9 @@ HOW = 'start one on loopback with: eval "$(bash .ci/postgres.sh)"'
 def with_schema(url: str, schema: str) -> str:
     """The URL with its connections' search_path set to `schema`: tables made there."""
     parts = urlsplit(url)
-    query = "&".join(p for p in (parts.query, urlencode({"options": f"-csearch_path={schema}"})) if p)
+    query = "&".join(
+        p for p in (parts.query, urlencode({"options": f"-csearch_path={schema}"})) if p
+    )
     return urlunsplit(parts._replace(query=query))
 
 

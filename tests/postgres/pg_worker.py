@@ -30,7 +30,7 @@ from tether.store.base import Lease
 from tether.store.pg_work import take_work
 from tether.store.postgres import Claimed, PostgresStore
 from tether.testing import Delay, ScriptedModel, call
-from tether.tools import ToolContext, Toolbox, tool
+from tether.tools import Toolbox, ToolContext, tool
 
 
 class JournalledStore(PostgresStore):

@@ -51,7 +51,9 @@ async def main() -> int:
             failed += 1
 
     await asyncio.gather(*(one() for _ in range(args.calls)))
-    print(json.dumps({"answered": answered, "failed": failed, "seconds": time.monotonic() - started}))
+    print(
+        json.dumps({"answered": answered, "failed": failed, "seconds": time.monotonic() - started})
+    )
     await gateway.aclose()
     await store.close()
     return 0

@@ -29,10 +29,18 @@ async def test_four_workers_together_never_exceed_the_backends_requests_per_minu
         started = time.monotonic()
         procs = [
             await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "tests.postgres.rate_worker", pg_url, server.base_url,
-                "--rpm", str(RPM), "--calls", str(CALLS),
-                cwd=ROOT, stdout=asyncio.subprocess.PIPE,
-            )  # fmt: skip
+                sys.executable,
+                "-m",
+                "tests.postgres.rate_worker",
+                pg_url,
+                server.base_url,
+                "--rpm",
+                str(RPM),
+                "--calls",
+                str(CALLS),
+                cwd=ROOT,
+                stdout=asyncio.subprocess.PIPE,
+            )
             for _ in range(WORKERS)
         ]
         outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 120)
@@ -57,7 +65,7 @@ async def test_a_shared_bucket_refills_by_the_database_clock_and_reports_the_wai
     wait = await bucket.try_take(5)
     assert 0.3 < wait <= 0.5, wait  # 5 more need half a second of refill
     other = SharedBucket(PostgresStore(pg_url), "b", per_minute=600)
-    waited = await other.take(5, timeout=10)
+    waited = await other.take(5, max_wait=10)
     assert waited > 0.2, waited  # the other process sees the same, empty budget
     await bucket.give(1000)
     assert await bucket.level() == 600  # never above the capacity

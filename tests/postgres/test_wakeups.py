@@ -38,11 +38,12 @@ async def _cancel_reaches_the_run(url: str, watch_interval: float, *, cut_listen
     worker_store, control_store = PostgresStore(url), PostgresStore(url)
     agent = Agent(ScriptedModel([Hang()]), store=worker_store, watch_interval=watch_interval)
     run = asyncio.create_task(agent.run("wait for ever"))
-    while not await worker_store.sessions():
+    for _ in range(1000):  # the run has created its session and holds its lease
+        listed = await worker_store.sessions()
+        if listed and await worker_store.current_lease(listed[0].session_id) is not None:
+            break
         await asyncio.sleep(0.02)
-    sid = (await worker_store.sessions())[0].session_id
-    while await worker_store.current_lease(sid) is None:
-        await asyncio.sleep(0.02)
+    sid = listed[0].session_id
     await asyncio.sleep(0.2)  # the watcher is listening by now
     if cut_listener:
         async with await AsyncConnection.connect(url, autocommit=True) as conn:

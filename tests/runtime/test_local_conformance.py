@@ -14,7 +14,9 @@ from tether.testing import RUNTIME_CHECKS
 
 @pytest.fixture(params=["memory", "sqlite"])
 async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LocalRuntime]:
-    store: Store = MemoryStore() if request.param == "memory" else SQLiteStore(str(tmp_path / "t.db"))
+    store: Store = (
+        MemoryStore() if request.param == "memory" else SQLiteStore(str(tmp_path / "t.db"))
+    )
     async with LocalRuntime(store, workers=4, poll_interval=0.05, watch_interval=0.05) as rt:
         yield rt
     await store.close()

@@ -65,7 +65,9 @@ def serve(directory: Path, *args: str, store: str | None = None) -> Iterator[Ser
         found = re.search(r"listening on (http://\S+)", line)
         if found is None:
             _stop(process)
-            raise AssertionError(f"tether serve did not start: {line!r} {process.stderr.read() if process.stderr else ''}")
+            raise AssertionError(
+                f"tether serve did not start: {line!r} {process.stderr.read() if process.stderr else ''}"
+            )
         yield Server(found.group(1), store, process)
     finally:
         _stop(process)

@@ -20,7 +20,12 @@ def _bearer(token: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "headers",
-    [{}, _bearer("not-a-token-of-anyone-at-all"), {"Authorization": f"Basic {ACME}"}, {"Authorization": "Bearer"}],
+    [
+        {},
+        _bearer("not-a-token-of-anyone-at-all"),
+        {"Authorization": f"Basic {ACME}"},
+        {"Authorization": "Bearer"},
+    ],
     ids=["no token", "wrong token", "wrong scheme", "empty token"],
 )
 async def test_a_request_without_a_valid_token_is_401_and_creates_nothing(
@@ -28,7 +33,9 @@ async def test_a_request_without_a_valid_token_is_401_and_creates_nothing(
 ) -> None:
     async with httpx.AsyncClient(base_url=server.url) as client:
         before = (await client.get("/v1/capabilities", headers=_bearer(ACME))).status_code
-        response = await client.post("/v1/sessions", json=BODY, headers={**headers, "Idempotency-Key": "k-auth"})
+        response = await client.post(
+            "/v1/sessions", json=BODY, headers={**headers, "Idempotency-Key": "k-auth"}
+        )
         assert response.status_code == 401
         assert response.headers["www-authenticate"].startswith("Bearer")
         error = response.json()["error"]
@@ -36,7 +43,9 @@ async def test_a_request_without_a_valid_token_is_401_and_creates_nothing(
         for path in ("/v1/capabilities", "/v1/sessions/ses_x", "/v1/sessions/ses_x/stream"):
             assert (await client.get(path, headers=headers)).status_code == 401
         # The refused request used the key for nothing: acme's own request with it creates.
-        made = await client.post("/v1/sessions", json=BODY, headers={**_bearer(ACME), "Idempotency-Key": "k-auth"})
+        made = await client.post(
+            "/v1/sessions", json=BODY, headers={**_bearer(ACME), "Idempotency-Key": "k-auth"}
+        )
         assert before == 200 and made.status_code == 201
 
 
@@ -60,7 +69,9 @@ async def test_another_tenants_session_is_not_found_for_every_operation(server: 
     acme, globex = HttpRuntime(server.url, ACME), HttpRuntime(server.url, GLOBEX)
     try:
         ref = await acme.start(spec("guarded launch"))
-        status = await Observer(acme, ref).until("an approval", lambda s: s.state == "waiting_approval")
+        status = await Observer(acme, ref).until(
+            "an approval", lambda s: s.state == "waiting_approval"
+        )
         (call_id,) = status.view.pending_approvals
         attempts = [
             globex.poll(ref), globex.cancel(ref), globex.interrupt(ref), globex.send(ref, "echo x"),

@@ -90,7 +90,9 @@ def test_the_api_refuses_bad_input_with_a_4xx_and_changes_nothing(
     known = {"session_id": session_id} if "{session_id}" in operation.path else None
     strategy = st.one_of(
         operation.as_strategy(generation_mode=mode),
-        operation.as_strategy(generation_mode=mode, path_parameters=known) if known else st.nothing(),
+        operation.as_strategy(generation_mode=mode, path_parameters=known)
+        if known
+        else st.nothing(),
     )
 
     @given(case=strategy)
@@ -104,9 +106,13 @@ def test_the_api_refuses_bad_input_with_a_4xx_and_changes_nothing(
         headers.setdefault("Authorization", f"Bearer {ACME}")
         if "stream" in operation.path:
             case.query = {**(case.query or {}), "timeout": 0.5}  # a stream must end in a test
-        response = case.call_and_validate(base_url=server.url, headers=headers, checks=CHECKS, timeout=30)
+        response = case.call_and_validate(
+            base_url=server.url, headers=headers, checks=CHECKS, timeout=30
+        )
         if 400 <= response.status_code < 500:
             check_refusal(response)
-            assert fingerprint(server.store) == before, f"a refused {operation.label} changed the store"
+            assert fingerprint(server.store) == before, (
+                f"a refused {operation.label} changed the store"
+            )
 
     run()

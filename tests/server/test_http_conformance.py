@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from server.support import ACME, Server
 from tether.runtime.http import HttpRuntime
 from tether.testing import RUNTIME_CHECKS
-from server.support import ACME, Server
 
 
 @pytest.fixture

@@ -15,17 +15,21 @@ from tether.runtime.http import HttpRuntime
 from tether.testing.runtime_conformance import WAIT, Observer, spec
 
 
-async def _subscribe(url: str, session_id: str, frames: list[tuple[str, str, str]], seen: asyncio.Event) -> None:
+async def _subscribe(
+    url: str, session_id: str, frames: list[tuple[str, str, str]], seen: asyncio.Event
+) -> None:
     headers = {"Authorization": f"Bearer {ACME}", "Accept": "text/event-stream"}
-    async with httpx.AsyncClient(timeout=httpx.Timeout(WAIT)) as client:
-        async with client.stream("GET", f"{url}/v1/sessions/{session_id}/stream", headers=headers) as response:
-            assert response.status_code == 200
-            lines: list[str] = []
-            async for line in response.aiter_lines():
-                lines.append(line)
-                if not line:  # a frame is complete: parse what came so far
-                    frames[:] = sse_frames(lines)
-                    seen.set()
+    async with (
+        httpx.AsyncClient(timeout=httpx.Timeout(WAIT)) as client,
+        client.stream("GET", f"{url}/v1/sessions/{session_id}/stream", headers=headers) as response,
+    ):
+        assert response.status_code == 200
+        lines: list[str] = []
+        async for line in response.aiter_lines():
+            lines.append(line)
+            if not line:  # a frame is complete: parse what came so far
+                frames[:] = sse_frames(lines)
+                seen.set()
 
 
 async def test_a_killed_worker_is_replaced_and_the_stream_stays_continuous(tmp_path: Path) -> None:

@@ -10,12 +10,14 @@ from tether.runtime.base import (
     SessionStatus,
     validate_capabilities,
 )
+from tether.runtime.http import HttpRuntime
 from tether.runtime.local import LocalRuntime
 from tether.runtime.worker import Worker
 
 __all__ = [
     "Capabilities",
     "CapabilityRefused",
+    "HttpRuntime",
     "LocalRuntime",
     "Runtime",
     "SessionRef",

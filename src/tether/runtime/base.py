@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from tether.errors import UsageError
 from tether.events import Event
 from tether.limits import Limits
-from tether.messages import JSONObject, Usage, part_from_json
+from tether.messages import JSONObject, JSONValue, Usage, part_from_json
 from tether.state import STOP_REASONS, TERMINAL_STATES, SessionView
 
 # Metadata keys the runtime writes into session.created; a spec may not set them.
@@ -106,7 +106,9 @@ class SessionSpec:
                 raise UsageError(f"spec.tools: {spec!r} is not MODULE or MODULE:ATTR")
         taken = sorted(RESERVED_METADATA & set(self.metadata))
         if taken:
-            raise UsageError(f"spec.metadata may not set {', '.join(taken)}: the runtime writes them")
+            raise UsageError(
+                f"spec.metadata may not set {', '.join(taken)}: the runtime writes them"
+            )
 
     def to_json(self) -> JSONObject:
         return {
@@ -117,7 +119,7 @@ class SessionSpec:
             "limits": self.limits.to_json(),
             "metadata": self.metadata,
             "end_after_turn": self.end_after_turn,
-            "requires": sorted(self.requires.held()),
+            "requires": list[JSONValue](sorted(self.requires.held())),
         }
 
     @staticmethod

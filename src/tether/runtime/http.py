@@ -121,16 +121,16 @@ class HttpRuntime:
         return SessionRef(str(data["session_id"]))
 
     async def poll(self, ref: SessionRef, *, timeout: float | None = None) -> SessionStatus:
-        data = await self._call(
-            "GET", _path(ref), session_id=ref.session_id, timeout=timeout
-        )
+        data = await self._call("GET", _path(ref), session_id=ref.session_id, timeout=timeout)
         return SessionStatus.from_json(data)
 
     async def cancel(self, ref: SessionRef, *, timeout: float | None = None) -> None:
         await self._call("POST", _path(ref, "cancel"), session_id=ref.session_id, timeout=timeout)
 
     async def interrupt(self, ref: SessionRef, *, timeout: float | None = None) -> None:
-        await self._call("POST", _path(ref, "interrupt"), session_id=ref.session_id, timeout=timeout)
+        await self._call(
+            "POST", _path(ref, "interrupt"), session_id=ref.session_id, timeout=timeout
+        )
 
     async def send(self, ref: SessionRef, message: str, *, timeout: float | None = None) -> None:
         await self._call(
@@ -213,12 +213,12 @@ def _path(ref: SessionRef, action: str | None = None) -> str:
 
 async def _frames(response: httpx.Response) -> AsyncIterator[tuple[str, str, str]]:
     """Server-Sent Events frames as (event, id, data); comments are skipped."""
-    kind, ident, data = "message", "", []
+    kind, ident, data = "message", "", list[str]()
     async for line in response.aiter_lines():
         if not line:
             if data:
                 yield kind, ident, "\n".join(data)
-            kind, ident, data = "message", "", []
+            kind, ident, data = "message", "", list[str]()
         elif line.startswith(":"):
             continue
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from tether.errors import StoreError
@@ -130,7 +130,7 @@ async def stream_events(
     session_id: str,
     after_seq: int,
     is_terminal: Callable[[], Awaitable[tuple[bool, int]]],
-) -> AsyncIterator[Event]:
+) -> AsyncGenerator[Event, None]:
     """Every event after `after_seq`, once and in order, then live ones as they land; ends
     after `session.ended`, or when `is_terminal()` says (terminal, last seq) that the session
     ended and everything is delivered."""

@@ -11,7 +11,7 @@ import asyncio
 import fnmatch
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from tether import control
@@ -201,7 +201,12 @@ class LocalRuntime:
         await self.stop(ref, "turn", timeout=timeout)
 
     async def stop(
-        self, ref: SessionRef, scope: str, reason: str | None = None, *, timeout: float | None = None
+        self,
+        ref: SessionRef,
+        scope: str,
+        reason: str | None = None,
+        *,
+        timeout: float | None = None,
     ) -> str:
         """`cancel` (scope "session") or `interrupt` (scope "turn") with a reason recorded
         in `cancel.requested`; says what was done."""
@@ -261,7 +266,9 @@ class LocalRuntime:
             folder = await self._folder(ref)
             return folder.terminal, folder.last_seq
 
-        stream = stream_events(self._core.hub, ref.session_id, after_seq, is_terminal)
+        stream: AsyncGenerator[Event, None] = stream_events(
+            self._core.hub, ref.session_id, after_seq, is_terminal
+        )
         try:
             while True:
                 async with asyncio.timeout_at(deadline):

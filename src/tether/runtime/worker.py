@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import OrderedDict
@@ -102,13 +103,13 @@ class Worker:
                 continue
             task = asyncio.get_running_loop().create_task(self._take(wakeup), name=f"run-{sid}")
             self._running[sid] = task
-            task.add_done_callback(lambda _t, sid=sid: self._done(sid))
+            task.add_done_callback(functools.partial(self._done, sid))
             started += 1
             if started >= free:
                 break
         return started
 
-    def _done(self, session_id: str) -> None:
+    def _done(self, session_id: str, _task: asyncio.Task[None]) -> None:
         self._running.pop(session_id, None)
         self._wake.set()  # a slot is free
 
@@ -127,7 +128,9 @@ class Worker:
             _, attempts = self._retry_at.get(sid, (0.0, 0))
             delay = min(60.0, self.poll_interval * 2 ** (attempts + 1))
             self._retry_at[sid] = (time.monotonic() + delay, attempts + 1)
-            log.exception("worker %s: session %s failed; retrying in %.1f s", self.owner, sid, delay)
+            log.exception(
+                "worker %s: session %s failed; retrying in %.1f s", self.owner, sid, delay
+            )
 
     async def _run_session(self, wakeup: Wakeup) -> None:
         sid = wakeup.session_id

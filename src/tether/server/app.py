@@ -13,8 +13,8 @@ import hashlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
@@ -54,7 +54,9 @@ class Api:
             return self.runtime
         tenant = self.tokens.tenant(request.headers.get("authorization"))
         if tenant is None:
-            given = "a token no tenant holds" if request.headers.get("authorization") else "no token"
+            given = (
+                "a token no tenant holds" if request.headers.get("authorization") else "no token"
+            )
             raise ApiError("unauthorized", f"{given}: send Authorization: Bearer TOKEN")
         return self.runtime.for_tenant(tenant)
 
@@ -67,7 +69,10 @@ class Api:
                 unknown = sorted(set(request.query_params) - set(query))
                 if unknown:
                     known = ", ".join(query) or "none"
-                    raise ApiError("invalid_request", f"unknown query parameter {unknown[0][:40]!r} (known: {known})")
+                    raise ApiError(
+                        "invalid_request",
+                        f"unknown query parameter {unknown[0][:40]!r} (known: {known})",
+                    )
                 response = await handler(request, rt)
             except asyncio.CancelledError:
                 raise
@@ -116,7 +121,9 @@ class Api:
         slot = (rt.tenant or "", ref.session_id, key or "")
         if key is not None and slot in self._sent:
             if self._sent[slot] != digest:
-                raise ApiError("idempotency_conflict", f"idempotency key {key!r} was used for another message")
+                raise ApiError(
+                    "idempotency_conflict", f"idempotency key {key!r} was used for another message"
+                )
             await rt.poll(ref)  # still this tenant's session
             return JSONResponse({"session_id": ref.session_id, "done": "sent already"}, 202)
         await rt.send(ref, body.text)
@@ -154,7 +161,9 @@ class Api:
         last_id = request.headers.get("last-event-id")
         if last_id is not None:
             if not last_id.strip().isdigit() or len(last_id.strip()) > 15:
-                raise ApiError("invalid_request", f"Last-Event-ID must be a seq (digits), not {last_id[:40]!r}")
+                raise ApiError(
+                    "invalid_request", f"Last-Event-ID must be a seq (digits), not {last_id[:40]!r}"
+                )
             after = int(last_id.strip())  # a reconnecting client resumes where it was
         timeout = float_param(request, "timeout", None, 3600.0)
         await rt.poll(ref)  # refuse before the stream starts: a 404 is a status, not an event
@@ -169,7 +178,7 @@ class Api:
         self, rt: LocalRuntime, ref: SessionRef, after: int, timeout: float | None
     ) -> AsyncIterator[bytes]:
         self.metrics.subscribers += 1
-        events = rt.events(ref, after, timeout=timeout)
+        events = cast(AsyncGenerator[Event, None], rt.events(ref, after, timeout=timeout))
         pending: asyncio.Future[Event] | None = None
         try:
             yield b": tether event stream\n\n"
@@ -234,7 +243,10 @@ def int_param(request: Request, name: str, default: int, low: int, high: int | N
         return default
     if not raw.strip().isdigit() or len(raw) > 15 or not low <= int(raw) <= (high or int(raw)):
         bound = f"{low}..{high}" if high else f"{low} or more"
-        raise ApiError("invalid_request", f"query parameter {name} must be an integer {bound}, not {raw[:40]!r}")
+        raise ApiError(
+            "invalid_request",
+            f"query parameter {name} must be an integer {bound}, not {raw[:40]!r}",
+        )
     return int(raw)
 
 
@@ -247,7 +259,10 @@ def float_param(request: Request, name: str, default: float | None, high: float)
     except ValueError:
         value = -1.0
     if not 0 < value <= high:  # also refuses nan
-        raise ApiError("invalid_request", f"query parameter {name} must be a number in (0, {high:g}], not {raw[:40]!r}")
+        raise ApiError(
+            "invalid_request",
+            f"query parameter {name} must be a number in (0, {high:g}], not {raw[:40]!r}",
+        )
     return value
 
 
@@ -300,11 +315,19 @@ def create_app(
         Route("/v1/sessions", r("start", api.start), methods=["POST"]),
         Route("/v1/sessions/{session_id}", r("poll", api.poll)),
         Route("/v1/sessions/{session_id}/cancel", r("cancel", api.cancel), methods=["POST"]),
-        Route("/v1/sessions/{session_id}/interrupt", r("interrupt", api.interrupt), methods=["POST"]),
+        Route(
+            "/v1/sessions/{session_id}/interrupt", r("interrupt", api.interrupt), methods=["POST"]
+        ),
         Route("/v1/sessions/{session_id}/messages", r("send", api.send), methods=["POST"]),
         Route("/v1/sessions/{session_id}/decisions", r("decide", api.decide), methods=["POST"]),
-        Route("/v1/sessions/{session_id}/events", r("events", api.events, query=("after_seq", "limit"))),
-        Route("/v1/sessions/{session_id}/stream", r("stream", api.stream, query=("after_seq", "timeout"))),
+        Route(
+            "/v1/sessions/{session_id}/events",
+            r("events", api.events, query=("after_seq", "limit")),
+        ),
+        Route(
+            "/v1/sessions/{session_id}/stream",
+            r("stream", api.stream, query=("after_seq", "timeout")),
+        ),
     ]
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -318,6 +341,8 @@ def create_app(
         async with runtime:
             yield
 
-    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    app = Starlette(
+        routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan
+    )
     app.state.api = api
     return app

@@ -39,7 +39,7 @@ class StartBody(_Body):
     task: str = Text
     tools: list[str] = Field(default_factory=list, max_length=100)
     system: str | None = Field(None, max_length=200_000)
-    limits: LimitsBody = Field(default_factory=lambda: LimitsBody())
+    limits: LimitsBody = Field(default_factory=lambda: LimitsBody.model_validate({}))
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
     end_after_turn: bool = False
     requires: list[CapabilityName] = Field(default_factory=list)
@@ -167,7 +167,9 @@ def _json(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
-    return {str(s): {"description": "an error envelope", "content": _json(ErrorBody)} for s in statuses}
+    return {
+        str(s): {"description": "an error envelope", "content": _json(ErrorBody)} for s in statuses
+    }
 
 
 SESSION_ID = {
@@ -191,7 +193,9 @@ AFTER_SEQ = {
 }
 
 
-def _op(summary: str, ok: int, answer: type[BaseModel] | None, *errors: int, **extra: Any) -> dict[str, Any]:
+def _op(
+    summary: str, ok: int, answer: type[BaseModel] | None, *errors: int, **extra: Any
+) -> dict[str, Any]:
     op: dict[str, Any] = {"summary": summary, "responses": _errors(401, *errors)}
     op["responses"][str(ok)] = {"description": summary}
     if answer is not None:
@@ -208,7 +212,11 @@ def _body(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
 # stream ended), `id` the event's seq, `data` the event's JSON.
 SSE_FRAME = {
     "type": "object",
-    "properties": {"event": {"type": "string"}, "id": {"type": "string"}, "data": {"type": "string"}},
+    "properties": {
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "data": {"type": "string"},
+    },
 }
 
 

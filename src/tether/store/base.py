@@ -167,7 +167,9 @@ def open_store(url: str) -> Store:
         try:
             from tether.store.postgres import PostgresStore
         except ImportError as exc:
-            raise ConfigError(f"{url.split(':')[0]} stores need: pip install 'tether[postgres]'") from exc
+            raise ConfigError(
+                f"{url.split(':')[0]} stores need: pip install 'tether[postgres]'"
+            ) from exc
         return PostgresStore(url)
     if url.startswith("sqlite://"):
         path = url.removeprefix("sqlite://")

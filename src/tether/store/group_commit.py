@@ -58,7 +58,9 @@ class GroupCommit:
                     conn.execute("ROLLBACK")
                 raise
         except (sqlite3.Error, TetherError) as exc:
-            failure = exc if isinstance(exc, TetherError) else StoreError(f"store {self._name}: {exc}")
+            failure = (
+                exc if isinstance(exc, TetherError) else StoreError(f"store {self._name}: {exc}")
+            )
             outcomes = [failure] * len(batch)
         for pending, outcome in zip(batch, outcomes, strict=True):
             if pending.done.done():

@@ -127,12 +127,12 @@ class Subscription:
         self._pending.add(session_id)
         self._event.set()
 
-    async def wait(self, timeout: float) -> set[str]:
-        """Sessions with control-plane news; empty when `timeout` passed with none."""
+    async def wait(self, seconds: float) -> set[str]:
+        """Sessions with control-plane news; empty when `seconds` passed with none."""
         self._news.start()
         if not self._pending:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(seconds):
                     await self._event.wait()
         self._event.clear()
         pending, self._pending = self._pending, set()
@@ -159,7 +159,9 @@ class News:
 
     def start(self) -> None:
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._listen(), name="tether-pg-news")
+            self._task = asyncio.get_running_loop().create_task(
+                self._listen(), name="tether-pg-news"
+            )
 
     async def _listen(self) -> None:
         while self.subscriptions:

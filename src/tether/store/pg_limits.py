@@ -46,18 +46,18 @@ class SharedBucket:
         )
         return 0.0 if row is None else float(row[0])
 
-    async def take(self, amount: float, *, timeout: float | None = None) -> float:
-        """Wait until `amount` is taken; the seconds waited. Past `timeout`, `GatewayBusy`."""
+    async def take(self, amount: float, *, max_wait: float | None = None) -> float:
+        """Wait until `amount` is taken; the seconds waited. Past `max_wait`, `GatewayBusy`."""
         started = time.monotonic()
         while True:
             wait = await self.try_take(amount)
             waited = time.monotonic() - started
             if wait <= 0:
                 return waited
-            if timeout is not None and waited + wait > timeout:
+            if max_wait is not None and waited + wait > max_wait:
                 raise GatewayBusy(
                     f"the shared budget {self.name} has no room for {amount:g} within "
-                    f"{timeout:g} s; not sent"
+                    f"{max_wait:g} s; not sent"
                 )
             await asyncio.sleep(min(wait, _MAX_POLL))
 
@@ -104,7 +104,7 @@ class SharedLimits:
         requests_per_minute: float | None = None,
         tokens_per_minute: float | None = None,
         default_output_tokens: int = 4096,
-        timeout: float | None = None,
+        max_wait: float | None = None,
         headroom: float = 1.0,
     ) -> None:
         key = backend or model.name
@@ -112,7 +112,7 @@ class SharedLimits:
         self.requests = _bucket(store, f"{key}:requests", requests_per_minute, headroom)
         self.tokens = _bucket(store, f"{key}:tokens", tokens_per_minute, headroom)
         self.default_output_tokens = default_output_tokens
-        self.timeout = timeout
+        self.max_wait = max_wait
 
     @property
     def name(self) -> str:
@@ -123,9 +123,9 @@ class SharedLimits:
         if self.tokens is not None:
             output_cap = request.max_output_tokens or self.default_output_tokens
             reserved = estimate_request_tokens(request) + output_cap
-            await self.tokens.take(reserved, timeout=self.timeout)
+            await self.tokens.take(reserved, max_wait=self.max_wait)
         if self.requests is not None:
-            await self.requests.take(1, timeout=self.timeout)
+            await self.requests.take(1, max_wait=self.max_wait)
         response = await self.model.complete(request)
         used = response.usage.input_tokens + response.usage.output_tokens
         if self.tokens is not None and 0 < used < reserved:

@@ -135,7 +135,9 @@ class PostgresStore:
         ]
 
     async def last_seq(self, session_id: str) -> int:
-        row = await self.fetch_one("SELECT last_seq FROM tether_sessions WHERE session_id = %s", (session_id,))
+        row = await self.fetch_one(
+            "SELECT last_seq FROM tether_sessions WHERE session_id = %s", (session_id,)
+        )
         return 0 if row is None else int(row[0])
 
     async def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
@@ -156,7 +158,9 @@ class PostgresStore:
     # -- leases -------------------------------------------------------------------------------
     async def claim(self, session_id: str, owner: str, ttl: float) -> Lease:
         check_ttl(ttl)
-        row = await self.fetch_one("SELECT * FROM tether_claim(%s, %s, %s)", (session_id, owner, ttl))
+        row = await self.fetch_one(
+            "SELECT * FROM tether_claim(%s, %s, %s)", (session_id, owner, ttl)
+        )
         if row is None:
             raise StoreError(f"session {session_id}: the claim returned nothing")
         won, held_owner, generation, expires, _claims = row

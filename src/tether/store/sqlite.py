@@ -22,6 +22,7 @@ from typing import TypeVar
 from tether.errors import ConfigError, Conflict, LeaseHeld, StoreError
 from tether.events import Event, payload_to_json
 from tether.messages import canonical_json
+from tether.store import sqlite_wakeups
 from tether.store.base import (
     Lease,
     SessionInfo,
@@ -31,7 +32,6 @@ from tether.store.base import (
     is_retry,
     lease_refusal,
 )
-from tether.store import sqlite_wakeups
 from tether.store.group_commit import GroupCommit
 
 T = TypeVar("T")

@@ -1,12 +1,11 @@
 """What tests and demos need: the scripted model and the conformance suites."""
 
-from tether.testing.scripted import Delay, Fail, Hang, ScriptedCall, ScriptedModel, Truncated, call
 from tether.testing.runtime_conformance import RUNTIME_CHECKS, run_runtime_conformance
+from tether.testing.scripted import Delay, Fail, Hang, ScriptedCall, ScriptedModel, Truncated, call
 from tether.testing.store_conformance import STORE_CHECKS, run_store_conformance
 
 __all__ = [
     "RUNTIME_CHECKS",
-    "run_runtime_conformance",
     "STORE_CHECKS",
     "Delay",
     "Fail",
@@ -15,5 +14,6 @@ __all__ = [
     "ScriptedModel",
     "Truncated",
     "call",
+    "run_runtime_conformance",
     "run_store_conformance",
 ]

@@ -69,7 +69,9 @@ def _reply(messages: Sequence[Message]) -> Reply:
     if command == "note" and len(words) >= 2 and words[1].isdigit():
         wanted = int(words[1])
         delay = float(words[2]) if len(words) >= 3 else 0.0
-        reply: Reply = call("note", text=f"step {steps + 1}") if steps < wanted else f"noted {wanted}"
+        reply: Reply = (
+            call("note", text=f"step {steps + 1}") if steps < wanted else f"noted {wanted}"
+        )
         return Delay(delay, reply) if delay > 0 else reply
     if command == "guarded" and len(words) >= 2:
         if steps == 0:

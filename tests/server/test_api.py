@@ -1,0 +1,135 @@
+"""The HTTP API's own behaviour: SSE resuming from Last-Event-ID, the error envelope for
+bad requests, idempotency keys, event pages, metrics."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from server.support import ACME, Server, sse_frames
+from tether.runtime.http import HttpRuntime
+from tether.testing.runtime_conformance import Observer, spec
+
+AUTH = {"Authorization": f"Bearer {ACME}"}
+MODEL = "python:tether.testing.runtime_fixtures:model"
+
+
+async def _finished_session(server: Server, task: str = "note 3") -> tuple[str, int]:
+    rt = HttpRuntime(server.url, ACME)
+    try:
+        ref = await rt.start(spec(task, end_after_turn=True))
+        status = await Observer(rt, ref).until("the end", lambda s: s.terminal)
+        return ref.session_id, status.last_seq
+    finally:
+        await rt.close()
+
+
+async def _stream(
+    client: httpx.AsyncClient, sid: str, headers: dict[str, str], stop_after: int | None = None
+) -> list[tuple[str, str, str]]:
+    lines: list[str] = []
+    async with client.stream(
+        "GET", f"/v1/sessions/{sid}/stream", headers={**AUTH, **headers}
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for line in response.aiter_lines():
+            lines.append(line)
+            if (
+                stop_after is not None
+                and len([f for f in sse_frames(lines) if f[0] != "end"]) >= stop_after
+            ):
+                break  # the client goes away mid-stream
+    return sse_frames(lines)
+
+
+async def test_an_sse_stream_resumes_from_last_event_id_without_gaps_or_duplicates(
+    server: Server,
+) -> None:
+    sid, last_seq = await _finished_session(server)
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        first = await _stream(client, sid, {}, stop_after=5)
+        resumed = await _stream(client, sid, {"Last-Event-ID": first[-1][1]})
+        from_query = await _stream(client, sid, {}, stop_after=None)
+    ids = [int(i) for kind, i, _ in first + resumed if kind != "end"]
+    assert ids == list(range(1, last_seq + 1)), ids
+    assert resumed[-1][0] == "end" and json.loads(resumed[-1][2]) == {"reason": "session_ended"}
+    assert [f for f in from_query if f[0] != "end"] == [f for f in first + resumed if f[0] != "end"]
+    for kind, ident, data in from_query[:-1]:
+        event = json.loads(data)
+        assert event["type"] == kind and str(event["seq"]) == ident
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "status", "code"),
+    [
+        ("POST", "/v1/sessions", {"content": b"{not json"}, 400, "invalid_json"),
+        ("POST", "/v1/sessions", {"content": b'{"model": NaN}'}, 400, "invalid_json"),
+        ("POST", "/v1/sessions", {"json": {"model": MODEL}}, 422, "invalid_request"),
+        ("POST", "/v1/sessions", {"json": {"model": MODEL, "task": "x", "colour": 1}}, 422, "invalid_request"),
+        ("POST", "/v1/sessions", {"json": {"model": MODEL, "task": "x", "limits": {"max_steps": "5"}}}, 422, "invalid_request"),
+        ("POST", "/v1/sessions", {"json": {"model": "nobody:model", "task": "x"}}, 422, "invalid_spec"),
+        ("POST", "/v1/sessions", {"json": {"model": MODEL, "task": "x", "requires": ["telepathy"]}}, 422, "invalid_request"),
+        ("POST", "/v1/sessions", {"content": b"{}", "headers": {"Content-Type": "text/plain"}}, 415, "unsupported_media_type"),
+        ("POST", "/v1/sessions", {"content": b" " * (2 << 20)}, 413, "payload_too_large"),
+        ("GET", "/v1/sessions", {}, 405, "method_not_allowed"),
+        ("GET", "/v1/nowhere", {}, 404, "not_found"),
+        ("GET", "/v1/sessions/ses_none/events?after_seq=-1", {}, 422, "invalid_request"),
+        ("GET", "/v1/sessions/ses_none/stream", {"headers": {"Last-Event-ID": "abc"}}, 422, "invalid_request"),
+        ("GET", "/v1/sessions/ses_none", {}, 404, "session_not_found"),
+    ],
+)  # fmt: skip
+async def test_a_bad_request_gets_the_error_envelope_with_a_stable_code(
+    server: Server, method: str, path: str, kwargs: dict[str, object], status: int, code: str
+) -> None:
+    headers = {**AUTH, **kwargs.pop("headers", {})}  # type: ignore[dict-item]
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        response = await client.request(method, path, headers=headers, **kwargs)  # type: ignore[arg-type]
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code and error["status"] == status and len(error["message"]) > 10
+
+
+async def test_a_retried_message_with_its_idempotency_key_is_sent_once(server: Server) -> None:
+    rt = HttpRuntime(server.url, ACME)
+    try:
+        ref = await rt.start(spec("echo one"))
+        watch = Observer(rt, ref)
+        await watch.settled()
+        async with httpx.AsyncClient(base_url=server.url, headers=AUTH) as client:
+            path = f"/v1/sessions/{ref.session_id}/messages"
+            answers = [
+                await client.post(
+                    path, json={"text": "echo two"}, headers={"Idempotency-Key": "m1"}
+                )
+                for _ in range(3)
+            ]
+            other = await client.post(
+                path, json={"text": "echo three"}, headers={"Idempotency-Key": "m1"}
+            )
+        assert [a.status_code for a in answers] == [202, 202, 202]
+        assert other.status_code == 409 and other.json()["error"]["code"] == "idempotency_conflict"
+        status = await watch.until("the second turn", lambda s: s.view.turns == 2 and s.settled)
+        await watch.poll()
+        assert status.view.turns == 2 and status.last_output == "echo: two"
+    finally:
+        await rt.close()
+
+
+async def test_event_pages_and_metrics_report_what_happened(server: Server) -> None:
+    sid, last_seq = await _finished_session(server, "note 2")
+    async with httpx.AsyncClient(base_url=server.url, headers=AUTH) as client:
+        page = (
+            await client.get(f"/v1/sessions/{sid}/events", params={"after_seq": 2, "limit": 3})
+        ).json()
+        rest = (await client.get(f"/v1/sessions/{sid}/events", params={"after_seq": 5})).json()
+        metrics = (await client.get("/metrics")).text
+    assert [e["seq"] for e in page["events"]] == [3, 4, 5] and page["more"] is True
+    assert [e["seq"] for e in rest["events"]] == list(range(6, last_seq + 1)) and rest[
+        "more"
+    ] is False
+    assert page["last_seq"] == last_seq
+    assert 'tether_http_requests_total{route="start",status="201"}' in metrics
+    assert "tether_worker_turns_total" in metrics
