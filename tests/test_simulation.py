@@ -453,3 +453,74 @@ async def test_a_seed_replays_the_same_log(seed: int) -> None:
     assert [(a.action, a.crashed) for a in first.attempts] == [
         (a.action, a.crashed) for a in second.attempts
     ]
+
+
+class HeldRelease:
+    """The worker's store, whose release of the lease waits for `gate`: the worker has
+    ended its turn and is about to leave."""
+
+    def __init__(self, inner: MemoryStore, gate: asyncio.Event) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.gate = gate
+
+    async def release(self, lease: Lease) -> None:
+        await self.gate.wait()
+        await self.inner.release(lease)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class LateStore:
+    """Another process whose append of a stop request reaches the store only once the
+    worker it saw holding the session has released it and finished its run."""
+
+    def __init__(self, inner: MemoryStore, worker: asyncio.Task[Any], gate: asyncio.Event) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.worker = worker
+        self.gate = gate
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        lease: Lease | None = None,
+    ) -> None:
+        self.gate.set()
+        await asyncio.gather(self.worker, return_exceptions=True)
+        await self.inner.append(session_id, events, expected_seq, lease)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_cancel_asked_of_a_worker_that_is_leaving_is_carried_out_by_the_asker() -> None:
+    # The schedule the seeds rarely hit: the asker sees the worker's lease after the turn
+    # ended, the worker releases the session and takes its last look, and only then does
+    # the request land. Nobody would act on it unless the asker looks again.
+    base = MemoryStore()
+    gate = asyncio.Event()
+    agent = Agent(
+        ScriptedModel(["done"]), store=cast(Store, HeldRelease(base, gate)), watch_interval=3600
+    )
+    worker = asyncio.create_task(agent.run("answer, then leave"))
+    while not worker.done() and not gate.is_set():
+        infos = await base.sessions()
+        if infos and Folder().apply_all(await base.read(infos[0].session_id)).stop_reason:
+            break  # the turn has ended; the worker waits to release its lease
+        await asyncio.sleep(0)
+    session_id = infos[0].session_id
+    assert await base.current_lease(session_id) is not None
+
+    said = await request_stop(cast(Store, LateStore(base, worker, gate)), session_id, "session")
+
+    assert (await worker).stop_reason == "end_turn"
+    await agent.close()
+    events = await base.read(session_id)
+    assert_log_invariants(events)
+    assert said == "canceled", said
+    assert Folder().apply_all(events).state == "canceled"
+    assert [p.outcome for p in payloads(events, SessionEnded)] == ["canceled"]

@@ -117,6 +117,19 @@ async def _read(db: Path, session_id: str | None) -> tuple[str, list[Event]]:
         await store.close()
 
 
+async def _session_ids(db: Path) -> list[str]:
+    store = SQLiteStore(str(db))
+    try:
+        return [info.session_id for info in await store.sessions()]
+    finally:
+        await store.close()
+
+
+def session_ids(db: Path) -> list[str]:
+    """The sessions in `db`, none if it is not there yet."""
+    return asyncio.run(_session_ids(db)) if db.exists() else []
+
+
 def read_session(db: Path, session_id: str | None = None) -> tuple[str, list[Event]]:
     """The one session in `db` (or the one named) and its events."""
     return asyncio.run(_read(db, session_id))

@@ -29,7 +29,7 @@ from tether.fold import fold
 from tether.store import SQLiteStore
 
 from . import kit
-from .support import env_for, read_session, run_worker, tether
+from .support import env_for, read_session, run_worker, session_ids, tether
 
 APPROVAL = ("--model", "python:crash.kit:approval_model", "--tools", "crash.kit:APPROVAL_TOOLS")
 LONG = ("--model", "python:crash.kit:long_model", "--tools", "crash.kit:LONG_TOOLS")
@@ -95,8 +95,9 @@ def finish(worker: subprocess.Popen[str]) -> dict[str, object]:
 
 def the_session(tmp_path: Path) -> str:
     db = tmp_path / "tether.db"
-    wait_for(db.exists, "the store")
-    return read_session(db)[0]
+    wait_for(lambda: session_ids(db), "the session to be created")
+    (sid,) = session_ids(db)
+    return sid
 
 
 # -- approvals -----------------------------------------------------------------------------
