@@ -144,3 +144,23 @@ async def test_cancelling_a_session_that_waits_for_approval_ends_it(store: Store
     events = await read_checked(store, first.session_id)
     assert kinds(events)[-2:] == ["cancel.requested", "session.ended"]
     assert bank.transfers == []
+
+
+async def test_a_decision_for_an_ended_session_is_refused_and_writes_nothing(
+    store: Store,
+) -> None:
+    from tether import control
+    from tether.errors import UsageError
+
+    bank = Bank()
+    agent = Agent(
+        ScriptedModel([call("transfer", amount=5), "done"]), tools=bank.tools(), store=store
+    )
+    result = await agent.run("pay")
+    assert result.state == "waiting_approval"
+    await agent.cancel(result.session_id)
+    before = await store.read(result.session_id)
+    with pytest.raises(UsageError, match="has ended"):
+        await control.decide(store, result.session_id, "call_0_0", True)
+    assert await store.read(result.session_id) == before
+    assert bank.transfers == []

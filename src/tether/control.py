@@ -54,6 +54,10 @@ async def decide(
     """Record an approval decision for a call that waits for one."""
     log = await _load(store, session_id)
     for _ in range(ATTEMPTS):
+        if log.folder.terminal:
+            raise UsageError(
+                f"session {session_id} has ended ({log.folder.state}): nothing to decide"
+            )
         pending = log.folder.pending_approvals
         if call_id not in pending:
             waiting = ", ".join(pending) or "none"

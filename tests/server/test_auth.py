@@ -69,8 +69,11 @@ async def test_another_tenants_session_is_not_found_for_every_operation(server: 
     acme, globex = HttpRuntime(server.url, ACME), HttpRuntime(server.url, GLOBEX)
     try:
         ref = await acme.start(spec("guarded launch"))
+        # Wait for the turn to close (turn.ended), not only for approval.requested: the log
+        # must be still before we check that globex's attempts changed nothing.
         status = await Observer(acme, ref).until(
-            "an approval", lambda s: s.state == "waiting_approval"
+            "an approval",
+            lambda s: s.state == "waiting_approval" and s.stop_reason == "awaiting_approval",
         )
         (call_id,) = status.view.pending_approvals
         attempts = [
