@@ -158,9 +158,12 @@ class Agent:
         session_id: str | None = None,
         lease_wait: float = 0.0,
         lease: Lease | None = None,
+        end_session: bool = False,
     ) -> RunResult:
         """Run one turn: a new session for `task`, or `task` sent to session `session_id`.
         With `task=None`, continue the session's open turn (after an approval or a crash).
+        With `end_session`, a turn that stops for good also ends the session (`completed`,
+        or `failed` after an error or a limit), in the same commit as `turn.ended`.
 
         The run holds the session's lease: if another worker holds it, wait up to
         `lease_wait` seconds for it to be released or to expire, then raise `LeaseHeld`.
@@ -201,6 +204,7 @@ class Agent:
                 self.on_delta,
                 started_at=time.monotonic(),
                 context=self.context,
+                end_after_turn=end_session,
             )
             await self._drive(ctx)
         finally:

@@ -30,6 +30,7 @@ from tether.messages import ToolCall
 from tether.providers.base import DeltaObserver, Model, ModelRequest
 from tether.recovery import Decision, decide_calls, decide_open_calls
 from tether.session_log import SessionLog
+from tether.state import session_outcome
 from tether.tools.base import Toolbox
 from tether.tools.run import CallOutcome, bind_arguments, run_calls
 
@@ -46,6 +47,8 @@ class TurnContext:
     # Why the turn is being cancelled, set by whoever cancels it (interrupt, time limit).
     stop_cause: str = "interrupted"
     end_session_on_stop: bool = False
+    # End the session with a final turn (a one-shot task): see `_closing`.
+    end_after_turn: bool = False
     # Set when another worker took the session over: this runner must write nothing more.
     lease_lost: bool = False
     # Tokens the model counted for its last request and answer: the next request holds
@@ -150,7 +153,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
             return await _step(ctx, after_overflow=True)  # compacted: one more attempt
         await ctx.log.append(
             ModelFailed(exc.kind, str(exc), exc.status, exc.retryable, exc.attempts),
-            TurnEnded("error", f"{exc.kind}: {exc}"),
+            *_closing(ctx, "error", f"{exc.kind}: {exc}"),
         )
         return False
     except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
@@ -158,7 +161,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     except Exception as exc:  # a bug in a custom model must still end the turn by name
         detail = f"{type(exc).__name__}: {exc}"
         await ctx.log.append(
-            ModelFailed("unexpected", detail, None, False, 1), TurnEnded("error", detail)
+            ModelFailed("unexpected", detail, None, False, 1), *_closing(ctx, "error", detail)
         )
         return False
     ctx.last_request_tokens = response.usage.input_tokens + response.usage.output_tokens
@@ -175,10 +178,10 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     calls = response.message.tool_calls
     if response.incomplete:
         cut = "the output limit cut the answer inside a tool call"
-        await ctx.log.append(answer, TurnEnded("output_limit", cut))
+        await ctx.log.append(answer, *_closing(ctx, "output_limit", cut))
         return False
     if not calls:
-        await ctx.log.append(answer, TurnEnded("end_turn"))
+        await ctx.log.append(answer, *_closing(ctx, "end_turn"))
         return False
     # Fresh calls are decided before the answer is folded, so the answer and the starts of
     # its calls commit in one batch: the answer is durable before any call runs.
@@ -230,7 +233,16 @@ async def _settle_calls(
 
 
 async def _end(ctx: TurnContext, stop: Stop) -> None:
-    await ctx.log.append(TurnEnded(stop.reason, stop.detail))
+    await ctx.log.append(*_closing(ctx, stop.reason, stop.detail))
+
+
+def _closing(ctx: TurnContext, reason: str, detail: str | None = None) -> tuple[Payload, ...]:
+    """`turn.ended`, and with `end_after_turn` a final turn's `session.ended` in the same
+    batch, so no observer ever sees the session idle in between."""
+    outcome = session_outcome(reason) if ctx.end_after_turn else None
+    if outcome is None:
+        return (TurnEnded(reason, detail),)
+    return TurnEnded(reason, detail), SessionEnded(outcome, detail or reason)
 
 
 async def _close_cancelled(ctx: TurnContext) -> None:

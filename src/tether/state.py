@@ -38,6 +38,19 @@ STOP_REASONS: frozenset[str] = frozenset(
 )
 
 
+# Stop reasons after which a session that ends with its turn is not over yet: it waits for a
+# decision, or someone interrupted it to steer it.
+NOT_FINAL_STOPS: frozenset[str] = frozenset({"awaiting_approval", "interrupted"})
+
+
+def session_outcome(stop_reason: str) -> str | None:
+    """How a session that ends with its turn ends: `completed` after `end_turn` or a custom
+    stop condition, `failed` after an error or a limit, None when the turn is not final."""
+    if stop_reason in NOT_FINAL_STOPS:
+        return None
+    return "completed" if stop_reason == "end_turn" or stop_reason not in STOP_REASONS else "failed"
+
+
 @dataclass(frozen=True, slots=True)
 class SessionView:
     """What a session is doing, derived from its log and never stored beside it.

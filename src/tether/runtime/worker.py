@@ -23,6 +23,7 @@ from tether.lease import worker_id
 from tether.runtime.base import FAILED_STOPS, NOT_FINAL
 from tether.runtime.sessions import Runner, build_runner
 from tether.session_log import SessionLog
+from tether.state import TERMINAL_STATES
 from tether.store.base import Store, Wakeup
 
 log = logging.getLogger("tether.worker")
@@ -147,13 +148,15 @@ class Worker:
             await self._fail(sid, f"the worker cannot build this session's runner: {exc}")
             await self.store.clear_runnable(wakeup)
             return
+        ended = False
         try:
-            await agent.run(None, session_id=sid)
+            result = await agent.run(None, session_id=sid, end_session=runner.end_after_turn)
             self.turns_run += 1
+            ended = result.state in TERMINAL_STATES
         except UsageError:
             pass  # the session has ended: nothing to run
-        if runner.end_after_turn:
-            await self._settle(sid)
+        if runner.end_after_turn and not ended:
+            await self._settle(sid)  # e.g. a turn closed by someone else: end it here
         await self.store.clear_runnable(wakeup)
 
     def _agent(self, runner: Runner) -> Agent:
