@@ -16,12 +16,6 @@ def echo(text: str) -> str:
     """Say it back."""
     return text
 
-    def __init__(self) -> None:
-        self.times: dict[int, str] = {}
-
-    def __call__(self, event: object) -> None:
-        self.times[event.seq] = event.time  # type: ignore[attr-defined]
-
 
 async def _run(model: ScriptedModel, limits: Limits | None = None) -> tuple[object, list]:  # type: ignore[type-arg]
     store = MemoryStore()
