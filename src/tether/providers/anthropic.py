@@ -16,6 +16,7 @@ from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, Tool
 from tether.providers import catalog
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
 from tether.providers.classify import classify_anthropic, stream_error
+from tether.providers.codec import CodecModel
 from tether.providers.common import (
     count,
     finish,
@@ -26,7 +27,6 @@ from tether.providers.common import (
     text,
     tool_call,
     truncated,
-    with_rate_limits,
 )
 from tether.providers.http import Endpoint, SSEDecoder
 
@@ -37,7 +37,7 @@ DEFAULT_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 16_384
 
 
-class AnthropicModel:
+class AnthropicModel(CodecModel):
     """A `Model` over the Anthropic Messages API. `stream=True` reads SSE and reports deltas."""
 
     def __init__(
@@ -51,32 +51,21 @@ class AnthropicModel:
         version: str = DEFAULT_VERSION,
         bearer: bool = False,
     ) -> None:
-        self.model = model
-        self.streaming = stream
         # Newer API versions (and gateways) also take the key as `Authorization: Bearer`.
         auth = {"authorization": f"Bearer {api_key}"} if bearer else {"x-api-key": api_key}
         headers = {**auth, "anthropic-version": version}
         url = base_url.rstrip("/") + "/v1/messages"
-        self._endpoint = Endpoint(url, headers, classify_anthropic, http_client)
-
-    @property
-    def name(self) -> str:
-        return f"anthropic:{self.model}"
-
-    async def aclose(self) -> None:
-        await self._endpoint.aclose()
+        endpoint = Endpoint(url, headers, classify_anthropic, http_client)
+        super().__init__(model, endpoint, stream=stream, provider="anthropic")
 
     def encode(self, request: ModelRequest) -> JSONObject:
         return encode_request(self.model, request, stream=self.streaming)
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        body = self.encode(request)
-        if self.streaming:
-            assembler = StreamAssembler(self.model, request.on_delta)
-            raw = await self._endpoint.stream(body, assembler.feed)
-            return with_rate_limits(assembler.finish(raw.body), raw.headers)
-        raw = await self._endpoint.post(body)
-        return with_rate_limits(decode_response(self.model, raw.body), raw.headers)
+    def decode(self, body: bytes, seed: str) -> ModelResponse:
+        return decode_response(self.model, body)
+
+    def assembler(self, on_delta: DeltaObserver | None, seed: str) -> StreamAssembler:
+        return StreamAssembler(self.model, on_delta)
 
 
 # --- request ------------------------------------------------------------------------------

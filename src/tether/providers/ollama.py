@@ -13,6 +13,7 @@ from tether.errors import ConnectionFailed
 from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, Usage
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
 from tether.providers.classify import classify_ollama, stream_error
+from tether.providers.codec import CodecModel
 from tether.providers.common import (
     count,
     dump_arguments,
@@ -22,19 +23,17 @@ from tether.providers.common import (
     items,
     load_json,
     obj,
-    request_seed,
     synthesize_call_id,
     text,
     tool_call,
     truncated,
-    with_rate_limits,
 )
 from tether.providers.http import Endpoint, NDJSONDecoder
 
 DEFAULT_HOST = "http://localhost:11434"
 
 
-class OllamaModel:
+class OllamaModel(CodecModel):
     """A `Model` over Ollama's native chat API. `options` (e.g. `num_ctx`) go to every call:
     Ollama silently cuts a prompt longer than its window at the front, so set it."""
 
@@ -48,32 +47,22 @@ class OllamaModel:
         options: Mapping[str, JSONValue] | None = None,
         api_key: str | None = None,
     ) -> None:
-        self.model = model
-        self.streaming = stream
         self.options = dict(options or {})
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         url = host.rstrip("/") + "/api/chat"
-        self._endpoint = Endpoint(url, headers, classify_ollama, http_client)
+        endpoint = Endpoint(url, headers, classify_ollama, http_client)
+        super().__init__(model, endpoint, stream=stream, provider="ollama")
 
-    @property
-    def name(self) -> str:
-        return f"ollama:{self.model}"
-
-    async def aclose(self) -> None:
-        await self._endpoint.aclose()
+    seeded = True  # older servers send calls without ids
 
     def encode(self, request: ModelRequest) -> JSONObject:
         return encode_request(self.model, request, stream=self.streaming, options=self.options)
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        body = self.encode(request)
-        seed = request_seed(body)
-        if self.streaming:
-            assembler = StreamAssembler(self.model, request.on_delta, seed)
-            raw = await self._endpoint.stream(body, assembler.feed)
-            return with_rate_limits(assembler.finish(raw.body), raw.headers)
-        raw = await self._endpoint.post(body)
-        return with_rate_limits(decode_response(self.model, raw.body, seed), raw.headers)
+    def decode(self, body: bytes, seed: str) -> ModelResponse:
+        return decode_response(self.model, body, seed)
+
+    def assembler(self, on_delta: DeltaObserver | None, seed: str) -> StreamAssembler:
+        return StreamAssembler(self.model, on_delta, seed)
 
 
 # --- request ------------------------------------------------------------------------------

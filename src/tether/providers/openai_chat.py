@@ -14,6 +14,7 @@ from tether.errors import ConnectionFailed
 from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, Usage
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
 from tether.providers.classify import classify_openai, stream_error
+from tether.providers.codec import CodecModel
 from tether.providers.common import (
     count,
     dump_arguments,
@@ -23,12 +24,10 @@ from tether.providers.common import (
     items,
     load_json,
     obj,
-    request_seed,
     synthesize_call_id,
     text,
     tool_call,
     truncated,
-    with_rate_limits,
 )
 from tether.providers.http import Endpoint, SSEDecoder
 
@@ -36,7 +35,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(CodecModel):
     """A `Model` over `/chat/completions`. `provider` only names it (`openrouter:…`); servers
     that predate `max_completion_tokens` get `max_tokens_field="max_tokens"`."""
 
@@ -52,38 +51,26 @@ class OpenAIChatModel:
         max_tokens_field: MaxTokensField = "max_completion_tokens",
         extra_headers: Mapping[str, str] | None = None,
     ) -> None:
-        self.model = model
-        self.provider = provider
-        self.streaming = stream
         self.max_tokens_field: MaxTokensField = max_tokens_field
         headers = dict(extra_headers or {})
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         url = base_url.rstrip("/") + "/chat/completions"
-        self._endpoint = Endpoint(url, headers, classify_openai, http_client)
+        endpoint = Endpoint(url, headers, classify_openai, http_client)
+        super().__init__(model, endpoint, stream=stream, provider=provider)
 
-    @property
-    def name(self) -> str:
-        return f"{self.provider}:{self.model}"
-
-    async def aclose(self) -> None:
-        await self._endpoint.aclose()
+    seeded = True  # compatible servers may send calls without ids
 
     def encode(self, request: ModelRequest) -> JSONObject:
         return encode_request(
             self.model, request, stream=self.streaming, max_tokens_field=self.max_tokens_field
         )
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        body = self.encode(request)
-        # Ids synthesized for calls that come without one are tied to this exact request.
-        seed = request_seed(body)
-        if self.streaming:
-            assembler = StreamAssembler(self.model, request.on_delta, seed)
-            raw = await self._endpoint.stream(body, assembler.feed)
-            return with_rate_limits(assembler.finish(raw.body), raw.headers)
-        raw = await self._endpoint.post(body)
-        return with_rate_limits(decode_response(self.model, raw.body, seed), raw.headers)
+    def decode(self, body: bytes, seed: str) -> ModelResponse:
+        return decode_response(self.model, body, seed)
+
+    def assembler(self, on_delta: DeltaObserver | None, seed: str) -> StreamAssembler:
+        return StreamAssembler(self.model, on_delta, seed)
 
 
 # --- request ------------------------------------------------------------------------------

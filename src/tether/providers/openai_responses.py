@@ -14,6 +14,7 @@ from tether.errors import ConnectionFailed
 from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, Usage
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
 from tether.providers.classify import classify_openai, stream_error
+from tether.providers.codec import CodecModel
 from tether.providers.common import (
     count,
     dump_arguments,
@@ -26,14 +27,13 @@ from tether.providers.common import (
     text,
     tool_call,
     truncated,
-    with_rate_limits,
 )
 from tether.providers.http import Endpoint, SSEDecoder
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
-class OpenAIResponsesModel:
+class OpenAIResponsesModel(CodecModel):
     """A `Model` over the Responses API; `stream=True` reads its typed SSE events."""
 
     def __init__(
@@ -45,30 +45,19 @@ class OpenAIResponsesModel:
         http_client: httpx.AsyncClient | None = None,
         stream: bool = False,
     ) -> None:
-        self.model = model
-        self.streaming = stream
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         url = base_url.rstrip("/") + "/responses"
-        self._endpoint = Endpoint(url, headers, classify_openai, http_client)
-
-    @property
-    def name(self) -> str:
-        return f"openai-responses:{self.model}"
-
-    async def aclose(self) -> None:
-        await self._endpoint.aclose()
+        endpoint = Endpoint(url, headers, classify_openai, http_client)
+        super().__init__(model, endpoint, stream=stream, provider="openai-responses")
 
     def encode(self, request: ModelRequest) -> JSONObject:
         return encode_request(self.model, request, stream=self.streaming)
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        body = self.encode(request)
-        if self.streaming:
-            assembler = StreamAssembler(self.model, request.on_delta)
-            raw = await self._endpoint.stream(body, assembler.feed)
-            return with_rate_limits(assembler.finish(raw.body), raw.headers)
-        raw = await self._endpoint.post(body)
-        return with_rate_limits(decode_response(self.model, raw.body), raw.headers)
+    def decode(self, body: bytes, seed: str) -> ModelResponse:
+        return decode_response(self.model, body)
+
+    def assembler(self, on_delta: DeltaObserver | None, seed: str) -> StreamAssembler:
+        return StreamAssembler(self.model, on_delta)
 
 
 # --- request ------------------------------------------------------------------------------

@@ -1,0 +1,58 @@
+"""What every wire codec's `Model` shares: one endpoint, a name, and the path from a neutral
+request to a neutral response, whole or streamed. A codec module supplies only its dialect:
+`encode`, `decode` and a stream assembler.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from tether.messages import JSONObject
+from tether.providers.base import DeltaObserver, ModelRequest, ModelResponse
+from tether.providers.common import request_seed, with_rate_limits
+from tether.providers.http import Endpoint
+
+
+class Assembler(Protocol):
+    def feed(self, chunk: bytes) -> None: ...
+
+    def finish(self, raw: bytes) -> ModelResponse: ...
+
+
+class CodecModel:
+    """A `Model` over one HTTP endpoint. `seeded` codecs tie the ids they synthesize for
+    calls that come without one to the exact request (see `common.synthesize_call_id`)."""
+
+    seeded = False
+
+    def __init__(self, model: str, endpoint: Endpoint, *, stream: bool, provider: str) -> None:
+        self.model = model
+        self.streaming = stream
+        self.provider = provider
+        self._endpoint = endpoint
+
+    @property
+    def name(self) -> str:
+        return f"{self.provider}:{self.model}"
+
+    async def aclose(self) -> None:
+        await self._endpoint.aclose()
+
+    def encode(self, request: ModelRequest) -> JSONObject:
+        raise NotImplementedError
+
+    def decode(self, body: bytes, seed: str) -> ModelResponse:
+        raise NotImplementedError
+
+    def assembler(self, on_delta: DeltaObserver | None, seed: str) -> Assembler:
+        raise NotImplementedError
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        body = self.encode(request)
+        seed = request_seed(body) if self.seeded else ""
+        if self.streaming:
+            assembler = self.assembler(request.on_delta, seed)
+            raw = await self._endpoint.stream(body, assembler.feed)
+            return with_rate_limits(assembler.finish(raw.body), raw.headers)
+        raw = await self._endpoint.post(body)
+        return with_rate_limits(self.decode(raw.body, seed), raw.headers)
