@@ -1,5 +1,6 @@
 """`tether serve` (the HTTP API) and `tether worker` (runs sessions from a store, apart from
-the server). Thin adapters over `tether.server.app` and `tether.runtime.Worker`."""
+the server). Thin adapters over `tether.server.app` and `tether.runtime.Worker`; both print
+their model gateways' figures on SIGUSR1 and when they exit."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import UsageError
+from tether.store.base import redact_url
+
+if TYPE_CHECKING:
+    from tether.scheduler import GatewayConfig, GatewayFigures
 
 
 def add_runtime_commands(sub: Any, store_help: str) -> None:
@@ -64,6 +69,54 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
         )
         p.add_argument("--poll-interval", type=float, default=0.1, metavar="SECONDS")
         p.add_argument("--log-level", default="warning")
+        gateway = p.add_argument_group(
+            "model gateway", "limits of the one gateway per backend (model) in this process"
+        )
+        gateway.add_argument(
+            "--max-concurrency",
+            type=int,
+            default=16,
+            metavar="N",
+            help="model requests in flight at once per backend (default 16)",
+        )
+        gateway.add_argument(
+            "--rpm",
+            type=int,
+            default=None,
+            metavar="N",
+            help="requests per minute per backend (default: learned from rate-limit headers)",
+        )
+        gateway.add_argument(
+            "--tpm",
+            type=int,
+            default=None,
+            metavar="N",
+            help="tokens per minute per backend (default: learned from rate-limit headers)",
+        )
+
+
+def gateway_config(args: argparse.Namespace) -> GatewayConfig:
+    from tether.scheduler import GatewayConfig
+
+    _positive("max-concurrency", args.max_concurrency)
+    for name in ("rpm", "tpm"):
+        value = getattr(args, name)
+        if value is not None:
+            _positive(name, value)
+    return GatewayConfig(
+        max_concurrency=args.max_concurrency,
+        requests_per_minute=args.rpm,
+        tokens_per_minute=args.tpm,
+    )
+
+
+def print_figures(command: str, figures: list[GatewayFigures]) -> None:
+    from tether.runtime.gateways import describe
+
+    if not figures:
+        print(f"{command}: no model calls yet", file=sys.stderr, flush=True)
+    for f in figures:
+        print(f"{command}: {describe(f)}", file=sys.stderr, flush=True)
 
 
 def _positive(name: str, value: float, allow_zero: bool = False) -> None:
@@ -89,6 +142,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     _positive("workers", args.workers, allow_zero=True)
     _positive("lease-ttl", args.lease_ttl)
     _positive("poll-interval", args.poll_interval)
+    gateway = gateway_config(args)
     tokens = None if args.no_auth else Tokens.load(args.tokens)
     if tokens is not None and len(tokens) == 0:
         raise UsageError("no tokens: pass --tokens FILE, set TETHER_TOKENS, or --no-auth")
@@ -109,16 +163,27 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval,
         lease_ttl=args.lease_ttl,
         allow_code=args.allow_code or (),
+        gateway=gateway,
     )
     app = create_app(runtime, tokens)
     config = uvicorn.Config(app, log_level=args.log_level, access_log=False, lifespan="on")
     server = uvicorn.Server(config)
     host, port = sock.getsockname()[:2]
-    print(f"tether serve: listening on http://{host}:{port} (store {store.url})", flush=True)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(
+        signal.SIGUSR1, lambda: print_figures("tether serve", runtime.figures())
+    )
+    print(
+        f"tether serve: listening on http://{host}:{port} (store {redact_url(store.url)})",
+        flush=True,
+    )
     try:
         await server.serve(sockets=[sock])
     finally:
+        loop.remove_signal_handler(signal.SIGUSR1)
         await store.close()
+    if args.workers > 0:
+        print_figures("tether serve", runtime.figures())
     return 0
 
 
@@ -130,6 +195,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     _positive("lease-ttl", args.lease_ttl)
     _positive("poll-interval", args.poll_interval)
     _positive("drain", args.drain, allow_zero=True)
+    gateway = gateway_config(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     store = _store(args.store)
     worker = Worker(
@@ -138,18 +204,27 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval,
         lease_ttl=args.lease_ttl,
         watch_interval=min(0.5, args.lease_ttl / 4),
+        gateway=gateway,
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    print(f"tether worker {worker.owner}: running sessions from {store.url}", flush=True)
+    loop.add_signal_handler(
+        signal.SIGUSR1, lambda: print_figures("tether worker", worker.gateways.figures())
+    )
+    print(
+        f"tether worker {worker.owner}: running sessions from {redact_url(store.url)}", flush=True
+    )
     task = loop.create_task(_until_stopped(worker, stopping, args.drain))
     try:
         await task
     finally:
+        loop.remove_signal_handler(signal.SIGUSR1)
+        await worker.gateways.aclose()
         await store.close()
     print(f"tether worker {worker.owner}: stopped after {worker.turns_run} turns", file=sys.stderr)
+    print_figures("tether worker", worker.gateways.figures())
     return 0
 
 

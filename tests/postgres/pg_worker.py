@@ -1,11 +1,12 @@
-"""A worker process for the PostgreSQL chaos test and benchmark: claims runnable sessions
-(`take_work`: SKIP LOCKED, poisoned ones parked) and runs each turn with `Agent.run(lease=)`.
+"""A bare worker process for the PostgreSQL benchmark (`bench/bench_postgres.py`): claims
+runnable sessions (`take_work`: SKIP LOCKED, poisoned ones parked) and runs each turn with
+`Agent.run(lease=)`, without the runtime's runner metadata. The chaos test runs the real
+`tether worker` instead.
 
 Run as `python -m tests.postgres.pg_worker URL JOURNAL [--concurrency N] [--ttl S]`. Its model
 is scripted (two `write` calls, then an answer); a session whose task says "poison" kills
 its worker at every model call. Every accepted leased append and every refused one is
-journalled (`ok SID GEN FIRST LAST`, `refused SID GEN`) so the test can check that no
-append under an old lease landed after a newer one.
+journalled (`ok SID GEN FIRST LAST`, `refused SID GEN`), for looking into a run.
 """
 
 from __future__ import annotations

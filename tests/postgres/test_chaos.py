@@ -1,9 +1,9 @@
-"""Chaos on PostgreSQL: four worker processes run 200 sessions whose `write` tools count
-their effects, while workers are SIGKILLed and SIGSTOPped into zombies (then SIGCONTed),
-and two poisoned sessions kill every worker that runs them.
+"""Chaos on PostgreSQL: four `tether worker` processes run 200 sessions whose `write` tools
+count their effects, while workers are SIGKILLed and SIGSTOPped into zombies (then
+SIGCONTed), and two poisoned sessions kill every worker that runs them.
 
 Every session must complete or be parked with a reason, no `write` effect may happen
-twice, and no append made under an old lease may land after one made under a newer lease.
+twice, and no append may land unless its writer held the session's current lease.
 """
 
 from __future__ import annotations
@@ -16,54 +16,77 @@ import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import IO
+
+from psycopg import AsyncConnection
 
 from invariants import assert_log_invariants
-from postgres.pg_worker import create_sessions
+from postgres.chaos_fixtures import EFFECTS, MODEL, TOOLS
 from tether.events import ToolFinished, ToolStarted
 from tether.fold import Folder
+from tether.runtime import LocalRuntime
+from tether.runtime.base import SessionSpec
 from tether.store.postgres import PostgresStore
 
-ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
 WORKERS = 4
 SESSIONS = 200
 POISONED = 2
 TTL = 1.5
-MAX_CLAIMS = 3
 KILLS, STOPS = 6, 5  # one of them every CHAOS_EVERY seconds, from the start
 CHAOS_EVERY = 0.6
-DEADLINE = 240.0  # generous: the run takes ~30 s here
+DEADLINE = 180.0  # generous: the run takes ~25 s here
+WRITER = "chaos-worker-"  # each worker's application_name: WRITER + its number
+
+# Every event row, with the connection that wrote it and the lease the store held as it
+# was written (`tether_append` holds that row FOR SHARE until its commit, so this is the
+# lease the append was fenced by). A zombie's append that landed would show its own
+# connection beside another process's lease, or a released one.
+AUDIT = """
+CREATE TABLE chaos_audit (
+    session_id text, seq bigint, writer text, owner text, generation bigint
+);
+CREATE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos_audit
+        SELECT NEW.session_id, NEW.seq, current_setting('application_name'), l.owner,
+               l.generation
+        FROM (SELECT 1) AS one
+        LEFT JOIN tether_leases l ON l.session_id = NEW.session_id;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER chaos_audit AFTER INSERT ON tether_events
+    FOR EACH ROW EXECUTE FUNCTION chaos_audit();
+"""
 
 
 class Fleet:
-    """The worker processes, with the chaos done to them."""
+    """The `tether worker` processes, with the chaos done to them."""
 
     def __init__(self, url: str, tmp: Path) -> None:
         self.url, self.tmp = url, tmp
         self.effects = tmp / "effects.txt"
         self.procs: list[asyncio.subprocess.Process] = []
+        self.pids: dict[str, int] = {}  # application_name -> pid
         self.stopped: dict[int, float] = {}  # pid -> when to SIGCONT
         self.kills = self.stops = self.deaths = 0
-        self._n = 0
+        self._logs: list[IO[bytes]] = []
 
     async def start(self) -> None:
-        self._n += 1
+        name = f"{WRITER}{len(self.pids) + 1}"
+        path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
+        # libpq names each worker's connections by PGAPPNAME: the audit sees who wrote.
+        env = {**os.environ, "PGAPPNAME": name, "PYTHONPATH": path, EFFECTS: str(self.effects)}
+        # A local file, opened once per worker: blocking here costs nothing. Closed by close().
+        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115, ASYNC230
+        self._logs.append(log)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tests.postgres.pg_worker",
-            self.url,
-            str(self.tmp / f"journal-{self._n}.txt"),
-            "--effects",
-            str(self.effects),
-            "--ttl",
-            str(TTL),
-            "--max-claims",
-            str(MAX_CLAIMS),
-            "--concurrency",
-            "8",
-            cwd=ROOT,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
+            sys.executable, "-m", "tether", "worker", "--store", self.url,
+            "--concurrency", "8", "--lease-ttl", str(TTL), "--poll-interval", "0.1",
+            "--drain", "0", "--log-level", "error",
+            env=env, stdout=log, stderr=log,
+        )  # fmt: skip
+        self.pids[name] = proc.pid
         self.procs.append(proc)
 
     async def tend(self, rng: random.Random, chaos: bool) -> None:
@@ -98,18 +121,24 @@ class Fleet:
             if proc.returncode is None:
                 proc.kill()
             await proc.wait()
+        for log in self._logs:
+            log.close()
 
-    def journal(self) -> list[list[str]]:
-        lines: list[list[str]] = []
-        for path in self.tmp.glob("journal-*.txt"):
-            lines += [line.split() for line in path.read_text().splitlines() if line]
-        return lines
+
+async def _start_sessions(store: PostgresStore, tasks: list[str]) -> list[str]:
+    """Start them as `tether serve` would: a runtime that runs nothing itself."""
+    async with LocalRuntime(store, workers=0) as runtime:
+        refs = [
+            await runtime.start(SessionSpec(MODEL, task, TOOLS, end_after_turn=True))
+            for task in tasks
+        ]
+    return [ref.session_id for ref in refs]
 
 
 async def _settled(store: PostgresStore, ids: list[str]) -> bool:
     rows = await store.fetch_all(
         "SELECT count(*) FROM tether_sessions WHERE session_id = ANY(%s) "
-        "AND last_type IN ('turn.ended', 'session.ended')",
+        "AND last_type = 'session.ended'",
         (ids,),
     )
     return int(rows[0][0]) == len(ids)
@@ -119,14 +148,17 @@ async def test_workers_killed_and_stopped_at_random_lose_and_repeat_nothing(
     pg_url: str, tmp_path: Path
 ) -> None:
     store = PostgresStore(pg_url)
+    await store.execute("SELECT 1", ())  # brings the schema up, for the audit trigger
+    async with await AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await conn.execute(AUDIT.encode())  # several statements: no parameters
     rng = random.Random(9)
-    tasks = ["poison: this one kills its worker"] * POISONED + ["write twice"] * SESSIONS
-    ids = await create_sessions(store, tasks)
-    poisoned, normal = set(ids[:POISONED]), ids[POISONED:]
-    fleet = Fleet(pg_url, tmp_path)
+    fleet = Fleet(f"{pg_url}&pool_size=8", tmp_path)
     try:
         for _ in range(WORKERS):
             await fleet.start()
+        tasks = ["poison: this one kills its worker"] * POISONED + ["write twice"] * SESSIONS
+        ids = await _start_sessions(store, tasks)
+        poisoned, normal = set(ids[:POISONED]), ids[POISONED:]
         started = time.monotonic()
         while not await _settled(store, ids):
             assert time.monotonic() - started < DEADLINE, "sessions did not settle in time"
@@ -134,6 +166,7 @@ async def test_workers_killed_and_stopped_at_random_lose_and_repeat_nothing(
             await asyncio.sleep(CHAOS_EVERY)
     finally:
         await fleet.close()
+    took = time.monotonic() - started
     assert (fleet.kills, fleet.stops) == (KILLS, STOPS), "the sessions settled before the chaos"
 
     # Every session completed, or was parked failed with the reason; the poisoned ones
@@ -149,7 +182,11 @@ async def test_workers_killed_and_stopped_at_random_lose_and_repeat_nothing(
             assert view.stop_detail and view.stop_detail.startswith("poisoned"), view
             outcomes["parked"] += 1
         else:
-            assert (view.state, view.stop_reason, view.last_output) == ("idle", "end_turn", "done")
+            assert (view.state, view.stop_reason, view.last_output) == (
+                "completed",
+                "end_turn",
+                "done",
+            ), view
             outcomes["completed"] += 1
         for e in events:
             if isinstance(e.payload, ToolStarted):
@@ -169,24 +206,26 @@ async def test_workers_killed_and_stopped_at_random_lose_and_repeat_nothing(
             assert effects[key] == 1, key
     assert set(effects) <= set(started_calls)
 
-    # No zombie append landed: along each log, the lease generation of accepted appends
-    # never goes down. Takeovers did happen (else this proves nothing).
-    by_session: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    refused = 0
-    for fields in fleet.journal():
-        if fields[0] == "ok":
-            by_session[fields[1]].append((int(fields[3]), int(fields[2])))
-        else:
-            refused += 1
-    taken_over = 0
-    for sid, appends in by_session.items():
-        generations = [gen for _, gen in sorted(appends)]
-        assert generations == sorted(generations), (sid, sorted(appends))
-        taken_over += len(set(generations)) > 1
+    # No zombie append landed: every event a worker wrote, it wrote holding the session's
+    # current lease (a lease names its worker's pid: host:pid:random), and along each log
+    # the lease generations never go down. Takeovers did happen (else this proves nothing).
+    rows = await store.fetch_all(
+        "SELECT session_id, seq, writer, owner, generation FROM chaos_audit "
+        "WHERE writer LIKE %s ORDER BY session_id, seq",
+        (f"{WRITER}%",),
+    )
+    assert len(rows) > 10 * SESSIONS, len(rows)  # the workers wrote the turns
+    generations: dict[str, list[int]] = defaultdict(list)
+    for sid, seq, writer, owner, generation in rows:
+        holder = int(owner.rsplit(":", 2)[1]) if owner and owner.count(":") >= 2 else None
+        assert holder == fleet.pids[writer], (sid, seq, writer, owner, generation)
+        generations[sid].append(int(generation))
+    assert all(gens == sorted(gens) for gens in generations.values())
+    taken_over = sum(len(set(gens)) > 1 for gens in generations.values())
     assert taken_over >= 5, taken_over
     print(
-        f"\nchaos: {fleet.kills} kills, {fleet.stops} zombies, {fleet.deaths} deaths, "
-        f"{outcomes}, {taken_over} sessions taken over, {refused} zombie appends refused, "
+        f"\nchaos: {took:.1f} s, {fleet.kills} kills, {fleet.stops} zombies, {fleet.deaths} "
+        f"deaths, {dict(outcomes)}, {taken_over} sessions taken over, "
         f"{sum(effects.values())} effects"
     )
     await store.close()

@@ -89,7 +89,8 @@ def stop_worker(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> No
 
 def sse_frames(lines: Sequence[str]) -> list[tuple[str, str, str]]:
     """(event, id, data) of each frame in raw SSE lines."""
-    frames, kind, ident, data = [], "message", "", []
+    frames: list[tuple[str, str, str]] = []
+    kind, ident, data = "message", "", list[str]()
     for line in lines:
         if not line:
             if data:

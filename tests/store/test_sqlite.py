@@ -101,3 +101,11 @@ async def test_store_urls_choose_the_backend(
 def test_an_unknown_store_url_names_the_forms_it_takes() -> None:
     with pytest.raises(ConfigError, match="sqlite:///PATH"):
         open_store("mongodb://localhost")
+
+
+def test_a_printed_store_url_hides_its_password() -> None:
+    from tether.store.base import redact_url
+
+    assert redact_url("postgresql://tether:s3cret@db:5432/t") == "postgresql://tether:***@db:5432/t"
+    assert redact_url("postgresql://tether@db/t") == "postgresql://tether@db/t"
+    assert redact_url("sqlite:///tether.db") == "sqlite:///tether.db"

@@ -16,6 +16,7 @@ from tether.errors import UsageError
 from tether.events import Event
 from tether.limits import Limits
 from tether.messages import JSONObject, JSONValue, Usage, part_from_json
+from tether.scheduler.queue import PRIORITIES, Priority
 from tether.state import STOP_REASONS, TERMINAL_STATES, SessionView
 
 # Metadata keys the runtime writes into session.created; a spec may not set them.
@@ -84,7 +85,9 @@ class SessionSpec:
     rebuild the runner from what `session.created` records. `end_after_turn`: the session
     ends after a turn that stops for good (completed on `end_turn` or a custom stop, failed
     on an error or a limit); otherwise it stays idle for more messages. `requires`: the
-    capabilities the caller relies on, refused before anything is created if not declared."""
+    capabilities the caller relies on, refused before anything is created if not declared.
+    `priority`: the session's model calls queue at the gateway as interactive (first) or
+    batch."""
 
     model: str
     task: str
@@ -94,6 +97,7 @@ class SessionSpec:
     metadata: JSONObject = field(default_factory=dict)
     end_after_turn: bool = False
     requires: Capabilities = Capabilities()
+    priority: Priority = "interactive"
 
     def check(self) -> None:
         """What is wrong whatever the runtime: raised as `UsageError`, before any I/O."""
@@ -104,6 +108,10 @@ class SessionSpec:
         for spec in self.tools:
             if not spec.strip() or spec.startswith(":"):
                 raise UsageError(f"spec.tools: {spec!r} is not MODULE or MODULE:ATTR")
+        if self.priority not in PRIORITIES:
+            raise UsageError(
+                f"spec.priority must be one of {', '.join(PRIORITIES)}, not {self.priority!r}"
+            )
         taken = sorted(RESERVED_METADATA & set(self.metadata))
         if taken:
             raise UsageError(
@@ -120,6 +128,7 @@ class SessionSpec:
             "metadata": self.metadata,
             "end_after_turn": self.end_after_turn,
             "requires": list[JSONValue](sorted(self.requires.held())),
+            "priority": self.priority,
         }
 
     @staticmethod
@@ -134,6 +143,7 @@ class SessionSpec:
             metadata=dict(data.get("metadata") or {}),
             end_after_turn=bool(data.get("end_after_turn", False)),
             requires=Capabilities.of(data.get("requires") or ()),
+            priority=data.get("priority") or "interactive",
         )
 
 
@@ -143,12 +153,53 @@ class SessionRef:
 
 
 @dataclass(frozen=True, slots=True)
+class Waiting:
+    """What a `waiting_model` session is waiting for at the model gateway of the process that
+    runs it: `kind` is queued, rate_limited, circuit_open, retrying or sending (the call is
+    out; the answer is awaited); `reason` says it in one line; `until` (wall clock, ISO) is
+    when the wait can end at the earliest; `error` names what is being retried. Live: it is
+    read from the gateway at the poll and never stored."""
+
+    kind: str
+    reason: str
+    until: str | None = None
+    attempt: int = 1
+    error: str | None = None
+
+    def to_json(self) -> JSONObject:
+        return {
+            "kind": self.kind,
+            "reason": self.reason,
+            "until": self.until,
+            "attempt": self.attempt,
+            "error": self.error,
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Waiting:
+        return Waiting(
+            kind=str(data["kind"]),
+            reason=str(data.get("reason", "")),
+            until=data.get("until"),
+            attempt=int(data.get("attempt", 1)),
+            error=data.get("error"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class SessionStatus:
     """One observation of a session: its fold's view (state, stop reason, usage, cost, last
-    output, seq, open calls and pending approvals). Successive observations obey
-    `tether.state.validate_observation(a.view, b.view)`."""
+    output, seq, open calls and pending approvals), and, while it is `waiting_model` in the
+    process answering the poll, what it waits for there (`waiting`). Successive observations
+    obey `tether.state.validate_observation(a.view, b.view)`."""
 
     view: SessionView
+    waiting: Waiting | None = None
+
+    @property
+    def waiting_reason(self) -> str | None:
+        """E.g. "queued for the model", "rate limited for 3.0 s", "retrying after error ..."."""
+        return None if self.waiting is None else self.waiting.reason
 
     @property
     def session_id(self) -> str:
@@ -189,11 +240,17 @@ class SessionStatus:
         return self.terminal or self.view.state in ("idle", "waiting_approval")
 
     def to_json(self) -> JSONObject:
-        return self.view.to_json()
+        out = self.view.to_json()
+        out["waiting_reason"] = self.waiting_reason
+        out["waiting"] = None if self.waiting is None else self.waiting.to_json()
+        return out
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> SessionStatus:
-        return SessionStatus(view_from_json(data))
+        waiting = data.get("waiting")
+        return SessionStatus(
+            view_from_json(data), Waiting.from_json(waiting) if isinstance(waiting, dict) else None
+        )
 
 
 def view_from_json(data: Mapping[str, Any]) -> SessionView:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from tether import control
 from tether.errors import SessionNotFound, UsageError
-from tether.events import Event
+from tether.events import Event, format_time
 from tether.fold import Folder
 from tether.providers.base import Model
 from tether.runtime.base import (
@@ -25,11 +25,13 @@ from tether.runtime.base import (
     SessionSpec,
     SessionStatus,
     StateConflict,
+    Waiting,
     validate_capabilities,
 )
 from tether.runtime.hub import EventHub, stream_events
 from tether.runtime.sessions import Views, build_runner, create_session, created_event
 from tether.runtime.worker import Worker
+from tether.scheduler import GatewayConfig, GatewayFigures
 from tether.store.base import Store, open_store
 from tether.tools.base import Tool
 
@@ -59,7 +61,9 @@ class LocalRuntime:
     how many sessions this process runs at once (0: none, `tether worker` processes run
     them). `lease_ttl`: how soon another worker takes over a session whose worker died.
     `allow_code`: fnmatch patterns of the `MODULE:ATTR` a spec may name (a `python:` model,
-    tools), for callers that are not trusted to import code; None allows all."""
+    tools), for callers that are not trusted to import code; None allows all. `gateway`:
+    the limits of the model gateway each backend gets in this process (default
+    `GatewayConfig()`: 16 requests at once, rates learned from the backend's headers)."""
 
     def __init__(
         self,
@@ -71,6 +75,7 @@ class LocalRuntime:
         watch_interval: float = 0.2,
         views: int = 1_000,
         allow_code: Sequence[str] | None = None,
+        gateway: GatewayConfig | None = None,
     ) -> None:
         owns = isinstance(store, str)
         the_store = open_store(store) if isinstance(store, str) else store
@@ -84,6 +89,7 @@ class LocalRuntime:
                 lease_ttl=lease_ttl,
                 watch_interval=watch_interval,
                 on_event=lambda e: hub.poke(e.session_id),
+                gateway=gateway,
             )
         self._core = _Core(the_store, owns, hub, Views(the_store, views), worker)
         self._core.allow_code = None if allow_code is None else tuple(allow_code)
@@ -192,7 +198,27 @@ class LocalRuntime:
 
     async def poll(self, ref: SessionRef, *, timeout: float | None = None) -> SessionStatus:
         async with asyncio.timeout(timeout):
-            return SessionStatus((await self._folder(ref)).view())
+            view = (await self._folder(ref)).view()
+        return SessionStatus(
+            view, self._waiting(ref.session_id) if view.state == "waiting_model" else None
+        )
+
+    def _waiting(self, session_id: str) -> Waiting | None:
+        """What the session waits for at a gateway of this process (None when another
+        process runs it, or its call is not at a gateway yet)."""
+        worker = self._core.worker
+        status = None if worker is None else worker.gateways.status(session_id)
+        if status is None:
+            return None
+        until = (
+            None if status.until is None else format_time(time.time() + status.until - status.now)
+        )
+        return Waiting(status.kind, status.reason, until, status.attempt, status.error)
+
+    def figures(self) -> list[GatewayFigures]:
+        """The figures of this process's model gateways, one per backend used so far."""
+        worker = self._core.worker
+        return [] if worker is None else worker.gateways.figures()
 
     async def cancel(self, ref: SessionRef, *, timeout: float | None = None) -> None:
         await self.stop(ref, "session", timeout=timeout)
@@ -292,6 +318,7 @@ class LocalRuntime:
             await asyncio.gather(core.worker_task, return_exceptions=True)
         if core.worker is not None:
             await core.worker.stop(drain=0.0)
+            await core.worker.gateways.aclose()
         await core.hub.close()
         if core.owns_store:
             await core.store.close()

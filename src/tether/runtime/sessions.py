@@ -1,7 +1,7 @@
 """Creating managed sessions and rebuilding their runners; folds kept current for polling.
 
 Owns what `session.created` records for a runtime session (`metadata.runner`: model string,
-tool specs, `end_after_turn`; `metadata.tenant`; `metadata.idempotency`), idempotent
+tool specs, `end_after_turn`, `priority`; `metadata.tenant`; `metadata.idempotency`), idempotent
 creation, and `Views`, the per-process cache of incremental folds behind `poll`. Running
 sessions is `worker`; the operations themselves are `local`.
 """
@@ -20,6 +20,8 @@ from tether.limits import Limits
 from tether.messages import JSONObject, JSONValue, canonical_json, user
 from tether.providers.base import Model
 from tether.runtime.base import SessionSpec
+from tether.runtime.gateways import priority_of
+from tether.scheduler.queue import Priority
 from tether.session_log import new_event_id, new_session_id
 from tether.store.base import Store
 from tether.tools.base import Tool
@@ -37,6 +39,8 @@ class Runner:
     tools: tuple[str, ...]
     limits: JSONObject
     end_after_turn: bool
+    tenant: str | None = None
+    priority: Priority = "interactive"
 
     @staticmethod
     def from_created(created: SessionCreated) -> Runner | None:
@@ -50,6 +54,8 @@ class Runner:
             tools=tuple(str(t) for t in tools) if isinstance(tools, list) else (),
             limits=dict(created.limits),
             end_after_turn=bool(recorded.get("end_after_turn", False)),
+            tenant=tenant if isinstance(tenant := created.metadata.get("tenant"), str) else None,
+            priority=priority_of(recorded.get("priority")),
         )
 
     def key(self) -> str:
@@ -97,6 +103,7 @@ def created_event(
         "model": spec.model,
         "tools": list[JSONValue](spec.tools),
         "end_after_turn": spec.end_after_turn,
+        "priority": spec.priority,
     }
     if tenant is not None:
         metadata["tenant"] = tenant

@@ -1,9 +1,11 @@
-"""The worker loop: find sessions with work (the store's wakeups), run each turn with an
-`Agent` rebuilt from what `session.created` recorded, and settle what the turn left.
+"""The worker loop: find sessions with work, run each turn with an `Agent` rebuilt from what
+`session.created` recorded, and settle what the turn left.
 
 Used in-process by `LocalRuntime` and on its own by `tether worker`, so serving and running
 scale apart. Leases keep two workers off one session; a worker that dies leaves its mark,
-and another takes the session over once the lease expires (recovery: DESIGN §4).
+and another takes the session over once the lease expires (recovery: DESIGN §4). A store
+that claims work itself (PostgreSQL: SKIP LOCKED, poisoned sessions parked) and pushes news
+(NOTIFY) is used that way; the others are polled for runnable sessions, then claimed.
 """
 
 from __future__ import annotations
@@ -14,27 +16,46 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tether.agent import Agent
 from tether.errors import LeaseHeld, LeaseLost, StoreError, UsageError
 from tether.events import Event, SessionCreated, SessionEnded, ToolFinished, TurnEnded
 from tether.lease import worker_id
 from tether.runtime.base import FAILED_STOPS, NOT_FINAL
+from tether.runtime.gateways import Gateways
 from tether.runtime.sessions import Runner, build_runner
+from tether.scheduler import GatewayConfig
 from tether.session_log import SessionLog
 from tether.state import TERMINAL_STATES
-from tether.store.base import Store, Wakeup
+from tether.store.base import Lease, Store, Wakeup
+
+if TYPE_CHECKING:
+    from tether.store.postgres import Claimed, PostgresStore
 
 log = logging.getLogger("tether.worker")
 
 AGENTS = 64  # rebuilt runners kept, by model, tools and limits
+# How long one wait on the store's news lasts; it ends early as soon as news comes.
+NEWS_SPAN = 5.0
+
+
+class _News(Protocol):
+    """What `store.subscribe()` returns (PostgreSQL's LISTEN, in `pg_conn`)."""
+
+    async def wait(self, seconds: float) -> set[str]: ...
+
+    def close(self) -> None: ...
 
 
 class Worker:
     """`concurrency`: sessions run at once. `poll_interval`: how often to look for work
-    when nobody in this process said there is some (`wake`). `lease_ttl`: how long a
-    session whose worker died waits before another takes it over."""
+    when nobody said there is some (this process's `wake`, or the store's news). `lease_ttl`:
+    how long a session whose worker died waits before another takes it over. `max_claims`:
+    on a store that parks poisoned sessions, how many workers a session may take down
+    before it is parked `failed` (None: the store's default). `gateway`: the limits of the
+    model gateway each backend gets here (`gateways`); every model call passes it."""
 
     def __init__(
         self,
@@ -45,21 +66,29 @@ class Worker:
         lease_ttl: float = 30.0,
         watch_interval: float = 0.2,
         on_event: Callable[[Event], None] | None = None,
+        max_claims: int | None = None,
+        gateway: GatewayConfig | None = None,
     ) -> None:
         if concurrency < 1:
             raise UsageError(f"a worker needs concurrency of at least 1, not {concurrency}")
+        if max_claims is not None and max_claims < 1:
+            raise UsageError(f"max_claims must be at least 1, not {max_claims}")
         self.store = store
         self.concurrency = concurrency
         self.poll_interval = poll_interval
         self.lease_ttl = lease_ttl
         self.watch_interval = watch_interval
         self.on_event = on_event
+        self.max_claims = max_claims
         self.owner = worker_id()
         self.turns_run = 0
         self.failures = 0
+        # Duck-typed, as the watcher does for news: a wrapped store keeps these powers.
+        self.claims_work = callable(getattr(store, "claim_runnable", None))
         self._wake = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._agents: OrderedDict[str, Agent] = OrderedDict()
+        self.gateways = Gateways(gateway)
         self._retry_at: dict[str, tuple[float, int]] = {}
 
     @property
@@ -71,15 +100,29 @@ class Worker:
 
     async def run(self) -> None:
         """Take work until cancelled. The turns it started go on running: `stop` ends them."""
-        while True:
-            self._wake.clear()
-            try:
-                await self.dispatch()
-            except StoreError as exc:
-                log.warning("worker %s: looking for work failed: %s", self.owner, exc)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.poll_interval):
-                    await self._wake.wait()
+        subscribe = getattr(self.store, "subscribe", None)
+        async with asyncio.TaskGroup() as group:
+            if callable(subscribe):
+                group.create_task(self._listen(subscribe()), name="tether-worker-news")
+            while True:
+                self._wake.clear()
+                try:
+                    await self.dispatch()
+                except StoreError as exc:
+                    log.warning("worker %s: looking for work failed: %s", self.owner, exc)
+                # Polling stays the fallback even with news: a lost notification, or a lease
+                # that ran out (which nobody announces), only waits for the next look.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll_interval):
+                        await self._wake.wait()
+
+    async def _listen(self, news: _News) -> None:
+        try:
+            while True:
+                if await news.wait(NEWS_SPAN):
+                    self._wake.set()
+        finally:
+            news.close()
 
     async def stop(self, drain: float = 0.0) -> None:
         """Let running turns finish for up to `drain` seconds, then cancel them (their turns
@@ -96,19 +139,48 @@ class Worker:
         free = self.concurrency - len(self._running)
         if free <= 0:
             return 0
+        if self.claims_work:
+            return await self._dispatch_claimed(free)
         now = time.monotonic()
         started = 0
         for wakeup in await self.store.runnable(limit=free + len(self._running)):
             sid = wakeup.session_id
             if sid in self._running or self._retry_at.get(sid, (0.0, 0))[0] > now:
                 continue
-            task = asyncio.get_running_loop().create_task(self._take(wakeup), name=f"run-{sid}")
-            self._running[sid] = task
-            task.add_done_callback(functools.partial(self._done, sid))
+            self._start(sid, self._take(wakeup))
             started += 1
             if started >= free:
                 break
         return started
+
+    async def _dispatch_claimed(self, free: int) -> int:
+        """Claim up to `free` sessions in one statement; the store parks poisoned ones."""
+        from tether.store.pg_work import DEFAULT_MAX_CLAIMS, take_work
+
+        claimed = await take_work(
+            cast("PostgresStore", self.store),
+            self.owner,
+            ttl=self.lease_ttl,
+            limit=free,
+            alone=not self._running,
+            max_claims=self.max_claims or DEFAULT_MAX_CLAIMS,
+        )
+        started = 0
+        for item in claimed:
+            sid = item.lease.session_id
+            if sid in self._running:
+                # Our own run of it outlived its lease (this process was paused): that run
+                # finds its lease lost and stops; the session waits for the next look.
+                await self.store.release(item.lease)
+                continue
+            self._start(sid, self._take_claimed(item))
+            started += 1
+        return started
+
+    def _start(self, session_id: str, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=f"run-{session_id}")
+        self._running[session_id] = task
+        task.add_done_callback(functools.partial(self._done, session_id))
 
     def _done(self, session_id: str, _task: asyncio.Task[None]) -> None:
         self._running.pop(session_id, None)
@@ -124,16 +196,44 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception:
-            # A store hiccup or a bug: try again later, less often each time.
-            self.failures += 1
-            _, attempts = self._retry_at.get(sid, (0.0, 0))
-            delay = min(60.0, self.poll_interval * 2 ** (attempts + 1))
-            self._retry_at[sid] = (time.monotonic() + delay, attempts + 1)
-            log.exception(
-                "worker %s: session %s failed; retrying in %.1f s", self.owner, sid, delay
-            )
+            self._failed(sid)  # dispatch skips it until its retry time
 
-    async def _run_session(self, wakeup: Wakeup) -> None:
+    async def _take_claimed(self, item: Claimed) -> None:
+        sid = item.lease.session_id
+        backoff = 0.0
+        try:
+            await self._run_session(item.wakeup, item.lease)
+            self._retry_at.pop(sid, None)
+        except (LeaseHeld, LeaseLost):
+            pass  # another worker took it over: the mark is its business
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            backoff = self._failed(sid)
+        finally:
+            # `Agent.run` releases the lease it is given; this covers the paths that never
+            # got there. A second release is harmless: it matches only its own generation.
+            await asyncio.shield(self.store.release(item.lease))
+        if backoff:
+            # Every worker claims from one queue, so back off there: hold the session's
+            # lease until then, and nobody takes it sooner.
+            with contextlib.suppress(LeaseHeld, StoreError):
+                await self.store.claim(sid, self.owner, backoff)
+
+    def _failed(self, session_id: str) -> float:
+        """Note a failed run (a store hiccup or a bug); the delay before the next try, longer
+        each time."""
+        self.failures += 1
+        _, attempts = self._retry_at.get(session_id, (0.0, 0))
+        delay = min(60.0, self.poll_interval * 2.0 ** (attempts + 1))
+        self._retry_at[session_id] = (time.monotonic() + delay, attempts + 1)
+        log.exception(
+            "worker %s: session %s failed; retrying in %.1f s", self.owner, session_id, delay
+        )
+        return delay
+
+    async def _run_session(self, wakeup: Wakeup, lease: Lease | None = None) -> None:
+        """Run the session's turn; with `lease`, under that lease (claimed with the wakeup)."""
         sid = wakeup.session_id
         events = await self.store.read(sid)
         created = events[0].payload if events else None
@@ -145,12 +245,15 @@ class Worker:
         try:
             agent = self._agent(runner)
         except UsageError as exc:
-            await self._fail(sid, f"the worker cannot build this session's runner: {exc}")
+            await self._fail(sid, f"the worker cannot build this session's runner: {exc}", lease)
             await self.store.clear_runnable(wakeup)
             return
         ended = False
         try:
-            result = await agent.run(None, session_id=sid, end_session=runner.end_after_turn)
+            with self.gateways.bound(runner.tenant, sid, runner.priority):
+                result = await agent.run(
+                    None, session_id=sid, lease=lease, end_session=runner.end_after_turn
+                )
             self.turns_run += 1
             ended = result.state in TERMINAL_STATES
         except UsageError:
@@ -167,7 +270,7 @@ class Worker:
             return agent
         model, tools = build_runner(runner.model, runner.tools)
         agent = Agent(
-            model,
+            self.gateways.route(model),
             tools=tools,
             limits=runner.build_limits(),
             store=self.store,
@@ -182,11 +285,13 @@ class Worker:
             self._agents.popitem(last=False)
         return agent
 
-    async def _under_lease(self, session_id: str) -> SessionLog | None:
-        try:
-            lease = await self.store.claim(session_id, self.owner, self.lease_ttl)
-        except LeaseHeld:
-            return None
+    async def _under_lease(self, session_id: str, lease: Lease | None = None) -> SessionLog | None:
+        """The session's log under `lease`, or under a lease claimed now (None: it is held)."""
+        if lease is None:
+            try:
+                lease = await self.store.claim(session_id, self.owner, self.lease_ttl)
+            except LeaseHeld:
+                return None
         session_log = await SessionLog.load(self.store, session_id, observers=self._observers())
         session_log.lease = lease
         return session_log
@@ -208,9 +313,9 @@ class Worker:
         finally:
             await self._release(session_log)
 
-    async def _fail(self, session_id: str, detail: str) -> None:
+    async def _fail(self, session_id: str, detail: str, lease: Lease | None = None) -> None:
         """End a session no worker can run, saying why, rather than retry it forever."""
-        session_log = await self._under_lease(session_id)
+        session_log = await self._under_lease(session_id, lease)
         if session_log is None:
             return
         try:

@@ -1,5 +1,6 @@
-"""`GET /metrics`: the server's own counters and, for each model gateway it is given, the
-gateway's figures, in the Prometheus text format (0.0.4)."""
+"""`GET /metrics`: the server's own counters and the figures of the model gateways (the
+runtime's own, one per backend its workers used, and any others it is given), in the
+Prometheus text format (0.0.4)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tether.runtime.local import LocalRuntime
+from tether.scheduler.figures import render_prometheus
 
 
 class Metrics:
@@ -46,8 +48,7 @@ class Metrics:
         ):  # fmt: skip
             lines.append(f"{family(name, kind, help_text)} {value}")
         text = "\n".join(lines) + "\n"
-        if self.gateways:
-            from tether.scheduler.figures import render_prometheus
-
-            text += render_prometheus(g.figures() for g in self.gateways)
+        figures = [*self.runtime.figures(), *(g.figures() for g in self.gateways)]
+        if figures:
+            text += render_prometheus(figures)
         return text

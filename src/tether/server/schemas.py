@@ -43,6 +43,7 @@ class StartBody(_Body):
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
     end_after_turn: bool = False
     requires: list[CapabilityName] = Field(default_factory=list)
+    priority: Literal["interactive", "batch"] = "interactive"
 
     def to_spec(self) -> SessionSpec:
         return SessionSpec(
@@ -54,6 +55,7 @@ class StartBody(_Body):
             metadata=dict(self.metadata),
             end_after_turn=self.end_after_turn,
             requires=Capabilities.of(self.requires),
+            priority=self.priority,
         )
 
 
@@ -89,8 +91,20 @@ class UsageModel(BaseModel):
     reasoning_tokens: int
 
 
+class WaitingModel(BaseModel):
+    """What a `waiting_model` session waits for at the serving process's model gateway
+    (`tether.runtime.base.Waiting`): live, not stored."""
+
+    kind: Literal["queued", "rate_limited", "circuit_open", "retrying", "sending"]
+    reason: str
+    until: str | None
+    attempt: int
+    error: str | None
+
+
 class StatusModel(BaseModel):
-    """A session's state, as its fold sees it (`SessionView.to_json`)."""
+    """A session's state, as its fold sees it (`SessionView.to_json`), and, while it waits
+    at a model gateway of the serving process, for what (`waiting_reason`, `waiting`)."""
 
     session_id: str
     state: str
@@ -110,6 +124,8 @@ class StatusModel(BaseModel):
     decisions: dict[str, JsonValue]
     cancel_scope: str | None
     model_request_open: bool
+    waiting_reason: str | None = None
+    waiting: WaitingModel | None = None
 
 
 class StartedModel(BaseModel):

@@ -152,6 +152,16 @@ def is_retry(stored_ids: Sequence[str], batch_ids: Sequence[str]) -> bool:
     return len(stored_ids) == len(batch_ids) and list(stored_ids) == list(batch_ids)
 
 
+def redact_url(url: str) -> str:
+    """The URL with any password replaced, for printing: `postgresql://u:***@host/db`."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"
+
+
 DEFAULT_STORE_URL = "sqlite:///tether.db"
 
 

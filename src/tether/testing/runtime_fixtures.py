@@ -7,7 +7,7 @@ The model does what the last user message says, so one model serves every scenar
   `note N [DELAY]`   asks for the `note` tool N times, one step each, then answers "noted N";
                      with DELAY, each model call takes DELAY seconds
   `guarded ACTION`   asks for the `guarded` tool (it needs approval), then reports its result
-  `fail`             raises a provider error (the turn ends `error`)
+  `fail`             raises a provider error, not retryable (the turn ends `error`)
 """
 
 from __future__ import annotations
@@ -65,7 +65,10 @@ def _reply(messages: Sequence[Message]) -> Reply:
     if command == "hang":
         return Hang()
     if command == "fail":
-        return Fail(ServerError("the scripted model failed on purpose", status=500))
+        # Not retryable, so the model gateway gives up at once rather than back off.
+        return Fail(
+            ServerError("the scripted model failed on purpose", status=500, retryable=False)
+        )
     if command == "note" and len(words) >= 2 and words[1].isdigit():
         wanted = int(words[1])
         delay = float(words[2]) if len(words) >= 3 else 0.0

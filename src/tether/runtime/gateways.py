@@ -1,0 +1,117 @@
+"""The model gateways of one worker: one `tether.scheduler.Gateway` per backend (model name),
+which every model call of the sessions it runs passes, bound to the session's tenant, id and
+priority; plus reading them back (what a session waits for, the figures).
+
+It queues and limits nothing itself (the scheduler does) and writes no events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+
+from tether.providers.base import Model, ModelRequest, ModelResponse
+from tether.scheduler import Gateway, GatewayConfig, GatewayFigures, GatewayStatus, Ticket
+from tether.scheduler.queue import PRIORITIES, Priority
+
+# The session whose turn runs in this task. The worker shares one Agent (and its watcher)
+# among all sessions of a runner, so the per-session binding that `Gateway.for_session`
+# makes travels with the turn's task instead: `run_turn`'s task copies it when created.
+_TICKET: ContextVar[Ticket | None] = ContextVar("tether_gateway_ticket", default=None)
+
+
+def priority_of(value: object) -> Priority:
+    """A recorded priority, or "interactive" when none (or an unknown one) was recorded."""
+    for priority in PRIORITIES:
+        if value == priority:
+            return priority
+    return "interactive"
+
+
+class SessionRouted:
+    """A `Model` for an Agent shared by many sessions: each call goes through the gateway as
+    `gateway.for_session(...)` of the session bound to the calling task (`Gateways.bound`),
+    or as the gateway's default ticket outside any."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    @property
+    def name(self) -> str:
+        return self.gateway.name
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        ticket = _TICKET.get()
+        if ticket is None:
+            return await self.gateway.complete(request)
+        return await self.gateway.for_session(
+            tenant=ticket.tenant, session_id=ticket.session_id, priority=ticket.priority
+        ).complete(request)
+
+
+class Gateways:
+    """`Gateways(GatewayConfig(...))`: every backend gets a gateway with this configuration
+    the first time a session uses it. The model built first for a name serves every session
+    of that name here, as one backend has one owner of its limits."""
+
+    def __init__(self, config: GatewayConfig | None = None) -> None:
+        self.config = config or GatewayConfig()
+        self._by_name: dict[str, Gateway] = {}
+
+    def route(self, model: Model) -> SessionRouted:
+        gateway = self._by_name.get(model.name)
+        if gateway is None:
+            gateway = self._by_name[model.name] = Gateway(model, self.config)
+        return SessionRouted(gateway)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def bound(tenant: str | None, session_id: str, priority: Priority) -> Iterator[None]:
+        """Model calls made in this block (and tasks it starts) are this session's."""
+        token = _TICKET.set(Ticket(tenant or "default", session_id, priority))
+        try:
+            yield
+        finally:
+            _TICKET.reset(token)
+
+    def status(self, session_id: str) -> GatewayStatus | None:
+        """What the session's model call is doing at a gateway here; None when it has none."""
+        for gateway in self._by_name.values():
+            status = gateway.status(session_id)
+            if status is not None:
+                return status
+        return None
+
+    def figures(self) -> list[GatewayFigures]:
+        return [gateway.figures() for gateway in self._by_name.values()]
+
+    async def aclose(self) -> None:
+        """Close the backends' clients. The figures stay readable (a command prints them
+        after its workers stop)."""
+        for gateway in self._by_name.values():
+            await gateway.aclose()
+
+
+def describe(figures: GatewayFigures) -> str:
+    """A few lines for a person (`tether worker` prints them on exit and on SIGUSR1)."""
+    f = figures
+    used = ", ".join(
+        f"{limit} {share:.0%}" for limit, share in f.utilisation.items() if share is not None
+    )
+    waits = ", ".join(
+        f"{priority} n={w.count} p50 {w.p50 or 0.0:.3f} s p99 {w.p99 or 0.0:.3f} s"
+        for priority, w in f.wait.items()
+        if w.count
+    )
+    return (
+        f"gateway {f.backend}: queue {f.queue_depth} (+{f.waiting_for_place} waiting for a "
+        f"place), in flight {f.in_flight}/{f.concurrency_limit:g} (max {f.max_concurrency}), "
+        f"circuit {f.circuit}\n"
+        f"  requests {f.requests}, attempts {f.attempts}, succeeded {f.succeeded}, failed "
+        f"{f.failed}, 429s {f.rate_limited}, overloaded {f.overloaded}, server errors "
+        f"{f.server_errors}, retries {f.retries}, refused busy {f.rejected_busy}, cancelled "
+        f"{f.cancelled}\n"
+        f"  waits: {waits or 'none yet'}\n"
+        f"  utilisation: {used or 'nothing sent yet'}"
+    )

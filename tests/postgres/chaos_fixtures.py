@@ -1,0 +1,54 @@
+"""The model and the `write` tool of the PostgreSQL chaos test, for `tether worker` processes
+to import: `python:postgres.chaos_fixtures:model` and `postgres.chaos_fixtures:tools`.
+
+The model asks for two `write` calls, one step each, then answers "done"; a session whose
+task says "poison" kills its worker (SIGKILL) at every model call. `write` appends one line
+(`SESSION CALL N PID`) to the file named by $TETHER_CHAOS_EFFECTS: the effects counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+from collections.abc import Sequence
+
+from tether.messages import Message
+from tether.testing import Delay, ScriptedModel, call
+from tether.testing.scripted import Reply
+from tether.tools import ToolContext, tool
+
+MODEL = "python:postgres.chaos_fixtures:model"
+TOOLS = ("postgres.chaos_fixtures:tools",)
+EFFECTS = "TETHER_CHAOS_EFFECTS"
+
+
+@tool(effect="write")
+async def write(n: int, ctx: ToolContext) -> str:
+    """Write one record somewhere outside the log (an effect that must not repeat).
+
+    Args:
+        n: Which record.
+    """
+    # Slow enough that calls are in flight when a worker is killed or stopped.
+    await asyncio.sleep(random.uniform(0.05, 0.4))
+    fd = os.open(os.environ[EFFECTS], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{ctx.session_id} {ctx.call_id} {n} {os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+    return f"wrote {n}"
+
+
+tools = [write]
+
+
+def _first(messages: Sequence[Message]) -> Reply:
+    if messages and "poison" in messages[0].text:
+        os.kill(os.getpid(), signal.SIGKILL)  # this session kills whoever runs it
+    return call("write", n=1)
+
+
+def model() -> ScriptedModel:
+    return ScriptedModel([_first, Delay(0.02, call("write", n=2)), "done"])
