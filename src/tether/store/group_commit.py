@@ -2,7 +2,8 @@
 commits in one transaction, each inside a savepoint of its own.
 
 A commit costs far more than the rows in it, so a thousand sessions stepping at once share a
-handful of commits instead of paying for thousands. A batch that fails (a conflict, a lost
+handful of commits instead of paying for thousands. The first batch of a quiet loop turn
+commits at once, so a lone session pays no extra loop turn per commit. A batch that fails (a conflict, a lost
 lease) is rolled back to its savepoint alone; the others still commit.
 """
 
@@ -30,6 +31,8 @@ class GroupCommit:
         self._name = name
         self._queue: list[_Pending] = []
         self._scheduled = False
+        # After an immediate commit, the rest of the same loop turn groups (see `submit`).
+        self._busy_last_turn = False
 
     async def submit(self, body: Body) -> None:
         """Run `body` in the next group transaction; return once it is committed. A caller
@@ -38,9 +41,18 @@ class GroupCommit:
         pending = _Pending(body, loop.create_future())
         self._queue.append(pending)
         if not self._scheduled:
-            self._scheduled = True
-            loop.call_soon(self._flush)
+            if len(self._queue) == 1 and not self._busy_last_turn:
+                # Nothing else is writing: commit at once rather than a loop turn later.
+                self._flush()
+                self._busy_last_turn = True
+                loop.call_soon(self._cool_down)
+            else:
+                self._scheduled = True
+                loop.call_soon(self._flush)
         await pending.done
+
+    def _cool_down(self) -> None:
+        self._busy_last_turn = False
 
     def _flush(self) -> None:
         self._scheduled = False
@@ -50,14 +62,16 @@ class GroupCommit:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
+                # A lone batch needs no savepoint: if it fails, the whole transaction goes.
+                alone = len(batch) == 1
                 for pending in batch:
-                    outcomes.append(self._one(conn, pending.body))
-                conn.execute("COMMIT")
+                    outcomes.append(self._one(conn, pending.body, savepoint=not alone))
+                conn.execute("ROLLBACK" if alone and outcomes[0] is not None else "COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-        except (sqlite3.Error, TetherError) as exc:
+        except Exception as exc:  # every waiter must hear how its batch ended, whatever broke
             failure = (
                 exc if isinstance(exc, TetherError) else StoreError(f"store {self._name}: {exc}")
             )
@@ -71,7 +85,13 @@ class GroupCommit:
                 pending.done.set_exception(outcome)
 
     @staticmethod
-    def _one(conn: sqlite3.Connection, body: Body) -> BaseException | None:
+    def _one(conn: sqlite3.Connection, body: Body, *, savepoint: bool) -> BaseException | None:
+        if not savepoint:
+            try:
+                body(conn)
+            except TetherError as exc:
+                return exc
+            return None
         conn.execute("SAVEPOINT batch")
         try:
             body(conn)

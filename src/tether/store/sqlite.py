@@ -119,13 +119,18 @@ class SQLiteStore:
         lease: Lease | None,
     ) -> None:
         """One batch, inside the group transaction (see group_commit.py)."""
+        # The log's last seq and the lease in one statement: this runs on every commit.
+        row = conn.execute(
+            "SELECT (SELECT max(seq) FROM events WHERE session_id = ?1), "
+            "(SELECT owner FROM leases WHERE session_id = ?1), "
+            "(SELECT generation FROM leases WHERE session_id = ?1)",
+            (session_id,),
+        ).fetchone()
         if lease is not None:
-            refusal = lease_refusal(session_id, _held(conn, session_id), lease)
+            held = None if row[2] is None else Lease(session_id, row[1], int(row[2]), 0.0)
+            refusal = lease_refusal(session_id, held, lease)
             if refusal is not None:
                 raise refusal
-        row = conn.execute(
-            "SELECT max(seq) FROM events WHERE session_id = ?", (session_id,)
-        ).fetchone()
         last = 0 if row[0] is None else int(row[0])
         if last != expected_seq:
             stored = conn.execute(
