@@ -168,7 +168,7 @@ async def interrupt_ends_the_turn_and_the_session_stays_usable(rt: Runtime) -> N
     await rt.interrupt(ref, timeout=WAIT)  # nothing runs: nothing to do, not an error
     await rt.send(ref, "echo back", timeout=WAIT)
     status = await watch.until("the next turn", lambda s: s.view.turns == 2 and s.settled)
-    assert status.last_output == "echo: back"
+    assert status.last_output == "echo: back", status.to_json()
 
 
 async def an_approval_waits_for_a_decision(rt: Runtime) -> None:
