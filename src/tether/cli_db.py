@@ -43,7 +43,7 @@ async def cmd_db(args: argparse.Namespace) -> int:
 
 async def _postgres(url: str, *, migrate: bool) -> dict[str, Any]:
     from tether.store import pg_schema
-    from tether.store.pg_conn import redact
+    from tether.store.base import redact_url
     from tether.store.postgres import PostgresStore
 
     store = PostgresStore(url, pool_size=1, auto_migrate=False)
@@ -54,7 +54,7 @@ async def _postgres(url: str, *, migrate: bool) -> dict[str, Any]:
     finally:
         await store.close()
     return {
-        "store": redact(url),
+        "store": redact_url(url),
         "version": version,
         "latest": pg_schema.SCHEMA_VERSION,
         "applied": [{"version": m.version, "description": m.description} for m in applied],

@@ -7,12 +7,14 @@ suite.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from tether.errors import ConfigError, LeaseLost, UsageError
-from tether.events import Event
+from tether.events import Event, payload_to_json
+from tether.messages import canonical_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,30 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+EventRow = tuple[str, int, str, str, str, str, str]  # session_id, seq, id, time, thread, type, data
+
+
+def event_to_row(event: Event) -> EventRow:
+    """How SQL stores keep an event: its envelope in columns, its payload as canonical JSON."""
+    data = canonical_json(payload_to_json(event.payload))
+    return (event.session_id, event.seq, event.id, event.time, event.thread, event.type, data)
+
+
+def event_from_row(row: Sequence[Any]) -> Event:
+    """The inverse of `event_to_row`; a row that cannot be read is `CorruptLog`."""
+    return Event.from_json(
+        {
+            "session_id": row[0],
+            "seq": row[1],
+            "id": row[2],
+            "time": row[3],
+            "thread": row[4],
+            "type": row[5],
+            "data": json.loads(row[6]),
+        }
+    )
 
 
 def check_batch(session_id: str, events: Sequence[Event], expected_seq: int) -> None:

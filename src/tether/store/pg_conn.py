@@ -19,6 +19,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 
 from tether.errors import StoreError
+from tether.store.base import redact_url
 from tether.store.pg_schema import NEWS_CHANNEL, migrate
 
 T = TypeVar("T")
@@ -28,16 +29,6 @@ CONNECT_TIMEOUT = 10.0
 _RECONNECT_DELAY = 1.0
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    head, at, tail = url.rpartition("@")
-    if not at or "://" not in head:
-        return url
-    scheme, _, creds = head.partition("://")
-    user = creds.partition(":")[0]
-    return f"{scheme}://{user}:***@{tail}"
-
-
 async def connect(url: str) -> Conn:
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT):
@@ -45,7 +36,7 @@ async def connect(url: str) -> Conn:
                 url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT)
             )
     except (psycopg.Error, TimeoutError) as exc:
-        raise StoreError(f"cannot connect to {redact(url)}: {exc}") from exc
+        raise StoreError(f"cannot connect to {redact_url(url)}: {exc}") from exc
 
 
 class Pool:
@@ -82,7 +73,7 @@ class Pool:
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Conn]:
         if self.closed:
-            raise StoreError(f"store {redact(self.url)} is closed")
+            raise StoreError(f"store {redact_url(self.url)} is closed")
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.size)
         async with self._slots:
@@ -92,7 +83,7 @@ class Pool:
                 yield conn
                 clean = True
             except psycopg.Error as exc:
-                raise StoreError(f"store {redact(self.url)}: {exc}") from exc
+                raise StoreError(f"store {redact_url(self.url)}: {exc}") from exc
             except Exception:
                 clean = True  # our own refusal (a conflict, a lost lease): the connection is fine
                 raise

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -21,8 +20,16 @@ from psycopg.rows import TupleRow
 from tether.errors import ConfigError, Conflict, LeaseHeld, LeaseLost, StoreError
 from tether.events import Event, payload_to_json
 from tether.messages import canonical_json
-from tether.store.base import Lease, SessionInfo, Wakeup, check_batch, check_ttl
-from tether.store.pg_conn import Conn, News, Pool, Subscription, redact
+from tether.store.base import (
+    Lease,
+    SessionInfo,
+    Wakeup,
+    check_batch,
+    check_ttl,
+    event_from_row,
+    redact_url,
+)
+from tether.store.pg_conn import Conn, News, Pool, Subscription
 
 DEFAULT_POOL_SIZE = 4
 # How long a cancelled append still waits for its statement's outcome before giving up.
@@ -48,7 +55,7 @@ def parse_url(url: str) -> tuple[str, int]:
     """The connection string for psycopg and the pool size (`?pool_size=N`, ours)."""
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
-        raise ConfigError(f"not a PostgreSQL URL: {redact(url)}")
+        raise ConfigError(f"not a PostgreSQL URL: {redact_url(url)}")
     query = parse_qsl(parts.query, keep_blank_values=True)
     size = DEFAULT_POOL_SIZE
     rest: list[tuple[str, str]] = []
@@ -119,20 +126,7 @@ class PostgresStore:
             return await cur.fetchall()
 
         rows = await self.pool.run(body)
-        return [
-            Event.from_json(
-                {
-                    "session_id": r[0],
-                    "seq": r[1],
-                    "id": r[2],
-                    "time": r[3],
-                    "thread": r[4],
-                    "type": r[5],
-                    "data": json.loads(r[6]),
-                }
-            )
-            for r in rows
-        ]
+        return [event_from_row(r) for r in rows]
 
     async def last_seq(self, session_id: str) -> int:
         row = await self.fetch_one(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -20,8 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from tether.errors import ConfigError, Conflict, LeaseHeld, StoreError
-from tether.events import Event, payload_to_json
-from tether.messages import canonical_json
+from tether.events import Event
 from tether.store import sqlite_wakeups
 from tether.store.base import (
     Lease,
@@ -29,6 +27,8 @@ from tether.store.base import (
     Wakeup,
     check_batch,
     check_ttl,
+    event_from_row,
+    event_to_row,
     is_retry,
     lease_refusal,
 )
@@ -172,18 +172,7 @@ class SQLiteStore:
         lease: Lease | None = None,
     ) -> None:
         check_batch(session_id, events, expected_seq)
-        rows = [
-            (
-                e.session_id,
-                e.seq,
-                e.id,
-                e.time,
-                e.thread,
-                e.type,
-                canonical_json(payload_to_json(e.payload)),
-            )
-            for e in events
-        ]
+        rows = [event_to_row(e) for e in events]
         if self._closed:
             raise StoreError(f"store {self.url} is closed")
         await self._group.submit(
@@ -192,20 +181,7 @@ class SQLiteStore:
 
     async def read(self, session_id: str, after_seq: int = 0) -> list[Event]:
         rows = await self._run(self._select_events, session_id, after_seq)
-        return [
-            Event.from_json(
-                {
-                    "session_id": r[0],
-                    "seq": r[1],
-                    "id": r[2],
-                    "time": r[3],
-                    "thread": r[4],
-                    "type": r[5],
-                    "data": json.loads(r[6]),
-                }
-            )
-            for r in rows
-        ]
+        return [event_from_row(r) for r in rows]
 
     def _select_events(
         self, session_id: str, after_seq: int
