@@ -1,10 +1,13 @@
 """Group commit for the SQLite store: every batch appended during one turn of the event loop
-commits in one transaction, each inside a savepoint of its own.
+commits in one transaction.
 
 A commit costs far more than the rows in it, so a thousand sessions stepping at once share a
 handful of commits instead of paying for thousands. The first batch of a quiet loop turn
-commits at once, so a lone session pays no extra loop turn per commit. A batch that fails (a conflict, a lost
-lease) is rolled back to its savepoint alone; the others still commit.
+commits at once, so a lone session pays no extra loop turn per commit.
+
+The contract that makes sharing safe: a body raises a `TetherError` (a conflict, a lost lease)
+only before it writes anything, so a refused batch leaves nothing behind and the others still
+commit. A database error fails the whole group, and every waiter hears of it.
 """
 
 from __future__ import annotations
@@ -62,11 +65,9 @@ class GroupCommit:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                # A lone batch needs no savepoint: if it fails, the whole transaction goes.
-                alone = len(batch) == 1
                 for pending in batch:
-                    outcomes.append(self._one(conn, pending.body, savepoint=not alone))
-                conn.execute("ROLLBACK" if alone and outcomes[0] is not None else "COMMIT")
+                    outcomes.append(self._one(conn, pending.body))
+                conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -85,19 +86,9 @@ class GroupCommit:
                 pending.done.set_exception(outcome)
 
     @staticmethod
-    def _one(conn: sqlite3.Connection, body: Body, *, savepoint: bool) -> BaseException | None:
-        if not savepoint:
-            try:
-                body(conn)
-            except TetherError as exc:
-                return exc
-            return None
-        conn.execute("SAVEPOINT batch")
+    def _one(conn: sqlite3.Connection, body: Body) -> BaseException | None:
         try:
             body(conn)
         except TetherError as exc:
-            conn.execute("ROLLBACK TO batch")
-            conn.execute("RELEASE batch")
-            return exc
-        conn.execute("RELEASE batch")
+            return exc  # raised before it wrote anything: see the module's contract
         return None

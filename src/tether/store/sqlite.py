@@ -118,7 +118,8 @@ class SQLiteStore:
         expected_seq: int,
         lease: Lease | None,
     ) -> None:
-        """One batch, inside the group transaction (see group_commit.py)."""
+        """One batch, inside the group transaction. Every refusal is raised before the
+        first write, as group_commit.py requires."""
         # The log's last seq and the lease in one statement: this runs on every commit.
         row = conn.execute(
             "SELECT (SELECT max(seq) FROM events WHERE session_id = ?1), "
