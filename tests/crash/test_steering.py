@@ -172,18 +172,27 @@ def test_a_denial_with_a_reason_is_the_calls_answer_and_the_call_never_runs(
 # -- cancel and interrupt ------------------------------------------------------------------
 
 
-def test_a_cancel_from_another_process_stops_a_running_tool_within_a_second_or_so(
-    tmp_path: Path,
-) -> None:
+def steer_a_long_tool(
+    tmp_path: Path, command: str
+) -> tuple[str, subprocess.CompletedProcess[str], dict[str, object]]:
+    """Start a worker on the long tool, send `tether sessions COMMAND` from another process
+    once the tool runs, and wait for the worker: the session id, the command, the result."""
     worker = start_worker(tmp_path, *LONG)
     try:
         wait_for(lambda: "started" in long_records(tmp_path), "the long tool to start")
         sid = the_session(tmp_path)
-        cancel = tether("sessions", "cancel", sid, "--store", url(tmp_path), cwd=tmp_path)
+        steered = tether("sessions", command, sid, "--store", url(tmp_path), cwd=tmp_path)
         result = finish(worker)
     finally:
         if worker.poll() is None:
             worker.kill()
+    return sid, steered, result
+
+
+def test_a_cancel_from_another_process_stops_a_running_tool_within_a_second_or_so(
+    tmp_path: Path,
+) -> None:
+    sid, cancel, result = steer_a_long_tool(tmp_path, "cancel")
     assert cancel.returncode == 0, cancel.stderr
     assert "asked the running worker to stop" in cancel.stdout
     assert (result["state"], result["stop_reason"]) == ("canceled", "interrupted")
@@ -204,15 +213,7 @@ def test_a_cancel_from_another_process_stops_a_running_tool_within_a_second_or_s
 def test_an_interrupt_from_another_process_ends_the_turn_and_the_session_goes_on(
     tmp_path: Path,
 ) -> None:
-    worker = start_worker(tmp_path, *LONG)
-    try:
-        wait_for(lambda: "started" in long_records(tmp_path), "the long tool to start")
-        sid = the_session(tmp_path)
-        interrupt = tether("sessions", "interrupt", sid, "--store", url(tmp_path), cwd=tmp_path)
-        result = finish(worker)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
+    sid, interrupt, result = steer_a_long_tool(tmp_path, "interrupt")
     assert interrupt.returncode == 0, interrupt.stderr
     assert (result["state"], result["stop_reason"]) == ("idle", "interrupted")
     assert "cancelled" in long_records(tmp_path)
