@@ -17,6 +17,7 @@ from typing import Any
 
 from tether import control
 from tether.context import ContextSetting, make_context
+from tether.eager import shielded
 from tether.errors import LeaseLost, SessionNotFound, UsageError
 from tether.events import CancelRequested, Payload, SessionCreated, UserMessage
 from tether.lease import claim_lease, worker_id
@@ -209,7 +210,7 @@ class Agent:
             await self._drive(ctx)
         finally:
             if log.lease is not None:
-                await asyncio.shield(self.store.release(log.lease))
+                await shielded(self.store.release(log.lease))
         if ctx.lease_lost:
             raise LeaseLost(
                 f"session {log.session_id}: another worker took the session over; "

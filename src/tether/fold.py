@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tether.events import (
     ApprovalDecided,
@@ -82,7 +83,9 @@ class Folder:
         self.state: State = "pending"
         self.stop_reason: str | None = None
         self.stop_detail: str | None = None
-        self.usage = Usage()
+        # Token counts as plain ints (input, output, cache read, cache write, reasoning):
+        # adding up a new frozen Usage per answer cost more than the rest of its fold.
+        self._tokens = [0, 0, 0, 0, 0]
         self.cost_usd: float | None = None
         self._cost_unknown = False
         self.steps = 0
@@ -142,6 +145,14 @@ class Folder:
         return Transcript(self.system, tuple(self.messages))
 
     @property
+    def usage(self) -> Usage:
+        return Usage(*self._tokens)
+
+    @property
+    def total_tokens(self) -> int:
+        return self._tokens[0] + self._tokens[1]
+
+    @property
     def terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
@@ -161,50 +172,49 @@ class Folder:
             self.session_id = event.session_id
         if event.thread != self.thread:
             return
-        p = event.payload
         if self.terminal:
             return  # terminal states absorb: nothing after session.ended changes the view
-        if isinstance(p, SessionCreated):
-            self.model, self.system = p.model, p.system
-            self.tools, self.limits, self.metadata = p.tools, p.limits, p.metadata
-        elif isinstance(p, UserMessage):
-            self._add_message(p.message)
-            self.turn_open = True
-            self.turn_steps = 0
-            self.stop_reason = self.stop_detail = None
-            self.state = "canceling" if self.cancel_scope == "session" else "pending"
-        elif isinstance(p, ModelRequested):
-            self._request_chars = self.transcript_chars
-            self.model_request_open = True
-            self._set_running("waiting_model")
-        elif isinstance(p, ModelFailed):
-            self.model_request_open = False
-        elif isinstance(p, ModelResponded):
-            self._apply_response(p)
-        elif isinstance(p, ApprovalRequested):
-            if p.call_id not in self.pending_approvals:
-                self.pending_approvals.append(p.call_id)
-            self._set_running("waiting_approval")
-        elif isinstance(p, ApprovalDecided):
-            self._apply_decision(p)
-        elif isinstance(p, ToolStarted):
-            self.started.add(p.call_id)
-            self._set_running("waiting_tool")
-        elif isinstance(p, ToolFinished):
-            self._apply_result(p)
-        elif isinstance(p, CancelRequested):
-            self._apply_cancel(p)
-        elif isinstance(p, TurnEnded):
-            self._end_turn(p)
-        elif isinstance(p, ContextCompacted):
-            self._apply_compaction(p)
-        elif isinstance(p, SessionEnded):
-            self.state = (
-                "completed"
-                if p.outcome == "completed"
-                else ("canceled" if p.outcome == "canceled" else "failed")
-            )
-        # thread events belong to a later feature; they leave this thread's transcript as it is.
+        # Dispatch on the payload's exact type: one dict lookup instead of a chain of
+        # isinstance checks on every event. Thread events belong to a later feature; they
+        # leave this thread's transcript as it is.
+        apply = _APPLY.get(type(event.payload))
+        if apply is not None:
+            apply(self, event.payload)
+
+    def _apply_created(self, p: SessionCreated) -> None:
+        self.model, self.system = p.model, p.system
+        self.tools, self.limits, self.metadata = p.tools, p.limits, p.metadata
+
+    def _apply_user(self, p: UserMessage) -> None:
+        self._add_message(p.message)
+        self.turn_open = True
+        self.turn_steps = 0
+        self.stop_reason = self.stop_detail = None
+        self.state = "canceling" if self.cancel_scope == "session" else "pending"
+
+    def _apply_request(self, p: ModelRequested) -> None:
+        self._request_chars = self.transcript_chars
+        self.model_request_open = True
+        self._set_running("waiting_model")
+
+    def _apply_failure(self, p: ModelFailed) -> None:
+        self.model_request_open = False
+
+    def _apply_approval_request(self, p: ApprovalRequested) -> None:
+        if p.call_id not in self.pending_approvals:
+            self.pending_approvals.append(p.call_id)
+        self._set_running("waiting_approval")
+
+    def _apply_start(self, p: ToolStarted) -> None:
+        self.started.add(p.call_id)
+        self._set_running("waiting_tool")
+
+    def _apply_session_end(self, p: SessionEnded) -> None:
+        self.state = (
+            "completed"
+            if p.outcome == "completed"
+            else ("canceled" if p.outcome == "canceled" else "failed")
+        )
 
     def _set_running(self, state: State) -> None:
         # A pending cancel shows until the turn closes: a client never sees work resume.
@@ -212,7 +222,7 @@ class Folder:
 
     def _add_message(self, message: Message) -> None:
         self.messages.append(message)
-        body = canonical_json(message.to_json())
+        body = message.canonical()
         self.message_seqs.append(self.last_seq)
         self.message_chars.append(len(body))
         self.transcript_chars += len(body)
@@ -237,7 +247,12 @@ class Folder:
         self._set_running("waiting_tool" if self.open_calls else "pending")
 
     def _add_cost(self, usage: Usage, cost_usd: float | None) -> None:
-        self.usage = self.usage + usage
+        tokens = self._tokens
+        tokens[0] += usage.input_tokens
+        tokens[1] += usage.output_tokens
+        tokens[2] += usage.cache_read_tokens
+        tokens[3] += usage.cache_write_tokens
+        tokens[4] += usage.reasoning_tokens
         if cost_usd is None:
             self._cost_unknown = True
         else:
@@ -282,7 +297,7 @@ class Folder:
 
     def _replace(self, lo: int, hi: int, message: Message) -> None:
         """Messages lo..hi-1 become `message`, which keeps the seq of the first of them."""
-        chars = len(canonical_json(message.to_json()))
+        chars = len(message.canonical())
         self.transcript_chars += chars - sum(self.message_chars[lo:hi])
         self.messages[lo:hi] = [message]
         self.message_seqs[lo:hi] = [self.message_seqs[lo]]
@@ -333,3 +348,20 @@ def fold(
     """The full fold: the transcript and view of one thread of a session's log."""
     folder = Folder(thread).apply_all(events)
     return folder.transcript(), folder.view()
+
+
+_APPLY: dict[type[Any], Callable[[Folder, Any], None]] = {
+    SessionCreated: Folder._apply_created,
+    UserMessage: Folder._apply_user,
+    ModelRequested: Folder._apply_request,
+    ModelFailed: Folder._apply_failure,
+    ModelResponded: Folder._apply_response,
+    ApprovalRequested: Folder._apply_approval_request,
+    ApprovalDecided: Folder._apply_decision,
+    ToolStarted: Folder._apply_start,
+    ToolFinished: Folder._apply_result,
+    CancelRequested: Folder._apply_cancel,
+    TurnEnded: Folder._end_turn,
+    ContextCompacted: Folder._apply_compaction,
+    SessionEnded: Folder._apply_session_end,
+}

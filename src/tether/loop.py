@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from tether.context.blobs import keep_output
 from tether.context.manager import ContextManager
@@ -100,7 +101,7 @@ def _check(ctx: TurnContext) -> Stop | None:
     return check_before_request(
         ctx.limits,
         turn_steps=folder.turn_steps,
-        tokens_used=folder.usage.total_tokens,
+        tokens_used=folder.total_tokens,
         cost_usd=folder.cost_usd,
         cost_known=folder.cost_known,
         input_estimate=estimate,
@@ -197,17 +198,20 @@ async def _settle_calls(
     log = ctx.log
     batch: list[Payload] = list(first)
     to_run: list[ToolCall] = []
+    bound: dict[str, dict[str, Any]] = {}
     waiting = False
     for d in decisions:
         if d.action == "run":
             tool = ctx.toolbox.get(d.call.name)
-            invalid = None if tool is None else bind_arguments(tool, d.call)
-            if isinstance(invalid, str):  # a call that cannot run is answered, never started
-                batch.append(ToolFinished(d.call.id, "invalid_input", invalid))
+            kwargs = None if tool is None else bind_arguments(tool, d.call)
+            if isinstance(kwargs, str):  # a call that cannot run is answered, never started
+                batch.append(ToolFinished(d.call.id, "invalid_input", kwargs))
                 continue
             to_run.append(d.call)
             if tool is not None:  # an unknown tool is answered by the runner, never started
                 batch.append(ToolStarted(d.call.id, d.call.name, tool.effect))
+            if kwargs is not None:
+                bound[d.call.id] = kwargs
         elif d.action == "answer":
             batch.append(ToolFinished(d.call.id, d.outcome, d.content))
         elif d.action == "request_approval":
@@ -226,7 +230,7 @@ async def _settle_calls(
         )
 
     if to_run:
-        await run_calls(to_run, ctx.toolbox, log.session_id, None, on_finish)
+        await run_calls(to_run, ctx.toolbox, log.session_id, on_finish, bound)
     if waiting:
         await _end(ctx, Stop("awaiting_approval", "a call waits for a decision"))
     return not waiting

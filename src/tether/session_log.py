@@ -8,12 +8,14 @@ decides what is durable; the `Folder` decides what it means.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import secrets
 import time
 from collections.abc import Callable
 from typing import Protocol
 
+from tether import eager
 from tether.errors import Conflict
 from tether.events import Event, Payload, format_time
 from tether.fold import Folder
@@ -49,6 +51,46 @@ def new_session_id() -> str:
 EventObserver = Callable[[Event], None]
 
 
+class Turnstile:
+    """One holder at a time, handed to waiters in arrival order. An `asyncio.Lock` with a
+    synchronous way in: appends take it three times a step, and the lock's coroutine
+    protocol cost more than an in-memory append itself."""
+
+    __slots__ = ("_held", "_waiters")
+
+    def __init__(self) -> None:
+        self._held = False
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def enter(self) -> bool:
+        """Take it if it is free; False: `await wait()` for it."""
+        if self._held:
+            return False
+        self._held = True
+        return True
+
+    async def wait(self) -> None:
+        """Return holding it. `leave()` hands it over still held, so nobody slips in."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.leave()  # handed over as the cancel came: pass it on
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            raise
+
+    def leave(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._held = False
+
+
 class SessionLog:
     def __init__(
         self,
@@ -67,7 +109,7 @@ class SessionLog:
         # Set while this process runs the session as a worker: every append is fenced by it.
         self.lease: Lease | None = None
         # Parallel tool calls finish concurrently; appends to one session go one at a time.
-        self._lock = asyncio.Lock()
+        self._turns = Turnstile()
 
     @classmethod
     async def load(
@@ -86,16 +128,19 @@ class SessionLog:
         process added meanwhile (a cancel, a decision, a message) folds them in and appends
         after them; a control-plane writer gets the `Conflict`, its fold caught up, to decide
         again. A lost lease is `LeaseLost`, and nothing is written."""
-        async with self._lock:
+        if not self._turns.enter():
+            await self._turns.wait()
+        try:
             while True:
                 base = self.folder.last_seq
                 stamp = format_time(self.clock.time())
+                sid = self.session_id
                 events = [
-                    Event(self.session_id, base + i, new_event_id(), stamp, payload, thread)
+                    Event(sid, base + i, new_event_id(), stamp, payload, thread)
                     for i, payload in enumerate(payloads, start=1)
                 ]
                 try:
-                    await self.store.append(self.session_id, events, base, self.lease)
+                    await self.store.append(sid, events, base, self.lease)
                 except Conflict:
                     await self._catch_up()
                     if self.lease is None:
@@ -103,15 +148,23 @@ class SessionLog:
                     continue
                 self._apply(events)
                 return events
+        finally:
+            self._turns.leave()
 
     async def append_shielded(self, *payloads: Payload) -> None:
         """For commits that must land even while the caller is being cancelled."""
-        await asyncio.shield(self.append(*payloads))
+        started = eager.start(self.append(*payloads))
+        if isinstance(started, eager.Suspended):
+            await asyncio.shield(started.rest())
 
     async def refresh(self) -> list[Event]:
         """Fold in whatever other processes appended since this log last looked."""
-        async with self._lock:
+        if not self._turns.enter():
+            await self._turns.wait()
+        try:
             return await self._catch_up()
+        finally:
+            self._turns.leave()
 
     async def _catch_up(self) -> list[Event]:
         events = await self.store.read(self.session_id, after_seq=self.folder.last_seq)

@@ -130,7 +130,7 @@ class CharSizer:
         return math.ceil(len(text) / self.chars_per_token)
 
     def message(self, message: Message) -> int:
-        return math.ceil(len(canonical_json(message.to_json())) / self.chars_per_token)
+        return math.ceil(len(message.canonical()) / self.chars_per_token)
 
 
 @dataclass(frozen=True, slots=True)

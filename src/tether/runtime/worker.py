@@ -20,6 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tether.agent import Agent
+from tether.eager import shielded
 from tether.errors import LeaseHeld, LeaseLost, StoreError, UsageError
 from tether.events import Event, SessionCreated, SessionEnded, ToolFinished, TurnEnded
 from tether.lease import worker_id
@@ -213,7 +214,7 @@ class Worker:
         finally:
             # `Agent.run` releases the lease it is given; this covers the paths that never
             # got there. A second release is harmless: it matches only its own generation.
-            await asyncio.shield(self.store.release(item.lease))
+            await shielded(self.store.release(item.lease))
         if backoff:
             # Every worker claims from one queue, so back off there: hold the session's
             # lease until then, and nobody takes it sooner.
@@ -335,5 +336,5 @@ class Worker:
 
     async def _release(self, session_log: SessionLog) -> None:
         if session_log.lease is not None:
-            await asyncio.shield(self.store.release(session_log.lease))
+            await shielded(self.store.release(session_log.lease))
             session_log.lease = None

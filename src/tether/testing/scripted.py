@@ -17,6 +17,8 @@ from tether.errors import ProviderError, ScriptExhausted
 from tether.messages import JSONValue, Message, Text, ToolCall, Usage
 from tether.providers.base import ModelRequest, ModelResponse
 
+_CACHE_LIMIT = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class ScriptedCall:
@@ -89,9 +91,13 @@ class ScriptedModel:
         self._repeat_last = repeat_last
         self._delay = delay
         self._price = price_per_million
-        # (id of the transcript list, its length, assistant turns in it): counting only the
-        # new tail keeps a long session's cost per step flat.
-        self._count_cache: tuple[int, int, int] = (0, 0, 0)
+        # id of a transcript list -> (its length, assistant turns in it, its last message):
+        # counting only the new tail keeps a long session's cost per step flat. The last
+        # message, compared by identity, tells a list that grew from one that was replaced.
+        self._counts: dict[int, tuple[int, int, Message]] = {}
+        # turn -> the message of a fixed reply (text or calls): built once, as messages are
+        # immutable, so the double costs the runtime under test as little as it can.
+        self._built: dict[int, Message] = {}
 
     @property
     def name(self) -> str:
@@ -101,13 +107,18 @@ class ScriptedModel:
         return None if self._price is None else input_tokens * self._price[0] / 1e6
 
     def _assistant_turns(self, messages: Sequence[Message]) -> int:
-        list_id, seen, count = self._count_cache
-        if list_id != id(messages) or seen > len(messages):
-            seen, count = 0, 0
-        for message in messages[seen:]:
-            if message.role == "assistant":
+        size = len(messages)
+        seen, count = 0, 0
+        cached = self._counts.get(id(messages))
+        if cached is not None and 0 < cached[0] <= size and messages[cached[0] - 1] is cached[2]:
+            seen, count = cached[0], cached[1]
+        for i in range(seen, size):
+            if messages[i].role == "assistant":
                 count += 1
-        self._count_cache = (id(messages), len(messages), count)
+        if size:
+            if len(self._counts) >= _CACHE_LIMIT:
+                self._counts.clear()
+            self._counts[id(messages)] = (size, count, messages[size - 1])
         return count
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
@@ -124,26 +135,43 @@ class ScriptedModel:
             await asyncio.sleep(self._delay)
         return await self._answer(reply, turn, request)
 
-    async def _answer(self, reply: Reply, turn: int, request: ModelRequest) -> ModelResponse:
+    async def _answer(
+        self, reply: Reply, turn: int, request: ModelRequest, fixed: bool = True
+    ) -> ModelResponse:
+        """`fixed`: `reply` is the script's own for this turn (not a function's answer), so
+        its message can be built once."""
         if isinstance(reply, Fail):
             raise reply.error
         if isinstance(reply, Delay):
             await asyncio.sleep(reply.seconds)
-            return await self._answer(reply.reply, turn, request)
+            return await self._answer(reply.reply, turn, request, fixed)
         if isinstance(reply, Hang):
             await asyncio.Event().wait()
             raise AssertionError("unreachable: a hung reply never answers")
         if callable(reply) and not isinstance(reply, ScriptedCall):
-            return await self._answer(reply(request.messages), turn, request)
+            return await self._answer(reply(request.messages), turn, request, fixed=False)
         if isinstance(reply, Truncated):
             cut = ToolCall(f"call_{turn}_0", "unfinished", {}, raw_arguments='{"partial": ')
             parts = ((Text(reply.text),) if reply.text else ()) + (cut,)
             return self._response(
                 Message("assistant", parts), "max_tokens", incomplete=True, request=request
             )
+        message = self._built.get(turn) if fixed else None
+        if message is None:
+            message = self._build(reply, turn)
+            if fixed:
+                if len(self._built) >= _CACHE_LIMIT:
+                    self._built.clear()
+                self._built[turn] = message
+        return self._response(
+            message, "tool_calls" if message.tool_calls else "end_turn", request=request
+        )
+
+    @staticmethod
+    def _build(reply: Reply, turn: int) -> Message:
         if isinstance(reply, str):
-            return self._response(Message("assistant", (Text(reply),)), "end_turn", request=request)
-        calls: list[object] = [reply] if isinstance(reply, ScriptedCall) else list(reply)
+            return Message("assistant", (Text(reply),))
+        calls: list[object] = [reply] if isinstance(reply, ScriptedCall) else list(reply)  # type: ignore[arg-type]
         if not all(isinstance(c, ScriptedCall) for c in calls):
             raise ProviderError(
                 f"scripted reply {turn + 1} is not a str, a call or a list of calls"
@@ -153,7 +181,7 @@ class ScriptedModel:
             for i, c in enumerate(calls)
             if isinstance(c, ScriptedCall)
         )
-        return self._response(Message("assistant", tool_calls), "tool_calls", request=request)
+        return Message("assistant", tool_calls)
 
     def _response(
         self, message: Message, stop: str, *, request: ModelRequest, incomplete: bool = False

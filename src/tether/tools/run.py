@@ -11,13 +11,14 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from tether import eager
 from tether.messages import ToolCall
 from tether.tools.base import Tool, Toolbox
 from tether.tools.schema import ToolContext
@@ -91,29 +92,41 @@ def bind_arguments(tool: Tool, call: ToolCall) -> dict[str, Any] | str:
     return {name: getattr(validated, name) for name in type(validated).model_fields}
 
 
-async def execute(tool: Tool, call: ToolCall, session_id: str = "") -> CallOutcome:
-    """Run one call. Never raises for what the tool or the model did wrong; re-raises a cancel."""
+async def execute(
+    tool: Tool, call: ToolCall, session_id: str = "", kwargs: dict[str, Any] | None = None
+) -> CallOutcome:
+    """Run one call, with `kwargs` from `bind_arguments` when the caller has them already.
+    Never raises for what the tool or the model did wrong; re-raises a cancel."""
     started = time.perf_counter()
 
     def done(outcome: str, content: str) -> CallOutcome:
         return CallOutcome(outcome, content, round((time.perf_counter() - started) * 1000, 3))
 
-    kwargs = bind_arguments(tool, call)
-    if isinstance(kwargs, str):
-        return done("invalid_input", kwargs)
+    if kwargs is None:
+        bound = bind_arguments(tool, call)
+        if isinstance(bound, str):
+            return done("invalid_input", bound)
+        kwargs = bound
     if tool.context_param:
         kwargs[tool.context_param] = ToolContext(session_id, call.id)
+    deadline: asyncio.Timeout | None = None
     try:
-        async with asyncio.timeout(tool.timeout) as deadline:
-            if tool.is_async:
-                value = await tool.fn(**kwargs)
+        if tool.is_async:
+            # Inline until the tool first suspends: one that never does needs no timer.
+            begun = eager.start(tool.fn(**kwargs))
+            if isinstance(begun, eager.Suspended):
+                async with _deadline(tool, started) as deadline:
+                    value = await begun.rest()
             else:
-                loop = asyncio.get_running_loop()
+                value = begun
+        else:
+            loop = asyncio.get_running_loop()
+            async with _deadline(tool, started) as deadline:
                 value = await loop.run_in_executor(
                     _SYNC_TOOL_THREADS, functools.partial(tool.fn, **kwargs)
                 )
     except TimeoutError:
-        if deadline.expired():
+        if deadline is not None and deadline.expired():
             return done("timeout", f"tool {tool.name} did not finish within {tool.timeout:g} s")
         return done("error", f"tool {tool.name} raised TimeoutError")
     except asyncio.CancelledError:
@@ -127,12 +140,19 @@ async def execute(tool: Tool, call: ToolCall, session_id: str = "") -> CallOutco
     return CallOutcome(finished.outcome, finished.content, finished.duration_ms, text)
 
 
+def _deadline(tool: Tool, started: float) -> asyncio.Timeout:
+    """The call's timeout, counted from when it started (`perf_counter` time)."""
+    if tool.timeout is None:
+        return asyncio.timeout(None)
+    loop = asyncio.get_running_loop()
+    return asyncio.timeout_at(loop.time() + tool.timeout - (time.perf_counter() - started))
+
+
 def unknown_tool(call: ToolCall, toolbox: Toolbox) -> CallOutcome:
     known = ", ".join(toolbox.names()) or "none"
     return CallOutcome("unknown_tool", f"there is no tool named {call.name!r}; tools: {known}")
 
 
-OnStart = Callable[[ToolCall, Tool], Awaitable[None]]
 OnFinish = Callable[[ToolCall, CallOutcome], Awaitable[None]]
 
 
@@ -140,23 +160,22 @@ async def run_calls(
     calls: Sequence[ToolCall],
     toolbox: Toolbox,
     session_id: str,
-    on_start: OnStart | None,
     on_finish: OnFinish,
+    bound: Mapping[str, dict[str, Any]] | None = None,
 ) -> None:
-    """Run a turn's calls in parallel. `on_start` commits right before a call runs (None when
-    the caller committed every start already) and `on_finish` as each returns; results reach the transcript in call order via the fold.
-    On cancel every running call is cancelled and the cancel propagates: answering the
-    interrupted calls is the caller's job, since only it knows what is committed."""
+    """Run a turn's calls in parallel; `on_finish` commits each result as its call returns,
+    and the fold puts results in call order. `bound` holds arguments the caller validated
+    already, by call id. On cancel every running call is cancelled and the cancel
+    propagates: answering the interrupted calls is the caller's job, since only it knows
+    what is committed."""
 
     async def one(call: ToolCall) -> None:
         tool = toolbox.get(call.name)
         if tool is None:
             await on_finish(call, unknown_tool(call, toolbox))
             return
-        if on_start is not None:
-            await on_start(call, tool)
-        outcome = await execute(tool, call, session_id)
-        await on_finish(call, outcome)
+        kwargs = bound.get(call.id) if bound is not None else None
+        await on_finish(call, await execute(tool, call, session_id, kwargs))
 
     if len(calls) == 1:
         await one(calls[0])  # no task group for the common single call
