@@ -187,21 +187,14 @@ class ScriptedModel:
         self, message: Message, stop: str, *, request: ModelRequest, incomplete: bool = False
     ) -> ModelResponse:
         # Deterministic usage that grows with the conversation, as a real model's would.
-        usage = Usage(
-            input_tokens=20 + 10 * len(request.messages), output_tokens=5 + len(message.text) // 4
-        )
+        usage = Usage(20 + 10 * len(request.messages), 5 + len(message.text) // 4)
         cost = None
         if self._price is not None:
             cost = (
                 usage.input_tokens * self._price[0] + usage.output_tokens * self._price[1]
             ) / 1e6
-        return ModelResponse(
-            message=message,
-            stop="max_tokens"
-            if incomplete
-            else ("tool_calls" if message.tool_calls else "end_turn"),
-            raw_stop_reason=stop,
-            usage=usage,
-            cost_usd=cost,
-            incomplete=incomplete,
-        )
+        if incomplete:
+            kind = "max_tokens"
+        else:
+            kind = "tool_calls" if stop == "tool_calls" else "end_turn"
+        return ModelResponse(message, kind, stop, usage, cost, incomplete)

@@ -86,10 +86,12 @@ def bind_arguments(tool: Tool, call: ToolCall) -> dict[str, Any] | str:
     if tool.validator is None:
         return dict(call.arguments)
     try:
-        validated = tool.validator.model_validate(call.arguments)
+        # The model's core validator, without `model_validate`'s Python-level wrapper.
+        validated = tool.validator.__pydantic_validator__.validate_python(call.arguments)
     except ValidationError as exc:
         return describe_validation_error(tool.name, exc)
-    return {name: getattr(validated, name) for name in type(validated).model_fields}
+    # A model's field values are its __dict__ (extras and private attributes live apart).
+    return dict(validated.__dict__)
 
 
 async def execute(
