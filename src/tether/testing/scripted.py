@@ -15,7 +15,7 @@ from typing import TypeAlias
 
 from tether.errors import ProviderError, ScriptExhausted
 from tether.messages import JSONValue, Message, Text, ToolCall, Usage
-from tether.providers.base import ModelRequest, ModelResponse
+from tether.providers.base import ModelRequest, ModelResponse, StopKind
 
 _CACHE_LIMIT = 4096
 
@@ -193,8 +193,6 @@ class ScriptedModel:
             cost = (
                 usage.input_tokens * self._price[0] + usage.output_tokens * self._price[1]
             ) / 1e6
-        if incomplete:
-            kind = "max_tokens"
-        else:
-            kind = "tool_calls" if stop == "tool_calls" else "end_turn"
+        end: StopKind = "tool_calls" if stop == "tool_calls" else "end_turn"
+        kind: StopKind = "max_tokens" if incomplete else end
         return ModelResponse(message, kind, stop, usage, cost, incomplete)
