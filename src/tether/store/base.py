@@ -7,14 +7,15 @@ suite.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tether.errors import ConfigError, LeaseLost, UsageError
-from tether.events import Event, payload_to_json
-from tether.messages import canonical_json
+from tether.events import PAYLOAD_TYPES, Event, Payload, payload_to_json
+from tether.messages import Message, Usage, canonical_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +123,49 @@ EventRow = tuple[str, int, str, str, str, str, str]  # session_id, seq, id, time
 
 def event_to_row(event: Event) -> EventRow:
     """How SQL stores keep an event: its envelope in columns, its payload as canonical JSON."""
-    data = canonical_json(payload_to_json(event.payload))
-    return (event.session_id, event.seq, event.id, event.time, event.thread, event.type, data)
+    payload = event.payload
+    data = _fast_canonical(payload)
+    return (event.session_id, event.seq, event.id, event.time, event.thread, payload.type, data)
+
+
+# `canonical_json(payload_to_json(p))` without building the payload's dict first or setting
+# up an encoder per call: CPython's C encoder, made once with `canonical_json`'s settings,
+# turning payloads, messages and usage into dicts as `payload_to_json` does. Anything it
+# cannot encode goes the long way, which raises if the value is really not JSON.
+_FIELDS: dict[type, tuple[str, ...]] = {
+    cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in PAYLOAD_TYPES.values()
+}
+
+
+def _as_json(value: object) -> object:
+    names = _FIELDS.get(type(value))
+    if names is not None:
+        return {name: getattr(value, name) for name in names}
+    if isinstance(value, Message | Usage):
+        return value.to_json()
+    raise TypeError(f"{type(value).__name__} is not one of the payload shapes")
+
+
+def _make_encoder() -> Callable[[object, int], Any] | None:
+    try:
+        from _json import make_encoder
+    except ImportError:  # not CPython: the long way only
+        return None
+    return make_encoder(
+        None, _as_json, json.encoder.encode_basestring, None, ":", ",", True, False, True
+    )
+
+
+_ENCODER = _make_encoder()
+
+
+def _fast_canonical(payload: Payload) -> str:
+    if _ENCODER is not None:
+        try:
+            return "".join(_ENCODER(payload, 0))
+        except (TypeError, ValueError, RecursionError):
+            pass
+    return canonical_json(payload_to_json(payload))
 
 
 def event_from_row(row: Sequence[Any]) -> Event:
