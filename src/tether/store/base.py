@@ -122,28 +122,33 @@ EventRow = tuple[str, int, str, str, str, str, str]  # session_id, seq, id, time
 
 
 def event_to_row(event: Event) -> EventRow:
-    """How SQL stores keep an event: its envelope in columns, its payload as canonical JSON."""
+    """How SQL stores keep an event: its envelope in columns, its payload as canonical JSON.
+    A payload holding a lone surrogate (a model's `"\\ud800"`, read by `json.loads`) has no
+    UTF-8 form: it is kept with every non-ASCII character escaped, which reads back the same,
+    so one odd string fails neither its own append nor the others committed with it."""
     payload = event.payload
     data = _fast_canonical(payload)
+    if not data.isascii():
+        try:
+            data.encode("utf-8")
+        except UnicodeEncodeError:
+            data = json.dumps(
+                payload_to_json(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=True
+            )
     return (event.session_id, event.seq, event.id, event.time, event.thread, payload.type, data)
 
 
-# `canonical_json(payload_to_json(p))` without building the payload's dict first or setting
-# up an encoder per call: CPython's C encoder, made once with `canonical_json`'s settings,
-# turning payloads, messages and usage into dicts as `payload_to_json` does. Anything it
-# cannot encode goes the long way, which raises if the value is really not JSON.
+# `canonical_json(payload_to_json(p))` without setting up an encoder per call: CPython's C
+# encoder, made once with `canonical_json`'s settings. The payload's own fields are turned
+# into a dict here, one level only, as `payload_to_json` does; the encoder's fallback
+# refuses everything else, so a value that is not JSON goes the long way and raises there.
 _FIELDS: dict[type, tuple[str, ...]] = {
     cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in PAYLOAD_TYPES.values()
 }
 
 
-def _as_json(value: object) -> object:
-    names = _FIELDS.get(type(value))
-    if names is not None:
-        return {name: getattr(value, name) for name in names}
-    if isinstance(value, Message | Usage):
-        return value.to_json()
-    raise TypeError(f"{type(value).__name__} is not one of the payload shapes")
+def _refuse(value: object) -> object:
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _make_encoder() -> Callable[[object, int], Any] | None:
@@ -152,7 +157,7 @@ def _make_encoder() -> Callable[[object, int], Any] | None:
     except ImportError:  # not CPython: the long way only
         return None
     return make_encoder(
-        None, _as_json, json.encoder.encode_basestring, None, ":", ",", True, False, True
+        None, _refuse, json.encoder.encode_basestring, None, ":", ",", True, False, True
     )
 
 
@@ -160,9 +165,14 @@ _ENCODER = _make_encoder()
 
 
 def _fast_canonical(payload: Payload) -> str:
-    if _ENCODER is not None:
+    names = _FIELDS.get(type(payload))
+    if _ENCODER is not None and names is not None:
+        fields: dict[str, object] = {}
+        for name in names:
+            value = getattr(payload, name)
+            fields[name] = value.to_json() if isinstance(value, Message | Usage) else value
         try:
-            return "".join(_ENCODER(payload, 0))
+            return "".join(_ENCODER(fields, 0))
         except (TypeError, ValueError, RecursionError):
             pass
     return canonical_json(payload_to_json(payload))
