@@ -122,11 +122,17 @@ EventRow = tuple[str, int, str, str, str, str, str]  # session_id, seq, id, time
 
 
 def event_to_row(event: Event) -> EventRow:
-    """How SQL stores keep an event: its envelope in columns, its payload as canonical JSON.
-    A payload holding a lone surrogate (a model's `"\\ud800"`, read by `json.loads`) has no
-    UTF-8 form: it is kept with every non-ASCII character escaped, which reads back the same,
-    so one odd string fails neither its own append nor the others committed with it."""
+    """How SQL stores keep an event: its envelope in columns, its payload as `payload_data`."""
     payload = event.payload
+    data = payload_data(payload)
+    return (event.session_id, event.seq, event.id, event.time, event.thread, payload.type, data)
+
+
+def payload_data(payload: Payload) -> str:
+    """A payload as SQL stores keep it: its canonical JSON. A payload holding a lone surrogate
+    (a model's `"\\ud800"`, read by `json.loads`) has no UTF-8 form: it is kept with every
+    non-ASCII character escaped, which reads back the same, so one odd string fails neither
+    its own append nor the others committed with it."""
     data = _fast_canonical(payload)
     if not data.isascii():
         try:
@@ -135,7 +141,7 @@ def event_to_row(event: Event) -> EventRow:
             data = json.dumps(
                 payload_to_json(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=True
             )
-    return (event.session_id, event.seq, event.id, event.time, event.thread, payload.type, data)
+    return data
 
 
 # `canonical_json(payload_to_json(p))` without setting up an encoder per call: CPython's C

@@ -18,8 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from psycopg.rows import TupleRow
 
 from tether.errors import ConfigError, Conflict, LeaseHeld, LeaseLost, StoreError
-from tether.events import Event, payload_to_json
-from tether.messages import canonical_json
+from tether.events import Event
 from tether.store.base import (
     Lease,
     SessionInfo,
@@ -27,6 +26,7 @@ from tether.store.base import (
     check_batch,
     check_ttl,
     event_from_row,
+    payload_data,
     redact_url,
 )
 from tether.store.pg_conn import Conn, News, Pool, Subscription
@@ -97,7 +97,7 @@ class PostgresStore:
             [e.time for e in events],
             [e.thread for e in events],
             [e.type for e in events],
-            [canonical_json(payload_to_json(e.payload)) for e in events],
+            [payload_data(e.payload) for e in events],
         )
         # A cancel must not leave the caller unsure whether the connection was mid-commit:
         # the statement runs to its end, then the cancel goes on (the outcome is as after a

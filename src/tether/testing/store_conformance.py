@@ -140,6 +140,16 @@ async def large_and_unicode_payloads_round_trip(store: Store) -> None:
     assert await store.read("s1") == events
 
 
+async def a_lone_surrogate_is_kept_and_fails_no_other_append(store: Store) -> None:
+    # `json.loads` makes one from a model's "\\ud800"; it has no UTF-8 form, and stores that
+    # write UTF-8 must still keep it, without failing appends committed alongside.
+    odd = make_events("odd", 1, [ToolFinished("c", "ok", "half \ud800 a pair")])
+    fine = make_events("fine", 1, [ToolFinished("c", "ok", "fine")])
+    await asyncio.gather(store.append("odd", odd, 0), store.append("fine", fine, 0))
+    assert await store.read("odd") == odd
+    assert await store.read("fine") == fine
+
+
 async def a_held_lease_refuses_another_claim(store: Store) -> None:
     lease = await store.claim("s1", "worker-a", ttl=30)
     assert lease.generation >= 1 and lease.owner == "worker-a"
@@ -208,6 +218,7 @@ STORE_CHECKS: list[Check] = [
     concurrent_appends_at_one_seq_let_exactly_one_win,
     sessions_are_separate_and_listed,
     large_and_unicode_payloads_round_trip,
+    a_lone_surrogate_is_kept_and_fails_no_other_append,
     a_held_lease_refuses_another_claim,
     an_append_under_a_stale_lease_is_refused_and_writes_nothing,
     control_appends_need_no_lease_and_renewal_extends_it,
