@@ -272,25 +272,29 @@ class Agent:
         return self._watcher
 
     async def _await_turn(self, inner: asyncio.Task[None], ctx: TurnContext) -> None:
+        """Wait for the turn. A cancel of our caller reaches the turn through the await (it
+        closes itself, then the cancel propagates); a cancel of the turn alone (interrupt(),
+        cancel(), another process, the time limit) ends it here. A timer rather than
+        `asyncio.wait`: with thousands of sessions, every object a waiting run holds counts."""
         deadline = self.limits.max_seconds
-        try:
-            done, _ = await asyncio.wait({inner}, timeout=deadline)
-        except asyncio.CancelledError:
-            # Our caller was cancelled: let the turn close itself, then propagate.
-            inner.cancel()
-            await asyncio.gather(inner, return_exceptions=True)
-            raise
-        if not done:
-            ctx.stop_cause = "time_limit"
-            inner.cancel()
+        timer = None
+        if deadline is not None:
+
+            def expire() -> None:
+                if not inner.done():
+                    ctx.stop_cause = "time_limit"
+                    inner.cancel()
+
+            timer = asyncio.get_running_loop().call_later(deadline, expire)
         try:
             await inner
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
-            # Cancelled by interrupt(), cancel(), another process or the time limit: the
-            # turn is closed (or, with the lease lost, left to the new owner).
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def run_sync(self, task: str | Message | None, *, session_id: str | None = None) -> RunResult:
         return asyncio.run(self.run(task, session_id=session_id))
