@@ -35,6 +35,8 @@ class SystemClock:
         return time.monotonic()
 
 
+SYSTEM_CLOCK = SystemClock()
+
 # Event ids: a random per-process prefix and a counter, unique without a syscall per event.
 _ID_PREFIX = secrets.token_hex(6)
 _ID_COUNTER = itertools.count(1)
@@ -60,7 +62,8 @@ class Turnstile:
 
     def __init__(self) -> None:
         self._held = False
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # Made when somebody first waits: most logs never have a waiter.
+        self._waiters: collections.deque[asyncio.Future[None]] | None = None
 
     def enter(self) -> bool:
         """Take it if it is free; False: `await wait()` for it."""
@@ -72,14 +75,17 @@ class Turnstile:
     async def wait(self) -> None:
         """Return holding it. `leave()` hands it over still held, so nobody slips in."""
         waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        if self._waiters is None:
+            self._waiters = collections.deque()
+        waiters = self._waiters
+        waiters.append(waiter)
         try:
             await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self.leave()  # handed over as the cancel came: pass it on
-            elif waiter in self._waiters:
-                self._waiters.remove(waiter)
+            elif waiter in waiters:
+                waiters.remove(waiter)
             raise
 
     def leave(self) -> None:
@@ -104,7 +110,7 @@ class SessionLog:
         self.store = store
         self.session_id = session_id
         self.folder = folder or Folder()
-        self.clock = clock or SystemClock()
+        self.clock = clock or SYSTEM_CLOCK
         self.observers = observers
         # Set while this process runs the session as a worker: every append is fenced by it.
         self.lease: Lease | None = None
