@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 
 from invariants import kinds, payloads, read_checked
-from tether import Agent, Event, Limits, Message, ToolContext, fold, tool
+from tether import Agent, Event, Limits, Message, ToolContext, control, fold, tool
 from tether.errors import UsageError
 from tether.events import (
     CancelRequested,
@@ -22,7 +22,7 @@ from tether.events import (
 )
 from tether.store import MemoryStore, SQLiteStore, Store
 from tether.testing import ScriptedModel, call
-from tether.testing.scripted import Reply
+from tether.testing.scripted import Hang, Reply
 from tether.tools import Tool
 
 FORECASTS = {"Paris": "light rain, 14 °C", "Lisbon": "sunny, 22 °C"}
@@ -229,6 +229,62 @@ async def test_cancel_of_an_idle_session_ends_it_without_inventing_a_turn(store:
     assert kinds(events)[len(before) :] == ["cancel.requested", "session.ended"]
     assert (await agent.view(result.session_id)).state == "canceled"
     assert kinds(events).count("turn.ended") == 1
+
+
+async def test_a_message_sent_as_an_interrupted_turn_closes_is_left_for_the_next_run(
+    store: Store,
+) -> None:
+    # The race CI once lost: another process interrupts, the runner closes the turn, and a
+    # client that saw it close sends the next message before the runner's cancel has
+    # unwound. The runner must close only its own turn, never the one just opened.
+    sent = False
+    append = store.append
+
+    async def append_then_send(
+        session_id: str, events: Sequence[Event], expected_seq: int, lease: object = None
+    ) -> None:
+        nonlocal sent
+        await append(session_id, events, expected_seq, lease)  # type: ignore[arg-type]
+        if not sent and any(isinstance(e.payload, TurnEnded) for e in events):
+            sent = True
+            await control.send_message(store, session_id, "next")
+
+    store.append = append_then_send  # type: ignore[method-assign]
+
+    def answer(messages: Sequence[Message]) -> Reply:
+        return "answered: next" if messages[-1].text == "next" else Hang()
+
+    requested = asyncio.Event()
+    session_ids: list[str] = []
+
+    def watch(event: Event) -> None:
+        if isinstance(event.payload, ModelRequested):
+            session_ids.append(event.session_id)
+            requested.set()
+
+    agent = Agent(
+        ScriptedModel([answer], repeat_last=True), store=store, on_event=watch, watch_interval=0.01
+    )
+    running = asyncio.create_task(agent.run("wait"))
+    await asyncio.wait_for(requested.wait(), 5)
+    sid = session_ids[0]
+    # From outside the run, as another process would: the run's watcher notices.
+    await control.request_stop(store, sid, "turn")
+    await asyncio.wait_for(running, 5)
+
+    events = await store.read(sid)  # the new turn is open: not yet a whole log to check
+    assert kinds(events)[-2:] == ["turn.ended", "user.message"], kinds(events)
+    assert [t.stop_reason for t in payloads(events, TurnEnded)] == ["interrupted"]
+    view = await agent.view(sid)
+    assert (view.state, view.turns) == ("pending", 1), view
+
+    result = await agent.resume(sid)
+    assert (result.output, result.stop_reason) == ("answered: next", "end_turn")
+    assert kinds(await read_checked(store, sid))[len(events) :] == [
+        "model.requested",
+        "model.responded",
+        "turn.ended",
+    ]
 
 
 async def test_no_model_request_follows_an_interrupt(store: Store) -> None:

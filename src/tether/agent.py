@@ -261,7 +261,12 @@ class Agent:
                 # A turn cancelled before its first step never ran run_turn's own close;
                 # for one that did, this finds the turn closed and does nothing.
                 await asyncio.shield(
-                    close_canceled_turn(ctx.log, ctx.stop_cause, ctx.end_session_on_stop)
+                    close_canceled_turn(
+                        ctx.log,
+                        ctx.stop_cause,
+                        ctx.end_session_on_stop,
+                        turns_before=ctx.turns_before,
+                    )
                 )
             watcher.unwatch(sid)
             self._running.pop(sid, None)

@@ -57,6 +57,13 @@ class TurnContext:
     last_request_tokens: int = 0
     # Clears and compacts the transcript before a request passes its budget; None: off.
     context: ContextManager | None = None
+    # Turns the log had closed when this run began: a turn opened after the one this run
+    # closed (a message sent meanwhile) is not this run's to close on cancel.
+    turns_before: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.turns_before is None:
+            self.turns_before = self.log.folder.turns
 
 
 async def run_turn(ctx: TurnContext) -> None:
@@ -252,17 +259,28 @@ def _closing(ctx: TurnContext, reason: str, detail: str | None = None) -> tuple[
 async def _close_cancelled(ctx: TurnContext) -> None:
     if ctx.lease_lost:
         return
-    await close_canceled_turn(ctx.log, ctx.stop_cause, ctx.end_session_on_stop)
+    await close_canceled_turn(
+        ctx.log, ctx.stop_cause, ctx.end_session_on_stop, turns_before=ctx.turns_before
+    )
 
 
-async def close_canceled_turn(log: SessionLog, reason: str, end_session: bool = False) -> None:
+async def close_canceled_turn(
+    log: SessionLog, reason: str, end_session: bool = False, *, turns_before: int | None = None
+) -> None:
     """Answer the open calls `canceled`, then close the turn (and the session, if asked or
-    if a session-wide cancel is pending). Does nothing for a turn that is already closed."""
+    if a session-wide cancel is pending). Does nothing for a turn that is already closed.
+
+    `turns_before`: the turns closed when the caller's run began. Once more have closed,
+    the caller's turn is over, and an open turn is a later one (a message sent after the
+    interrupt landed) that someone else runs: only a session-wide cancel closes it."""
     # Appends still in flight (a result committed as the cancel landed) land first, so the
     # calls answered below are the ones that are really unanswered.
     await log.refresh()
     folder = log.folder
     if folder.terminal:
+        return
+    session_wide = end_session or folder.cancel_scope == "session"
+    if turns_before is not None and folder.turns > turns_before and not session_wide:
         return
     if folder.turn_open:
         # Listed before any is answered: the last answer completes the tool message, and the
@@ -275,5 +293,5 @@ async def close_canceled_turn(log: SessionLog, reason: str, end_session: bool = 
                 text = "The call was canceled before it ran: the turn was interrupted."
             await log.append(ToolFinished(call.id, "canceled", text))
         await log.append(TurnEnded(reason, f"the turn was stopped: {reason}"))
-    if end_session or folder.cancel_scope == "session":
+    if session_wide:
         await log.append(SessionEnded("canceled", "canceled by request"))
