@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from tether.providers.http import (
-    LineSplitter,
-    NDJSONDecoder,
-    SSEDecoder,
-    SSEEvent,
-    parse_duration,
-    parse_rate_limits,
-    parse_retry_after,
-)
+from tether.providers.http import LineSplitter, NDJSONDecoder, SSEDecoder, SSEEvent
+from tether.providers.rate_limits import parse_duration, parse_rate_limits, parse_retry_after
 
 from .conftest import wire_bytes
 

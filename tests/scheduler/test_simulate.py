@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.providers.http import parse_rate_limits
+from tether.providers.rate_limits import parse_rate_limits
 from tether.scheduler.simulate import BackendMeter, Capacity, format_duration
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 from tether.messages import JSONObject, Message, Usage
 
 if TYPE_CHECKING:  # only the type: the HTTP module is not imported by the neutral seam
-    from tether.providers.http import RateLimits
+    from tether.providers.rate_limits import RateLimits
 
 StopKind = Literal["end_turn", "tool_calls", "max_tokens", "other"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from tether import errors
 from tether.messages import JSONValue
 from tether.providers.common import is_obj, load_json, obj, text
-from tether.providers.http import parse_duration, parse_rate_limits
+from tether.providers.rate_limits import parse_duration, parse_rate_limits
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from tether.messages import (
 )
 from tether.providers import catalog
 from tether.providers.base import ModelResponse, StopKind
-from tether.providers.http import RateLimits, parse_rate_limits
+from tether.providers.rate_limits import RateLimits, parse_rate_limits
 
 
 def is_obj(value: object) -> TypeGuard[dict[str, JSONValue]]:

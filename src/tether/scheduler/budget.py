@@ -5,7 +5,7 @@ call, and the calibrated reservation of a call. Told the time; no asyncio, no I/
 
 from __future__ import annotations
 
-from tether.providers.http import Bucket, RateLimits
+from tether.providers.rate_limits import Bucket, RateLimits
 from tether.scheduler.limits import InputCalibration, TokenBucket
 
 

@@ -25,7 +25,7 @@ from tether.errors import (
     ServerError,
 )
 from tether.providers.base import Model, ModelRequest, ModelResponse
-from tether.providers.http import RateLimits
+from tether.providers.rate_limits import RateLimits
 from tether.scheduler.budget import Budgets
 from tether.scheduler.clock import Clock, LoopClock, Timer
 from tether.scheduler.estimate import estimate_request_tokens

@@ -17,7 +17,7 @@ from typing import Literal
 from tether.errors import RateLimited
 from tether.messages import JSONObject, Message, Text, ToolCall, Usage
 from tether.providers.base import ModelRequest, ModelResponse
-from tether.providers.http import parse_rate_limits
+from tether.providers.rate_limits import parse_rate_limits
 from tether.scheduler.estimate import estimate_request_tokens
 from tether.scheduler.limits import TokenBucket
 
