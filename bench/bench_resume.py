@@ -168,7 +168,8 @@ def bare_claim_and_append(path: str, session_ids: list[str]) -> float:
         conn.execute("COMMIT")
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(
-            "INSERT INTO events VALUES (?, ?, ?, '2026-01-01T00:00:00.000000Z', '', 'x', '{}')",
+            "INSERT INTO events (session_id, seq, id, time, thread, type, data) "
+            "VALUES (?, ?, ?, '2026-01-01T00:00:00.000000Z', '', 'x', '{}')",
             [(sid, last + k, f"bare_{sid}_{k}") for k in range(1, 5)],
         )
         conn.execute("COMMIT")

@@ -1,0 +1,152 @@
+"""The SQLite file's format: a format-2 file (events clustered by session) is brought to
+format 3 (events in append order) when first opened, losing nothing; an unknown format is
+refused and left as it was."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from tether.errors import ConfigError
+from tether.events import Event, ToolFinished, UserMessage
+from tether.messages import user
+from tether.store import SQLiteStore
+from tether.store.base import event_to_row
+from tether.testing.store_conformance import make_events
+
+# The events table as format 2 wrote it, kept here as the shape old files have.
+FORMAT_2 = """
+CREATE TABLE tether_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE sessions (session_id TEXT PRIMARY KEY, created TEXT NOT NULL);
+CREATE TABLE events (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    time TEXT NOT NULL,
+    thread TEXT NOT NULL,
+    type TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE leases (
+    session_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    expires REAL NOT NULL
+);
+CREATE TABLE blobs (hash TEXT PRIMARY KEY, data BLOB NOT NULL);
+INSERT INTO tether_meta VALUES ('format', '2');
+"""
+
+
+def format_2_file(path: Path) -> dict[str, list[Event]]:
+    logs = {
+        sid: make_events(
+            sid,
+            1,
+            [UserMessage(user(f"hello from {sid}")), ToolFinished("c", "ok", "é ✓ 42")],
+        )
+        for sid in ("ses_b", "ses_a", "ses_c")
+    }
+    conn = sqlite3.connect(path)
+    conn.executescript(FORMAT_2)
+    for sid, events in logs.items():
+        conn.execute("INSERT INTO sessions VALUES (?, ?)", (sid, events[0].time))
+        conn.executemany(
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", [event_to_row(e) for e in events]
+        )
+    conn.execute("INSERT INTO leases VALUES ('ses_a', 'w1', 3, 0)")
+    conn.commit()
+    conn.close()
+    return logs
+
+
+def stored_format(path: Path) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        return str(conn.execute("SELECT value FROM tether_meta WHERE key='format'").fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def test_a_format_2_file_is_migrated_on_open_and_loses_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    logs = format_2_file(path)
+
+    store = SQLiteStore(str(path))
+    try:
+        for sid, events in logs.items():
+            assert await store.read(sid) == events
+        assert {i.session_id for i in await store.sessions()} == set(logs)
+        lease = await store.claim("ses_a", "w2", ttl=30)
+        assert lease.generation == 4  # the lease row came across too
+        more = make_events("ses_a", 3, [UserMessage(user("after the move"))])
+        await store.append("ses_a", more, 2, lease)
+        assert await store.read("ses_a") == logs["ses_a"] + more
+    finally:
+        await store.close()
+
+    assert stored_format(path) == "3"
+    conn = sqlite3.connect(path)
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(events)")]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    conn.close()
+    assert columns[0] == "pos", columns
+    assert "events_new" not in tables
+
+    again = SQLiteStore(str(path))  # opening a migrated file again changes nothing
+    try:
+        assert await again.read("ses_b") == logs["ses_b"]
+    finally:
+        await again.close()
+
+
+def test_two_stores_opening_an_old_file_at_once_migrate_it_once(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    logs = format_2_file(path)
+    errors: list[BaseException] = []
+    stores: list[SQLiteStore] = []
+    start = threading.Barrier(2)
+
+    def open_it() -> None:
+        start.wait()
+        try:
+            stores.append(SQLiteStore(str(path)))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    conn = sqlite3.connect(path)
+    count = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    conn.close()
+    assert count == sum(len(e) for e in logs.values())
+    assert stored_format(path) == "3"
+
+    async def close_all() -> None:
+        for s in stores:
+            await s.close()
+
+    asyncio.run(close_all())
+
+
+def test_a_file_of_an_unknown_format_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    format_2_file(path)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE tether_meta SET value = '9' WHERE key = 'format'")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+
+    with pytest.raises(ConfigError, match="format 9, expected 3"):
+        SQLiteStore(str(path))
+    assert path.read_bytes() == before
