@@ -93,6 +93,15 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
             metavar="N",
             help="tokens per minute per backend (default: learned from rate-limit headers)",
         )
+        gateway.add_argument(
+            "--park-after",
+            type=float,
+            default=10.0,
+            metavar="SECONDS",
+            help="a session whose model call must wait this long for a spent budget or an "
+            "open circuit is parked, freeing its slot, until the wait is over; 0: never "
+            "(default 10)",
+        )
 
 
 def gateway_config(args: argparse.Namespace) -> GatewayConfig:
@@ -108,6 +117,11 @@ def gateway_config(args: argparse.Namespace) -> GatewayConfig:
         requests_per_minute=args.rpm,
         tokens_per_minute=args.tpm,
     )
+
+
+def park_after(args: argparse.Namespace) -> float | None:
+    _positive("park-after", args.park_after, allow_zero=True)
+    return args.park_after or None
 
 
 def print_figures(command: str, figures: list[GatewayFigures]) -> None:
@@ -164,6 +178,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         lease_ttl=args.lease_ttl,
         allow_code=args.allow_code or (),
         gateway=gateway,
+        park_after=park_after(args),
     )
     app = create_app(runtime, tokens)
     config = uvicorn.Config(app, log_level=args.log_level, access_log=False, lifespan="on")
@@ -205,6 +220,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         lease_ttl=args.lease_ttl,
         watch_interval=min(0.5, args.lease_ttl / 4),
         gateway=gateway,
+        park_after=park_after(args),
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -12,6 +12,7 @@ import socket
 
 from tether.errors import Conflict, LeaseHeld, SessionNotFound, UsageError
 from tether.events import ApprovalDecided, CancelRequested, UserMessage
+from tether.lease import is_parked
 from tether.loop import close_canceled_turn
 from tether.messages import Message, user
 from tether.session_log import SessionLog
@@ -90,7 +91,12 @@ async def request_stop(store: Store, session_id: str, scope: str, reason: str | 
         if scope == "turn" and not folder.turn_open:
             return f"nothing to do: no turn is running ({folder.state})"
         try:
-            if await store.current_lease(session_id) is not None:
+            held = await store.current_lease(session_id)
+            if held is not None and is_parked(held.owner):
+                # Parked: no worker runs it until its wait is over, so close it here, now.
+                await store.release(held)
+                held = None
+            if held is not None:
                 asked = folder.cancel_scope in ("session", scope)
                 if not asked:
                     await log.append(CancelRequested(scope, reason))

@@ -16,6 +16,7 @@ these at the adapter boundary (provider codecs, stores), nowhere else.
     │   ├── GatewayBusy          the model gateway's queue is full: not sent, never retried
     │   └── ScriptExhausted      the scripted test model has no reply left
     ├── LimitExceeded            a limit was reached where a stop reason cannot be used
+    ├── Parked                   the model gateway parked the call: the run stops, unwritten
     └── StoreError               the event store refused or failed
         ├── Conflict             stale expected_seq: someone else appended first
         ├── LeaseLost            this worker no longer holds the session's lease
@@ -114,6 +115,19 @@ class ScriptExhausted(ProviderError):
 
 class LimitExceeded(TetherError):
     """A limit was reached where a turn's stop reason cannot carry it."""
+
+
+class Parked(TetherError):
+    """The model gateway cannot send this call for `seconds` (the backend's budget is spent,
+    or its circuit is open), and the caller asked to be parked rather than wait that long.
+    Not a failure: the run stops without writing, its model request left open, and the
+    worker runs the session again when the wait is over (DESIGN §1: a worker never sleeps
+    inside a call holding a lease)."""
+
+    def __init__(self, seconds: float, reason: str) -> None:
+        super().__init__(f"parked for {seconds:.1f} s: {reason}")
+        self.seconds = seconds
+        self.reason = reason
 
 
 class StoreError(TetherError):

@@ -14,7 +14,7 @@ from typing import Any
 
 from tether.context.blobs import keep_output
 from tether.context.manager import ContextManager
-from tether.errors import ContextOverflow, ProviderError
+from tether.errors import ContextOverflow, Parked, ProviderError
 from tether.events import (
     ApprovalRequested,
     ModelFailed,
@@ -164,8 +164,8 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
             *_closing(ctx, "error", f"{exc.kind}: {exc}"),
         )
         return False
-    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
-        raise
+    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit, Parked):
+        raise  # Parked: the run stops here unwritten; the request stays open for the next
     except Exception as exc:  # a bug in a custom model must still end the turn by name
         detail = f"{type(exc).__name__}: {exc}"
         await ctx.log.append(

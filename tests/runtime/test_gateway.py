@@ -154,9 +154,24 @@ async def test_a_session_another_process_runs_has_no_waiting_reason() -> None:
         assert (await Observer(back, ref).until("canceled", lambda s: s.terminal)).terminal
 
 
+@pytest.fixture
+async def unparked() -> AsyncIterator[LocalRuntime]:
+    """As `runtime`, but a session waits out a spent budget in its slot (no parking)."""
+    async with LocalRuntime(
+        MemoryStore(),
+        workers=4,
+        poll_interval=0.02,
+        watch_interval=0.02,
+        gateway=GatewayConfig(max_concurrency=1),
+        park_after=None,
+    ) as rt:
+        yield rt
+
+
 async def test_a_session_backing_off_says_until_when_and_a_cancel_ends_it_at_once(
-    runtime: LocalRuntime,
+    unparked: LocalRuntime,
 ) -> None:
+    runtime = unparked
     first = Observer(
         runtime, await runtime.start(SessionSpec(THROTTLED, "go", end_after_turn=True))
     )

@@ -156,7 +156,8 @@ class SessionRef:
 class Waiting:
     """What a `waiting_model` session is waiting for at the model gateway of the process that
     runs it: `kind` is queued, rate_limited, circuit_open, retrying or sending (the call is
-    out; the answer is awaited); `reason` says it in one line; `until` (wall clock, ISO) is
+    out; the answer is awaited), or parked (no worker holds it until `until`, when one runs
+    it again: read from the store, so any process sees it); `reason` says it in one line; `until` (wall clock, ISO) is
     when the wait can end at the earliest; `error` names what is being retried. Live: it is
     read from the gateway at the poll and never stored."""
 

@@ -45,9 +45,7 @@ class SessionRouted:
         ticket = _TICKET.get()
         if ticket is None:
             return await self.gateway.complete(request)
-        return await self.gateway.for_session(
-            tenant=ticket.tenant, session_id=ticket.session_id, priority=ticket.priority
-        ).complete(request)
+        return await self.gateway.submit(request, ticket)
 
 
 class Gateways:
@@ -67,9 +65,12 @@ class Gateways:
 
     @staticmethod
     @contextlib.contextmanager
-    def bound(tenant: str | None, session_id: str, priority: Priority) -> Iterator[None]:
-        """Model calls made in this block (and tasks it starts) are this session's."""
-        token = _TICKET.set(Ticket(tenant or "default", session_id, priority))
+    def bound(
+        tenant: str | None, session_id: str, priority: Priority, park_after: float | None = None
+    ) -> Iterator[None]:
+        """Model calls made in this block (and tasks it starts) are this session's; one that
+        would wait `park_after` seconds or more for the backend raises `Parked`."""
+        token = _TICKET.set(Ticket(tenant or "default", session_id, priority, park_after))
         try:
             yield
         finally:
@@ -111,7 +112,7 @@ def describe(figures: GatewayFigures) -> str:
         f"  requests {f.requests}, attempts {f.attempts}, succeeded {f.succeeded}, failed "
         f"{f.failed}, 429s {f.rate_limited}, overloaded {f.overloaded}, server errors "
         f"{f.server_errors}, retries {f.retries}, refused busy {f.rejected_busy}, cancelled "
-        f"{f.cancelled}\n"
+        f"{f.cancelled}, parked {f.parked}\n"
         f"  waits: {waits or 'none yet'}\n"
         f"  utilisation: {used or 'nothing sent yet'}"
     )

@@ -18,6 +18,7 @@ from tether import control
 from tether.errors import SessionNotFound, UsageError
 from tether.events import Event, format_time
 from tether.fold import Folder
+from tether.lease import is_parked
 from tether.providers.base import Model
 from tether.runtime.base import (
     Capabilities,
@@ -63,7 +64,9 @@ class LocalRuntime:
     `allow_code`: fnmatch patterns of the `MODULE:ATTR` a spec may name (a `python:` model,
     tools), for callers that are not trusted to import code; None allows all. `gateway`:
     the limits of the model gateway each backend gets in this process (default
-    `GatewayConfig()`: 16 requests at once, rates learned from the backend's headers)."""
+    `GatewayConfig()`: 16 requests at once, rates learned from the backend's headers).
+    `park_after`: a session whose model call would wait that many seconds or more for a
+    spent budget or an open circuit is parked rather than held in its slot (`Worker`)."""
 
     def __init__(
         self,
@@ -76,6 +79,7 @@ class LocalRuntime:
         views: int = 1_000,
         allow_code: Sequence[str] | None = None,
         gateway: GatewayConfig | None = None,
+        park_after: float | None = 10.0,
     ) -> None:
         owns = isinstance(store, str)
         the_store = open_store(store) if isinstance(store, str) else store
@@ -90,6 +94,7 @@ class LocalRuntime:
                 watch_interval=watch_interval,
                 on_event=lambda e: hub.poke(e.session_id),
                 gateway=gateway,
+                park_after=park_after,
             )
         self._core = _Core(the_store, owns, hub, Views(the_store, views), worker)
         self._core.allow_code = None if allow_code is None else tuple(allow_code)
@@ -199,8 +204,19 @@ class LocalRuntime:
     async def poll(self, ref: SessionRef, *, timeout: float | None = None) -> SessionStatus:
         async with asyncio.timeout(timeout):
             view = (await self._folder(ref)).view()
-        return SessionStatus(
-            view, self._waiting(ref.session_id) if view.state == "waiting_model" else None
+            waiting = None
+            if view.state == "waiting_model":
+                waiting = self._waiting(ref.session_id) or await self._parked(ref.session_id)
+        return SessionStatus(view, waiting)
+
+    async def _parked(self, session_id: str) -> Waiting | None:
+        """A session parked by a worker's gateway (any process's): until when."""
+        lease = await self._core.store.current_lease(session_id)
+        if lease is None or not is_parked(lease.owner):
+            return None
+        until = format_time(lease.expires)
+        return Waiting(
+            "parked", f"parked: the model's backend cannot take the call until {until}", until
         )
 
     def _waiting(self, session_id: str) -> Waiting | None:

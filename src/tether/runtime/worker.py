@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tether.agent import Agent
 from tether.eager import shielded
-from tether.errors import LeaseHeld, LeaseLost, StoreError, UsageError
+from tether.errors import LeaseHeld, LeaseLost, Parked, StoreError, UsageError
 from tether.events import Event, SessionCreated, SessionEnded, ToolFinished, TurnEnded
-from tether.lease import worker_id
+from tether.lease import parked_owner, worker_id
 from tether.runtime.base import FAILED_STOPS, NOT_FINAL
 from tether.runtime.gateways import Gateways
 from tether.runtime.sessions import Runner, build_runner
@@ -56,7 +56,10 @@ class Worker:
     how long a session whose worker died waits before another takes it over. `max_claims`:
     on a store that parks poisoned sessions, how many workers a session may take down
     before it is parked `failed` (None: the store's default). `gateway`: the limits of the
-    model gateway each backend gets here (`gateways`); every model call passes it."""
+    model gateway each backend gets here (`gateways`); every model call passes it.
+    `park_after`: a model call that would wait this long or longer for a spent budget or an
+    open circuit is parked: the run stops, the session's slot and lease are let go, and it
+    is held off the queue until the wait is over (None: it waits in its slot)."""
 
     def __init__(
         self,
@@ -69,11 +72,14 @@ class Worker:
         on_event: Callable[[Event], None] | None = None,
         max_claims: int | None = None,
         gateway: GatewayConfig | None = None,
+        park_after: float | None = 10.0,
     ) -> None:
         if concurrency < 1:
             raise UsageError(f"a worker needs concurrency of at least 1, not {concurrency}")
         if max_claims is not None and max_claims < 1:
             raise UsageError(f"max_claims must be at least 1, not {max_claims}")
+        if park_after is not None and not park_after > 0:
+            raise UsageError(f"park_after must be a positive number of seconds, not {park_after}")
         self.store = store
         self.concurrency = concurrency
         self.poll_interval = poll_interval
@@ -82,8 +88,10 @@ class Worker:
         self.on_event = on_event
         self.max_claims = max_claims
         self.owner = worker_id()
+        self.park_after = park_after
         self.turns_run = 0
         self.failures = 0
+        self.parked = 0
         # Duck-typed, as the watcher does for news: a wrapped store keeps these powers.
         self.claims_work = callable(getattr(store, "claim_runnable", None))
         self._wake = asyncio.Event()
@@ -192,6 +200,8 @@ class Worker:
         try:
             await self._run_session(wakeup)
             self._retry_at.pop(sid, None)
+        except Parked as parked:
+            await self._hold_parked(sid, parked)
         except (LeaseHeld, LeaseLost):
             return  # another worker runs it, or took it over: the mark is its business
         except asyncio.CancelledError:
@@ -202,9 +212,12 @@ class Worker:
     async def _take_claimed(self, item: Claimed) -> None:
         sid = item.lease.session_id
         backoff = 0.0
+        parked: Parked | None = None
         try:
             await self._run_session(item.wakeup, item.lease)
             self._retry_at.pop(sid, None)
+        except Parked as exc:
+            parked = exc
         except (LeaseHeld, LeaseLost):
             pass  # another worker took it over: the mark is its business
         except asyncio.CancelledError:
@@ -215,11 +228,23 @@ class Worker:
             # `Agent.run` releases the lease it is given; this covers the paths that never
             # got there. A second release is harmless: it matches only its own generation.
             await shielded(self.store.release(item.lease))
+        if parked is not None:
+            await self._hold_parked(sid, parked)
         if backoff:
             # Every worker claims from one queue, so back off there: hold the session's
             # lease until then, and nobody takes it sooner.
             with contextlib.suppress(LeaseHeld, StoreError):
                 await self.store.claim(sid, self.owner, backoff)
+
+    async def _hold_parked(self, session_id: str, parked: Parked) -> None:
+        """The gateway parked the session's model call: its run stopped unwritten and let
+        its lease go. Its wakeup mark stays; a lease of a parked owner keeps every worker
+        off it until the wait is over, and then any worker runs it again (the open model
+        request is asked again, as after a crash)."""
+        self.parked += 1
+        log.info("worker %s: session %s %s", self.owner, session_id, parked)
+        with contextlib.suppress(LeaseHeld, StoreError):  # taken meanwhile: it runs anyway
+            await self.store.claim(session_id, parked_owner(self.owner), parked.seconds)
 
     def _failed(self, session_id: str) -> float:
         """Note a failed run (a store hiccup or a bug); the delay before the next try, longer
@@ -251,7 +276,7 @@ class Worker:
             return
         ended = False
         try:
-            with self.gateways.bound(runner.tenant, sid, runner.priority):
+            with self.gateways.bound(runner.tenant, sid, runner.priority, self.park_after):
                 result = await agent.run(
                     None, session_id=sid, lease=lease, end_session=runner.end_after_turn
                 )

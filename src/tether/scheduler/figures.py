@@ -80,6 +80,7 @@ class Counters:
     retries: int = 0
     rejected_busy: int = 0
     cancelled: int = 0
+    parked: int = 0
     circuit_opened: int = 0
     tokens_used: int = 0
     busy: float = 0.0
@@ -129,6 +130,7 @@ class GatewayFigures:
     retries: int
     rejected_busy: int
     cancelled: int
+    parked: int
     circuit: str
     circuit_opened: int
     tokens_used: int
@@ -179,6 +181,7 @@ _COUNTERS = (
     ("retries", "attempts scheduled after a retryable error"),
     ("rejected_busy", "calls refused because the queue was full"),
     ("cancelled", "calls cancelled while waiting or in flight"),
+    ("parked", "calls handed back to their worker to run again after a long wait"),
     ("circuit_opened", "times the circuit breaker opened"),
     ("tokens_used", "tokens reported by the backend, input plus output"),
 )

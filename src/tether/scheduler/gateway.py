@@ -20,6 +20,7 @@ from tether.errors import (
     ConnectionFailed,
     GatewayBusy,
     Overloaded,
+    Parked,
     ProviderError,
     RateLimited,
     ServerError,
@@ -38,11 +39,15 @@ from tether.scheduler.status import GatewayStatus, StatusKind
 
 @dataclass(frozen=True, slots=True)
 class Ticket:
-    """Who a call is for. Fairness is between tenants; `session_id` names the status."""
+    """Who a call is for. Fairness is between tenants; `session_id` names the status.
+    `park_after`: a call that would wait this many seconds or more for a spent budget or an
+    open circuit leaves the queue at once with `Parked`, so its worker can let the session
+    go rather than hold it while it waits (None: it waits)."""
 
     tenant: str = "default"
     session_id: str = "default"
     priority: Priority = "interactive"
+    park_after: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,10 +278,28 @@ class Gateway:
             if until is not None:
                 self._blocked = (kind, until)
                 self._arm(until)
+                self._park(kind, until - now)
                 return
             self._queue.pop()
             self._dispatch(waiter, entry.priority, now)
         self._admit_overflow()
+
+    def _park(self, kind: StatusKind, wait: float) -> None:
+        """Hand back every queued call whose ticket would rather be parked than wait `wait`
+        seconds: nothing can be sent before then, whatever its place in the queue."""
+        reason = (
+            "the backend's budget is spent"
+            if kind == "rate_limited"
+            else "the backend is failing (circuit open)"
+        )
+        for entry in list(self._queue.entries()):
+            waiter = entry.payload
+            park_after = waiter.ticket.park_after
+            if park_after is None or wait < park_after or waiter.future.done():
+                continue
+            self._queue.remove(entry)
+            self._counters.parked += 1
+            waiter.future.set_exception(Parked(wait, reason))
 
     def _gate(
         self, reservation: int, now: float
@@ -447,6 +470,7 @@ class Gateway:
             retries=c.retries,
             rejected_busy=c.rejected_busy,
             cancelled=c.cancelled,
+            parked=c.parked,
             circuit=self._circuit.state(now),
             circuit_opened=c.circuit_opened,
             tokens_used=c.tokens_used,

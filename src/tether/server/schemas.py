@@ -95,7 +95,7 @@ class WaitingModel(BaseModel):
     """What a `waiting_model` session waits for at the serving process's model gateway
     (`tether.runtime.base.Waiting`): live, not stored."""
 
-    kind: Literal["queued", "rate_limited", "circuit_open", "retrying", "sending"]
+    kind: Literal["queued", "rate_limited", "circuit_open", "retrying", "sending", "parked"]
     reason: str
     until: str | None
     attempt: int
