@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from tether.errors import RateLimited
+from tether.errors import Parked, RateLimited
 from tether.providers.base import Model
 from tether.scheduler.clock import run_virtual
-from tether.scheduler.gateway import Gateway, GatewayConfig
+from tether.scheduler.gateway import Gateway, GatewayConfig, Ticket
 from tether.scheduler.simulate import Capacity, Latency, SimulatedBackend
 from tether.testing import Delay, Fail, ScriptedModel
 
@@ -139,5 +139,40 @@ def test_a_retry_after_holds_every_call_not_only_the_one_refused() -> None:
         await gateway.complete(request())  # arrives while the backend's budget is spent
         await first
         assert sent[0] == 0.0 and min(sent[1:]) >= 30.0
+
+    run_virtual(main())
+
+
+def test_a_call_that_would_wait_long_for_the_budget_is_parked_and_a_short_wait_is_not() -> None:
+    async def main() -> None:
+        sent: list[float] = []
+        model = ScriptedModel([logged(sent, lambda _: "ok")])
+        # 6 a minute: the budget is spent after 6 calls, then one more every 10 s.
+        gateway = Gateway(model, GatewayConfig(requests_per_minute=6))
+        for _ in range(6):
+            await gateway.complete(request())
+        patient = gateway.for_session(session_id="patient")  # no park_after: it waits
+        eager = gateway.for_session(session_id="eager")
+        parks = Ticket(session_id="parks", park_after=5.0)
+        waits = Ticket(session_id="waits", park_after=30.0)
+
+        calls = [
+            asyncio.ensure_future(patient.complete(request())),
+            asyncio.ensure_future(eager.complete(request())),
+            asyncio.ensure_future(gateway.submit(request(), parks)),
+            asyncio.ensure_future(gateway.submit(request(), waits)),
+        ]
+        await asyncio.sleep(0)
+        with pytest.raises(Parked) as parked:
+            await calls[2]
+        # Handed back at once, with how long it would have waited, and out of the queue.
+        assert now() == pytest.approx(0.0)
+        assert parked.value.seconds == pytest.approx(10.0)
+        assert "budget" in parked.value.reason
+        assert gateway.status("parks") is None
+        await asyncio.gather(calls[0], calls[1], calls[3])
+        assert sent == pytest.approx([0.0] * 6 + [10.0, 20.0, 30.0])
+        figures = gateway.figures()
+        assert (figures.parked, figures.succeeded, figures.queue_depth) == (1, 9, 0)
 
     run_virtual(main())

@@ -130,6 +130,8 @@ class Gateway:
         self._timer_at = 0.0
         self._seq = count()
         self._tracks: dict[str, _Track] = {}
+        # Waiters whose ticket may be parked: `_park` looks at these, never the whole queue.
+        self._parkable: set[_Waiter] = set()
         self._counters = Counters()
 
     @property
@@ -221,6 +223,8 @@ class Gateway:
             waiter.timer = self._clock.call_at(
                 now + self.config.queue_timeout, lambda: self._time_out(waiter)
             )
+        if ticket.park_after is not None:
+            self._parkable.add(waiter)
         self._pump()
         try:
             return await waiter.future
@@ -228,6 +232,7 @@ class Gateway:
             self._abandon_waiter(waiter)
             raise
         finally:
+            self._parkable.discard(waiter)
             track.waiter = None
             if waiter.timer is not None:
                 waiter.timer.cancel()
@@ -292,12 +297,13 @@ class Gateway:
             if kind == "rate_limited"
             else "the backend is failing (circuit open)"
         )
-        for entry in list(self._queue.entries()):
-            waiter = entry.payload
-            park_after = waiter.ticket.park_after
+        for waiter in list(self._parkable):
+            park_after, entry = waiter.ticket.park_after, waiter.entry
             if park_after is None or wait < park_after or waiter.future.done():
                 continue
-            self._queue.remove(entry)
+            if entry is None or not self._queue.remove(entry):
+                continue  # waiting for a place in a full queue: it is not held up by this
+            self._parkable.discard(waiter)
             self._counters.parked += 1
             waiter.future.set_exception(Parked(wait, reason))
 
