@@ -24,12 +24,15 @@ from tether.lease import claim_lease, worker_id
 from tether.limits import Limits, StopCondition
 from tether.loop import TurnContext, close_canceled_turn, run_turn
 from tether.messages import JSONValue, Message, Usage, user
-from tether.providers.base import DeltaObserver, Model
+from tether.providers.base import Delta, DeltaObserver, Model
 from tether.session_log import Clock, EventObserver, SessionLog, new_session_id
 from tether.state import SessionView
 from tether.store.base import DEFAULT_STORE_URL, Lease, Store, open_store
 from tether.tools.base import Tool, Toolbox
 from tether.watch import Watched, Watcher
+
+# The model's streamed output with the session it belongs to.
+SessionDeltaObserver = Callable[[str, Delta], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,9 @@ class Agent:
     """`Agent(model, tools=..., system=..., limits=..., store=..., stop_when=...)`.
 
     `store` is a `Store` or a store URL; by default `TETHER_STORE` or `sqlite:///tether.db`
-    in the working directory, opened at the first run."""
+    in the working directory, opened at the first run. `on_delta` sees the model's streamed
+    output; `on_session_delta` sees it with the session it belongs to, for a host that runs
+    many sessions on one agent (a worker)."""
 
     def __init__(
         self,
@@ -109,6 +114,7 @@ class Agent:
         stop_when: StopCondition | None = None,
         on_event: EventObserver | None = None,
         on_delta: DeltaObserver | None = None,
+        on_session_delta: SessionDeltaObserver | None = None,
         clock: Clock | None = None,
         lease_ttl: float = 30.0,
         watch_interval: float = 0.5,
@@ -128,6 +134,7 @@ class Agent:
         self.stop_when = stop_when
         self.on_event = on_event
         self.on_delta = on_delta
+        self.on_session_delta = on_session_delta
         self.clock = clock
         self.lease_ttl = lease_ttl
         self.watch_interval = watch_interval
@@ -202,7 +209,7 @@ class Agent:
                 self.toolbox,
                 self.limits,
                 self.stop_when,
-                self.on_delta,
+                self._delta_observer(log.session_id),
                 started_at=time.monotonic(),
                 context=self.context,
                 end_after_turn=end_session,
@@ -228,6 +235,18 @@ class Agent:
         """Continue a session from its log, in this process: the recovery rules of DESIGN §4
         decide what happens to the calls an earlier runner left open."""
         return await self.run(None, session_id=session_id, lease_wait=lease_wait)
+
+    def _delta_observer(self, session_id: str) -> DeltaObserver | None:
+        per_session, plain = self.on_session_delta, self.on_delta
+        if per_session is None:
+            return plain
+
+        def observe(delta: Delta) -> None:
+            if plain is not None:
+                plain(delta)
+            per_session(session_id, delta)
+
+        return observe
 
     def _session_created(self) -> SessionCreated:
         return SessionCreated(

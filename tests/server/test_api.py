@@ -78,6 +78,7 @@ async def test_an_sse_stream_resumes_from_last_event_id_without_gaps_or_duplicat
         ("GET", "/v1/nowhere", {}, 404, "not_found"),
         ("GET", "/v1/sessions/ses_none/events?after_seq=-1", {}, 422, "invalid_request"),
         ("GET", "/v1/sessions/ses_none/stream", {"headers": {"Last-Event-ID": "abc"}}, 422, "invalid_request"),
+        ("GET", "/v1/sessions/ses_none/stream?deltas=maybe", {}, 422, "invalid_request"),
         ("GET", "/v1/sessions/ses_none", {}, 404, "session_not_found"),
     ],
 )  # fmt: skip

@@ -16,6 +16,7 @@ from tether.errors import UsageError
 from tether.events import Event
 from tether.limits import Limits
 from tether.messages import JSONObject, JSONValue, Usage, part_from_json
+from tether.providers.base import Delta
 from tether.scheduler.queue import PRIORITIES, Priority
 from tether.state import STOP_REASONS, TERMINAL_STATES, SessionView
 
@@ -340,6 +341,13 @@ class Runtime(Protocol):
     ) -> AsyncIterator[Event]:
         """The session's events after `after_seq`: the log so far, then live, each once and
         in order; the stream ends after the event that ends the session."""
+        ...
+
+    def live(
+        self, ref: SessionRef, after_seq: int = 0, *, timeout: float | None = None
+    ) -> AsyncIterator[Event | Delta]:
+        """`events`, and between them the model's streamed output as it is produced
+        (`live_deltas`): never stored, so only what comes while the stream is open."""
         ...
 
     async def close(self) -> None: ...

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
 
 from tether.errors import SessionNotFound, StoreError, TetherError, UsageError
 from tether.events import Event, SessionEnded
+from tether.providers.base import Delta
 from tether.runtime.base import (
     Capabilities,
     CapabilityRefused,
@@ -155,12 +156,35 @@ class HttpRuntime:
     async def events(
         self, ref: SessionRef, after_seq: int = 0, *, timeout: float | None = None
     ) -> AsyncIterator[Event]:
+        stream = self._stream(ref, after_seq, timeout, deltas=False)
+        try:
+            async for item in stream:
+                if isinstance(item, Event):
+                    yield item
+        finally:
+            await stream.aclose()  # now: it holds a connection
+
+    async def live(
+        self, ref: SessionRef, after_seq: int = 0, *, timeout: float | None = None
+    ) -> AsyncIterator[Event | Delta]:
+        stream = self._stream(ref, after_seq, timeout, deltas=True)
+        try:
+            async for item in stream:
+                yield item
+        finally:
+            await stream.aclose()
+
+    async def _stream(
+        self, ref: SessionRef, after_seq: int, timeout: float | None, *, deltas: bool
+    ) -> AsyncGenerator[Event | Delta, None]:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         cursor, drops = after_seq, 0
         while True:
             left = None if deadline is None else max(0.001, deadline - loop.time())
             params = {} if left is None else {"timeout": f"{left:.3f}"}
+            if deltas:
+                params["deltas"] = "true"
             headers = {**self._headers, "Last-Event-ID": str(cursor), "Accept": "text/event-stream"}
             try:
                 async with asyncio.timeout_at(deadline):
@@ -179,6 +203,10 @@ class HttpRuntime:
                         if frame is None:
                             break  # the connection closed without saying why: reconnect
                         kind, ident, data = frame
+                        if kind == "delta":
+                            piece = json.loads(data)
+                            yield Delta(piece["kind"], piece["text"], piece.get("call_id"))
+                            continue
                         if kind == "end":
                             if json.loads(data).get("reason") == "timeout":
                                 raise TimeoutError("the event stream passed its deadline")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from tether.errors import StoreError
 from tether.events import Event, SessionEnded
+from tether.providers.base import Delta
 from tether.store.base import Store
 
 BUFFER = 2_000  # events a subscriber may have waiting before it must read the store itself
@@ -23,17 +24,23 @@ BUFFER = 2_000  # events a subscriber may have waiting before it must read the s
 
 @dataclass(eq=False)
 class Subscription:
+    """`stale`: the subscriber must read the store itself (it fell behind, or the hub began
+    watching the session after it read). `deltas`: None when it does not want them."""
+
     session_id: str
     notify: asyncio.Event = field(default_factory=asyncio.Event)
     buffer: list[Event] = field(default_factory=list)
-    overflowed: bool = False
+    stale: bool = False
     closed: bool = False
+    deltas: list[Delta] | None = None
 
-    def take(self) -> tuple[list[Event], bool]:
-        events, overflowed = self.buffer, self.overflowed
-        self.buffer, self.overflowed = [], False
+    def take(self) -> tuple[list[Event], bool, list[Delta]]:
+        events, stale, deltas = self.buffer, self.stale, self.deltas
+        self.buffer, self.stale = [], False
+        if deltas:
+            self.deltas = []
         self.notify.clear()
-        return events, overflowed
+        return events, stale, deltas or []
 
 
 class EventHub:
@@ -50,8 +57,8 @@ class EventHub:
     def subscribers(self) -> int:
         return sum(len(s) for s in self._subs.values())
 
-    def subscribe(self, session_id: str) -> Subscription:
-        sub = Subscription(session_id)
+    def subscribe(self, session_id: str, *, deltas: bool = False) -> Subscription:
+        sub = Subscription(session_id, deltas=[] if deltas else None)
         self._subs.setdefault(session_id, set()).add(sub)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="tether-hub")
@@ -64,6 +71,14 @@ class EventHub:
             if not subs:
                 del self._subs[sub.session_id]
                 self._cursor.pop(sub.session_id, None)
+
+    def publish_delta(self, session_id: str, delta: Delta) -> None:
+        """A piece of a model's streamed answer in this process: to the session's subscribers
+        that want them, now. Never stored, never replayed; one that falls behind loses them."""
+        for sub in self._subs.get(session_id, ()):
+            if sub.deltas is not None and len(sub.deltas) < BUFFER:
+                sub.deltas.append(delta)
+                sub.notify.set()
 
     def poke(self, session_id: str) -> None:
         """This process appended to the session: look now rather than at the next interval."""
@@ -109,17 +124,17 @@ class EventHub:
             cursor = self._cursor.get(sid)
             if cursor is None:  # new to the hub: its subscribers read what came before
                 self._cursor[sid] = cursor = seq
-                self._notify(sid, [])
+                self._notify(sid, [], stale=True)
             if seq > cursor:
                 events = await self.store.read(sid, cursor)
                 if events:
                     self._cursor[sid] = events[-1].seq
                     self._notify(sid, events)
 
-    def _notify(self, session_id: str, events: list[Event]) -> None:
+    def _notify(self, session_id: str, events: list[Event], *, stale: bool = False) -> None:
         for sub in self._subs.get(session_id, ()):
-            if len(sub.buffer) + len(events) > BUFFER:
-                sub.buffer, sub.overflowed = [], True
+            if stale or len(sub.buffer) + len(events) > BUFFER:
+                sub.buffer, sub.stale = [], True
             else:
                 sub.buffer.extend(events)
             sub.notify.set()
@@ -130,13 +145,17 @@ async def stream_events(
     session_id: str,
     after_seq: int,
     is_terminal: Callable[[], Awaitable[tuple[bool, int]]],
-) -> AsyncGenerator[Event, None]:
+    *,
+    deltas: bool = False,
+) -> AsyncGenerator[Event | Delta, None]:
     """Every event after `after_seq`, once and in order, then live ones as they land; ends
     after `session.ended`, or when `is_terminal()` says (terminal, last seq) that the session
-    ended and everything is delivered."""
+    ended and everything is delivered. With `deltas`, also the model's streamed output as
+    this process's workers produce it, between the events, as it comes."""
     store = hub.store
     cursor = after_seq
-    sub = hub.subscribe(session_id)  # first, so nothing appended while reading is missed
+    # First, so nothing appended while reading is missed.
+    sub = hub.subscribe(session_id, deltas=deltas)
     try:
         pending = await store.read(session_id, cursor)
         checked = False
@@ -156,9 +175,11 @@ async def stream_events(
             await sub.notify.wait()
             if sub.closed:
                 raise StoreError("the runtime was closed while streaming events")
-            news, overflowed = sub.take()
-            if overflowed or not news or news[0].seq > cursor + 1:
-                # Behind, a gap, or a bare wake-up: the store has what the hub did not bring.
+            news, stale, streamed = sub.take()
+            for delta in streamed:
+                yield delta
+            if stale or (news and news[0].seq > cursor + 1):
+                # Behind, or a gap: the store has what the hub did not bring.
                 pending = await store.read(session_id, cursor)
             else:
                 pending = news

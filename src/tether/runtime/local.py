@@ -19,7 +19,7 @@ from tether.errors import SessionNotFound, UsageError
 from tether.events import Event, format_time
 from tether.fold import Folder
 from tether.lease import is_parked
-from tether.providers.base import Model
+from tether.providers.base import Delta, Model
 from tether.runtime.base import (
     Capabilities,
     SessionRef,
@@ -95,6 +95,7 @@ class LocalRuntime:
                 on_event=lambda e: hub.poke(e.session_id),
                 gateway=gateway,
                 park_after=park_after,
+                on_delta=hub.publish_delta,
             )
         self._core = _Core(the_store, owns, hub, Views(the_store, views), worker)
         self._core.allow_code = None if allow_code is None else tuple(allow_code)
@@ -142,7 +143,7 @@ class LocalRuntime:
             interrupt=True,
             approvals=True,
             event_stream=True,
-            live_deltas=False,
+            live_deltas=self._core.worker is not None,
             tenants=True,
         )
 
@@ -296,6 +297,30 @@ class LocalRuntime:
     async def events(
         self, ref: SessionRef, after_seq: int = 0, *, timeout: float | None = None
     ) -> AsyncIterator[Event]:
+        stream = self._stream(ref, after_seq, timeout, deltas=False)
+        try:
+            async for item in stream:
+                if isinstance(item, Event):
+                    yield item
+        finally:
+            await stream.aclose()  # now, not when collected: it holds a hub subscription
+
+    async def live(
+        self, ref: SessionRef, after_seq: int = 0, *, timeout: float | None = None
+    ) -> AsyncIterator[Event | Delta]:
+        """`events`, and between them the model's streamed output (`Delta`) as the workers
+        of this process produce it: live only, never stored or replayed, so a subscriber
+        sees the deltas produced while it listens."""
+        stream = self._stream(ref, after_seq, timeout, deltas=True)
+        try:
+            async for item in stream:
+                yield item
+        finally:
+            await stream.aclose()
+
+    async def _stream(
+        self, ref: SessionRef, after_seq: int, timeout: float | None, *, deltas: bool
+    ) -> AsyncGenerator[Event | Delta, None]:
         if after_seq < 0:
             raise UsageError(f"after_seq must be 0 or more, not {after_seq}")
         # The deadline bounds the waits inside the stream, never the caller's own work
@@ -308,8 +333,8 @@ class LocalRuntime:
             folder = await self._folder(ref)
             return folder.terminal, folder.last_seq
 
-        stream: AsyncGenerator[Event, None] = stream_events(
-            self._core.hub, ref.session_id, after_seq, is_terminal
+        stream: AsyncGenerator[Event | Delta, None] = stream_events(
+            self._core.hub, ref.session_id, after_seq, is_terminal, deltas=deltas
         )
         try:
             while True:

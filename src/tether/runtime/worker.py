@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from tether.agent import Agent
+from tether.agent import Agent, SessionDeltaObserver
 from tether.eager import shielded
 from tether.errors import LeaseHeld, LeaseLost, Parked, StoreError, UsageError
 from tether.events import Event, SessionCreated, SessionEnded, ToolFinished, TurnEnded
@@ -59,7 +59,8 @@ class Worker:
     model gateway each backend gets here (`gateways`); every model call passes it.
     `park_after`: a model call that would wait this long or longer for a spent budget or an
     open circuit is parked: the run stops, the session's slot and lease are let go, and it
-    is held off the queue until the wait is over (None: it waits in its slot)."""
+    is held off the queue until the wait is over (None: it waits in its slot). `on_delta`:
+    the streamed output of the model calls it makes, with their sessions (never stored)."""
 
     def __init__(
         self,
@@ -73,6 +74,7 @@ class Worker:
         max_claims: int | None = None,
         gateway: GatewayConfig | None = None,
         park_after: float | None = 10.0,
+        on_delta: SessionDeltaObserver | None = None,
     ) -> None:
         if concurrency < 1:
             raise UsageError(f"a worker needs concurrency of at least 1, not {concurrency}")
@@ -86,6 +88,7 @@ class Worker:
         self.lease_ttl = lease_ttl
         self.watch_interval = watch_interval
         self.on_event = on_event
+        self.on_delta = on_delta
         self.max_claims = max_claims
         self.owner = worker_id()
         self.park_after = park_after
@@ -307,6 +310,7 @@ class Worker:
             limits=runner.build_limits(),
             store=self.store,
             on_event=self.on_event,
+            on_session_delta=self.on_delta,
             lease_ttl=self.lease_ttl,
             watch_interval=self.watch_interval,
         )

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tether.events import Event
+from tether.providers.base import Delta
 from tether.runtime.base import SessionRef
 from tether.runtime.local import LocalRuntime
 from tether.server.auth import Tokens
@@ -166,20 +167,31 @@ class Api:
                 )
             after = int(last_id.strip())  # a reconnecting client resumes where it was
         timeout = float_param(request, "timeout", None, 3600.0)
+        deltas = bool_param(request, "deltas")
         await rt.poll(ref)  # refuse before the stream starts: a 404 is a status, not an event
         self.metrics.streams += 1
         return StreamingResponse(
-            self._sse(rt, ref, after, timeout),
+            self._sse(rt, ref, after, timeout, deltas),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
     async def _sse(
-        self, rt: LocalRuntime, ref: SessionRef, after: int, timeout: float | None
+        self,
+        rt: LocalRuntime,
+        ref: SessionRef,
+        after: int,
+        timeout: float | None,
+        deltas: bool = False,
     ) -> AsyncIterator[bytes]:
         self.metrics.subscribers += 1
-        events = cast(AsyncGenerator[Event, None], rt.events(ref, after, timeout=timeout))
-        pending: asyncio.Future[Event] | None = None
+        events = cast(
+            AsyncGenerator[Event | Delta, None],
+            rt.live(ref, after, timeout=timeout)
+            if deltas
+            else rt.events(ref, after, timeout=timeout),
+        )
+        pending: asyncio.Future[Event | Delta] | None = None
         try:
             yield b": tether event stream\n\n"
             while True:
@@ -196,6 +208,9 @@ class Api:
                     return
                 finally:
                     pending = None
+                if isinstance(event, Delta):
+                    yield delta_frame(event)
+                    continue
                 self.metrics.events_streamed += 1
                 yield sse_frame(event)
         finally:
@@ -222,6 +237,12 @@ class Api:
 
 def sse_frame(event: Event) -> bytes:
     return f"id: {event.seq}\nevent: {event.type}\ndata: {event.canonical()}\n\n".encode()
+
+
+def delta_frame(delta: Delta) -> bytes:
+    """No `id`: a delta is not in the log, so a reconnecting client resumes by event seq."""
+    data = json.dumps({"kind": delta.kind, "text": delta.text, "call_id": delta.call_id})
+    return f"event: delta\ndata: {data}\n\n".encode()
 
 
 def session_ref(request: Request) -> SessionRef:
@@ -264,6 +285,17 @@ def float_param(request: Request, name: str, default: float | None, high: float)
             f"query parameter {name} must be a number in (0, {high:g}], not {raw[:40]!r}",
         )
     return value
+
+
+def bool_param(request: Request, name: str) -> bool:
+    raw = request.query_params.get(name)
+    if raw is None or raw in ("false", "0"):
+        return False
+    if raw in ("true", "1"):
+        return True
+    raise ApiError(
+        "invalid_request", f"query parameter {name} must be true or false, not {raw[:40]!r}"
+    )
 
 
 def _no_constants(name: str) -> object:
@@ -326,7 +358,7 @@ def create_app(
         ),
         Route(
             "/v1/sessions/{session_id}/stream",
-            r("stream", api.stream, query=("after_seq", "timeout")),
+            r("stream", api.stream, query=("after_seq", "timeout", "deltas")),
         ),
     ]
 

@@ -251,9 +251,14 @@ def openapi() -> dict[str, Any]:
              "schema": {"type": "string", "pattern": "^[0-9]{1,15}$"}},
             {"name": "timeout", "in": "query", "required": False,
              "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600}},
+            {"name": "deltas", "in": "query", "required": False,
+             "description": "also the model's streamed output, as `delta` frames without an "
+                            "id (live only, never stored)",
+             "schema": {"type": "string", "enum": ["true", "false", "1", "0"]}},
         ],
         "responses": {
-            "200": {"description": "id: seq, event: type, data: the event's JSON",
+            "200": {"description": "id: seq, event: type, data: the event's JSON; with "
+                                   "deltas, also event: delta, data: {kind, text, call_id}",
                     "content": {"text/event-stream": {"schema": SSE_FRAME}}},
             **_errors(400, 401, 404, 422),
         },

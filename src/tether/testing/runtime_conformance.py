@@ -15,6 +15,7 @@ from typing import get_args
 
 from tether.errors import SessionNotFound, UsageError
 from tether.events import Event
+from tether.providers.base import Delta
 from tether.runtime.base import (
     Capabilities,
     CapabilityRefused,
@@ -302,6 +303,62 @@ async def waits_honour_their_deadline_and_cancellation(rt: Runtime) -> None:
     assert done and task.cancelled(), "cancelling a stream's consumer did not stop it"
 
 
+async def a_live_stream_carries_the_models_output_as_it_comes(rt: Runtime) -> None:
+    """With `live_deltas`, `live()` yields the answer's text as deltas before the event that
+    records the answer; without, it is the event stream alone. Either way its events are
+    exactly `events()`'s."""
+    caps = await rt.capabilities(timeout=WAIT)
+    ref = await rt.start(spec("echo one"))
+    settled = await Observer(rt, ref).settled()
+    stream = rt.live(ref, 0, timeout=WAIT)
+    items: list[Event | Delta] = []
+    try:
+        async with asyncio.timeout(WAIT):
+            # Everything logged so far first: from then on the stream is surely listening,
+            # so the next turn's output cannot slip past it.
+            while (
+                not items
+                or not isinstance(items[-1], Event)
+                or (items[-1].seq < settled.view.last_seq)
+            ):
+                items.append(await anext(stream))
+            await rt.send(ref, "echo two", timeout=WAIT)
+            while True:  # to the second turn's end
+                item = await anext(stream)
+                items.append(item)
+                if isinstance(item, Event) and item.type == "turn.ended":
+                    break
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+    events = [i for i in items if isinstance(i, Event)]
+    logged: list[Event] = []
+    plain = rt.events(ref, 0, timeout=WAIT)
+    try:
+        async for event in plain:  # the session stays open: take as many as live() gave
+            logged.append(event)
+            if len(logged) == len(events):
+                break
+    finally:
+        await plain.aclose()  # type: ignore[attr-defined]
+    assert events == logged, "live events differ from events()"
+    assert_dense(events)
+    deltas = [(n, i) for n, i in enumerate(items) if isinstance(i, Delta)]
+    if not caps.live_deltas:
+        assert deltas == [], "a runtime without live_deltas streamed deltas"
+        return
+    second = max(
+        n for n, i in enumerate(items) if isinstance(i, Event) and i.seq <= settled.view.last_seq
+    )
+    answered = next(
+        n
+        for n, i in enumerate(items)
+        if n > second and isinstance(i, Event) and i.type == "model.responded"
+    )
+    texts = "".join(d.text for n, d in deltas if n > second and d.kind == "text")
+    assert texts == "echo: two", (texts, items)
+    assert all(n < answered for n, d in deltas if n > second), "a delta came after its answer"
+
+
 RUNTIME_CHECKS: list[Check] = [
     capabilities_are_declared_and_a_spec_asking_for_more_is_refused,
     a_session_runs_its_task_and_every_poll_is_a_valid_observation,
@@ -317,6 +374,7 @@ RUNTIME_CHECKS: list[Check] = [
     bad_specs_are_refused_before_anything_is_created,
     an_idempotency_key_returns_the_same_session,
     waits_honour_their_deadline_and_cancellation,
+    a_live_stream_carries_the_models_output_as_it_comes,
 ]
 
 

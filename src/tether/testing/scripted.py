@@ -9,15 +9,27 @@ stopped.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
 from tether.errors import ProviderError, ScriptExhausted
 from tether.messages import JSONValue, Message, Text, ToolCall, Usage
-from tether.providers.base import ModelRequest, ModelResponse, StopKind
+from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse, StopKind
 
 _CACHE_LIMIT = 4096
+_WORDS = re.compile(r"\s*\S+")
+
+
+def _stream(message: Message, on_delta: DeltaObserver) -> None:
+    """Offer the answer as a streaming model would: its text a word at a time, then each
+    call's arguments."""
+    for word in _WORDS.findall(message.text):
+        on_delta(Delta("text", word))
+    for c in message.tool_calls:
+        on_delta(Delta("tool_input", json.dumps(c.arguments), c.id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +87,8 @@ class ScriptedModel:
 
     `repeat_last=True` answers with the last reply forever (a model that never stops asking
     for tools). `delay` sleeps before every answer, as a network would. `price_per_million`
-    (input, output) makes the cost known; otherwise it is None, never a made-up 0."""
+    (input, output) makes the cost known; otherwise it is None, never a made-up 0. With an
+    `on_delta` observer on the request, the answer is also offered as deltas."""
 
     def __init__(
         self,
@@ -163,6 +176,8 @@ class ScriptedModel:
                 if len(self._built) >= _CACHE_LIMIT:
                     self._built.clear()
                 self._built[turn] = message
+        if request.on_delta is not None:
+            _stream(message, request.on_delta)
         return self._response(
             message, "tool_calls" if message.tool_calls else "end_turn", request=request
         )
