@@ -118,8 +118,14 @@ async def test_a_parked_session_frees_its_slot_for_other_work(store: Store) -> N
         assert (done.state, done.last_output) == ("completed", "echo: freed")
         assert parked(await second.poll())  # still parked: nobody took it early
 
-        # A cancel need not wait for the park to end: nobody runs a parked session, so the
-        # cancel closes it itself, before it returns.
+        # Nor need an interrupt or a cancel wait for the park to end: nobody runs a parked
+        # session, so they close it themselves, before they return.
+        third = await start(rt, THIRTY)
+        await third.until("parked", parked)
+        await rt.interrupt(third.ref, timeout=5)
+        events = await store.read(third.ref.session_id)
+        assert kinds(events)[-2:] == ["cancel.requested", "turn.ended"]
+        assert (await third.poll()).state == "idle"
         await rt.cancel(second.ref, timeout=5)
         events = await store.read(second.ref.session_id)
         assert kinds(events)[-3:] == ["cancel.requested", "turn.ended", "session.ended"]
