@@ -18,7 +18,7 @@ from typing import Any
 from tether import control
 from tether.context import ContextSetting, make_context
 from tether.eager import shielded
-from tether.errors import LeaseLost, SessionNotFound, UsageError
+from tether.errors import HandedOver, LeaseLost, SessionNotFound, UsageError
 from tether.events import CancelRequested, Payload, SessionCreated, UserMessage
 from tether.lease import claim_lease, worker_id
 from tether.limits import Limits, StopCondition
@@ -218,6 +218,10 @@ class Agent:
         finally:
             if log.lease is not None:
                 await shielded(self.store.release(log.lease))
+        if ctx.handed_over:
+            raise HandedOver(
+                f"session {log.session_id}: handed over; its turn stays open for the next runner"
+            )
         if ctx.lease_lost:
             raise LeaseLost(
                 f"session {log.session_id}: another worker took the session over; "
@@ -276,7 +280,7 @@ class Agent:
         try:
             await self._await_turn(inner, ctx)
         finally:
-            if inner.cancelled() and not ctx.lease_lost:
+            if inner.cancelled() and not (ctx.lease_lost or ctx.handed_over):
                 # A turn cancelled before its first step never ran run_turn's own close;
                 # for one that did, this finds the turn closed and does nothing.
                 await asyncio.shield(
@@ -350,6 +354,21 @@ class Agent:
         ctx.stop_cause = "interrupted"
         inner.cancel()
         await asyncio.gather(inner, return_exceptions=True)
+
+    async def hand_over(self, session_id: str) -> bool:
+        """Stop the session's run here without closing its turn, for another runner to go
+        on with it (a worker shutting down): nothing more is written, the lease is let go,
+        and the run raises `HandedOver`. The open model request is asked again, and calls
+        that were running are settled by the recovery rules (DESIGN §4). False when this
+        agent is not running the session."""
+        running = self._running.get(session_id)
+        if running is None:
+            return False
+        inner, ctx = running
+        ctx.handed_over = True
+        inner.cancel()
+        await asyncio.gather(inner, return_exceptions=True)
+        return True
 
     async def view(self, session_id: str) -> SessionView:
         log = await self._open_log(session_id)

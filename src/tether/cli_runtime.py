@@ -57,7 +57,8 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="on SIGTERM, let running turns finish this long before interrupting them",
+        help="on SIGTERM, let running turns finish this long, then hand the rest over "
+        "(left open for the next worker to go on with)",
     )
     for p in (serve, worker):
         p.add_argument(

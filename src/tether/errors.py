@@ -17,6 +17,7 @@ these at the adapter boundary (provider codecs, stores), nowhere else.
     │   └── ScriptExhausted      the scripted test model has no reply left
     ├── LimitExceeded            a limit was reached where a stop reason cannot be used
     ├── Parked                   the model gateway parked the call: the run stops, unwritten
+    ├── HandedOver               the run was stopped to be continued elsewhere, unwritten
     └── StoreError               the event store refused or failed
         ├── Conflict             stale expected_seq: someone else appended first
         ├── LeaseLost            this worker no longer holds the session's lease
@@ -128,6 +129,11 @@ class Parked(TetherError):
         super().__init__(f"parked for {seconds:.1f} s: {reason}")
         self.seconds = seconds
         self.reason = reason
+
+
+class HandedOver(TetherError):
+    """The run was stopped for the session to be continued by another runner (its worker is
+    shutting down): it wrote nothing more, left its turn open and let its lease go."""
 
 
 class StoreError(TetherError):

@@ -52,6 +52,9 @@ class TurnContext:
     end_after_turn: bool = False
     # Set when another worker took the session over: this runner must write nothing more.
     lease_lost: bool = False
+    # Set when this runner hands the session over (its worker is stopping): it stops
+    # writing, and the turn stays open for whoever runs the session next.
+    handed_over: bool = False
     # Tokens the model counted for its last request and answer: the next request holds
     # both, so it is a floor under the character estimate when the budget is checked.
     last_request_tokens: int = 0
@@ -257,7 +260,7 @@ def _closing(ctx: TurnContext, reason: str, detail: str | None = None) -> tuple[
 
 
 async def _close_cancelled(ctx: TurnContext) -> None:
-    if ctx.lease_lost:
+    if ctx.lease_lost or ctx.handed_over:
         return
     await close_canceled_turn(
         ctx.log, ctx.stop_cause, ctx.end_session_on_stop, turns_before=ctx.turns_before

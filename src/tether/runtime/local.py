@@ -348,8 +348,10 @@ class LocalRuntime:
             await stream.aclose()
 
     async def close(self) -> None:
-        """Stop the workers of this process (a running turn closes as interrupted) and the
-        streams, and close the store if this runtime opened it."""
+        """Stop the workers of this process and the streams, and close the store if this
+        runtime opened it. A running turn is handed over, not closed: it stays open, and
+        whoever runs the session next (another process, or this one started again on the
+        same store) goes on with it."""
         core = self._core
         if core.closed:
             return

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tether.agent import Agent, SessionDeltaObserver
 from tether.eager import shielded
-from tether.errors import LeaseHeld, LeaseLost, Parked, StoreError, UsageError
+from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
 from tether.events import Event, SessionCreated, SessionEnded, ToolFinished, TurnEnded
 from tether.lease import parked_owner, worker_id
 from tether.runtime.base import FAILED_STOPS, NOT_FINAL
@@ -40,6 +40,8 @@ log = logging.getLogger("tether.worker")
 AGENTS = 64  # rebuilt runners kept, by model, tools and limits
 # How long one wait on the store's news lasts; it ends early as soon as news comes.
 NEWS_SPAN = 5.0
+# How long a stopping worker waits for handed-over runs to let their leases go.
+HAND_OVER_GRACE = 5.0
 
 
 class _News(Protocol):
@@ -100,6 +102,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._agents: OrderedDict[str, Agent] = OrderedDict()
+        self._runs: dict[str, Agent] = {}  # session id -> the agent running its turn now
         self.gateways = Gateways(gateway)
         self._retry_at: dict[str, tuple[float, int]] = {}
 
@@ -136,14 +139,25 @@ class Worker:
         finally:
             news.close()
 
-    async def stop(self, drain: float = 0.0) -> None:
-        """Let running turns finish for up to `drain` seconds, then cancel them (their turns
-        close as interrupted)."""
+    async def stop(self, drain: float = 0.0, *, hand_over: bool = True) -> None:
+        """Let running turns finish for up to `drain` seconds, then hand the rest over:
+        each run stops writing and lets its lease go, its turn left open and its session
+        marked, so another worker (or this process, started again) goes on with it (the
+        recovery rules of DESIGN §4 settle the calls that were running). With
+        `hand_over=False`, their turns close as interrupted instead."""
         tasks = list(self._running.values())
         if tasks and drain > 0:
             await asyncio.wait(tasks, timeout=drain)
+        if hand_over:
+            runs = list(self._runs.items())
+            await asyncio.gather(
+                *(agent.hand_over(sid) for sid, agent in runs), return_exceptions=True
+            )
+            left = [t for t in tasks if not t.done()]
+            if left:  # a handed-over run still lets its lease go: give it a moment
+                await asyncio.wait(left, timeout=HAND_OVER_GRACE)
         for task in tasks:
-            task.cancel()
+            task.cancel()  # what was not in a run yet, or is not handed over
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def dispatch(self) -> int:
@@ -205,7 +219,7 @@ class Worker:
             self._retry_at.pop(sid, None)
         except Parked as parked:
             await self._hold_parked(sid, parked)
-        except (LeaseHeld, LeaseLost):
+        except (LeaseHeld, LeaseLost, HandedOver):
             return  # another worker runs it, or took it over: the mark is its business
         except asyncio.CancelledError:
             raise
@@ -221,7 +235,7 @@ class Worker:
             self._retry_at.pop(sid, None)
         except Parked as exc:
             parked = exc
-        except (LeaseHeld, LeaseLost):
+        except (LeaseHeld, LeaseLost, HandedOver):
             pass  # another worker took it over: the mark is its business
         except asyncio.CancelledError:
             raise
@@ -284,6 +298,7 @@ class Worker:
             await self.store.clear_runnable(wakeup)
             return
         ended = False
+        self._runs[sid] = agent
         try:
             with self.gateways.bound(runner.tenant, sid, runner.priority, self.park_after):
                 result = await agent.run(
@@ -293,6 +308,8 @@ class Worker:
             ended = result.state in TERMINAL_STATES
         except UsageError:
             pass  # the session has ended: nothing to run
+        finally:
+            self._runs.pop(sid, None)
         if runner.end_after_turn and not ended:
             await self._settle(sid)  # e.g. a turn closed by someone else: end it here
         await self.store.clear_runnable(wakeup)
