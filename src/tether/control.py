@@ -7,11 +7,13 @@ an ended session changes nothing) and the closing of a session no worker is runn
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 
-from tether.errors import Conflict, LeaseHeld, SessionNotFound, UsageError
-from tether.events import ApprovalDecided, CancelRequested, UserMessage
+from tether.errors import Conflict, IdempotencyConflict, LeaseHeld, SessionNotFound, UsageError
+from tether.events import ApprovalDecided, CancelRequested, Event, UserMessage
+from tether.fold import Folder
 from tether.lease import is_parked
 from tether.loop import close_canceled_turn
 from tether.messages import Message, user
@@ -32,21 +34,53 @@ async def _load(store: Store, session_id: str) -> SessionLog:
     return log
 
 
-async def send_message(store: Store, session_id: str, message: str | Message) -> None:
-    """Add a user message; the session runs it when next run or resumed."""
-    log = await _load(store, session_id)
+async def send_message(
+    store: Store, session_id: str, message: str | Message, key: str | None = None
+) -> bool:
+    """Add a user message; the session runs it when next run or resumed. With an
+    idempotency `key`, the message is added once, whatever process sends it how often: the
+    key names its event, so a send finds an earlier one in the log itself. False when it
+    was sent already; `IdempotencyConflict` when the key was used for another message."""
+    text = message if isinstance(message, Message) else user(message)
+    event_id = None if key is None else message_event_id(key)
+    earlier: list[Event] = []
+
+    def note(event: Event) -> None:
+        if event.id == event_id:
+            earlier.append(event)
+
+    events = await store.read(session_id)
+    if not events:
+        raise SessionNotFound(session_id)
+    if event_id is not None:
+        for event in events:
+            note(event)
+    log = SessionLog(
+        store, session_id, Folder().apply_all(events), observers=(note,) if event_id else ()
+    )
     for _ in range(ATTEMPTS):
+        if earlier:
+            sent = earlier[0].payload
+            if not isinstance(sent, UserMessage) or sent.message != text:
+                raise IdempotencyConflict(
+                    f"idempotency key {key!r} was used for another message to {session_id}"
+                )
+            await store.mark_runnable(session_id)  # should the first send have stopped short
+            return False
         if log.folder.terminal:
             raise UsageError(f"session {session_id} has ended ({log.folder.state})")
         try:
-            await log.append(
-                UserMessage(message if isinstance(message, Message) else user(message))
-            )
+            await log.append(UserMessage(text), ids=None if event_id is None else (event_id,))
             await store.mark_runnable(session_id)  # a worker process picks the session up
-            return
+            return True
         except Conflict:
-            continue
+            continue  # the fold caught up, and `note` saw what it brought
     raise Conflict(session_id, log.folder.last_seq, log.folder.last_seq)
+
+
+def message_event_id(key: str) -> str:
+    """The id of the `user.message` event sent with idempotency `key` (per session)."""
+    return f"ev_key_{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
 async def decide(

@@ -3,7 +3,8 @@ these at the adapter boundary (provider codecs, stores), nowhere else.
 
     TetherError
     ├── UsageError               built or called wrongly (bad model string, bad tool, bad URL)
-    │   └── ConfigError          configuration that cannot be used (missing key, bad store URL)
+    │   ├── ConfigError          configuration that cannot be used (missing key, bad store URL)
+    │   └── IdempotencyConflict  an idempotency key used again for a different request
     ├── ProviderError            a model call failed: status, body, retryable, retry_after
     │   ├── RateLimited          429 rate limit: retry after a wait
     │   ├── Overloaded           529 / overloaded_error: retry after a wait
@@ -39,6 +40,10 @@ class UsageError(TetherError):
 
 class ConfigError(UsageError):
     """Configuration that cannot be used."""
+
+
+class IdempotencyConflict(UsageError):
+    """An idempotency key was used again with a different request."""
 
 
 class ProviderError(TetherError):

@@ -12,7 +12,8 @@ import collections
 import itertools
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from tether import eager
@@ -129,11 +130,14 @@ class SessionLog:
         folder = Folder().apply_all(await store.read(session_id))
         return cls(store, session_id, folder, clock=clock, observers=observers)
 
-    async def append(self, *payloads: Payload, thread: str = "") -> list[Event]:
+    async def append(
+        self, *payloads: Payload, thread: str = "", ids: Sequence[str] | None = None
+    ) -> list[Event]:
         """Append as one batch. A worker (holding `lease`) whose append meets events another
         process added meanwhile (a cancel, a decision, a message) folds them in and appends
         after them; a control-plane writer gets the `Conflict`, its fold caught up, to decide
-        again. A lost lease is `LeaseLost`, and nothing is written."""
+        again. A lost lease is `LeaseLost`, and nothing is written. `ids`: the events' ids,
+        one per payload, when the caller names them (an idempotency key); else new ones."""
         if not self._turns.enter():
             await self._turns.wait()
         try:
@@ -145,6 +149,8 @@ class SessionLog:
                     Event(sid, base + i, new_event_id(), stamp, payload, thread)
                     for i, payload in enumerate(payloads, start=1)
                 ]
+                if ids is not None:
+                    events = [replace(e, id=i) for e, i in zip(events, ids, strict=True)]
                 try:
                     await self.store.append(sid, events, base, self.lease)
                 except Conflict:

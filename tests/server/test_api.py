@@ -4,13 +4,15 @@ bad requests, idempotency keys, event pages, metrics."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
 
-from server.support import ACME, Server, sse_frames
+from server.support import ACME, Server, serve, sse_frames
+from tether.errors import IdempotencyConflict
 from tether.runtime.http import HttpRuntime
-from tether.testing.runtime_conformance import Observer, spec
+from tether.testing.runtime_conformance import Observer, first_events, spec
 
 AUTH = {"Authorization": f"Bearer {ACME}"}
 MODEL = "python:tether.testing.runtime_fixtures:model"
@@ -117,6 +119,33 @@ async def test_a_retried_message_with_its_idempotency_key_is_sent_once(server: S
         assert status.view.turns == 2 and status.last_output == "echo: two"
     finally:
         await rt.close()
+
+
+async def test_a_message_retried_against_another_server_process_is_sent_once(
+    tmp_path: Path,
+) -> None:
+    # Two `tether serve` processes on one store, as behind a load balancer: the retry of a
+    # message whose answer was lost lands on the other one, which must know it was sent.
+    with (
+        serve(tmp_path, "--workers", "2") as one,
+        serve(tmp_path, "--workers", "0", store=one.store) as two,
+    ):
+        first, second = HttpRuntime(one.url, ACME), HttpRuntime(two.url, ACME)
+        try:
+            ref = await first.start(spec("echo one"))
+            watch = Observer(first, ref)
+            await watch.settled()
+            await first.send(ref, "echo two", idempotency_key="m1")
+            await second.send(ref, "echo two", idempotency_key="m1")
+            with pytest.raises(IdempotencyConflict):
+                await second.send(ref, "echo three", idempotency_key="m1")
+            status = await watch.until("the second turn", lambda s: s.view.turns == 2 and s.settled)
+            events = await first_events(second, ref, status.view.last_seq)
+        finally:
+            await first.close()
+            await second.close()
+    assert status.last_output == "echo: two"
+    assert [e.type for e in events].count("user.message") == 2
 
 
 async def test_event_pages_and_metrics_report_what_happened(server: Server) -> None:

@@ -320,8 +320,17 @@ class Runtime(Protocol):
         """End the running turn `interrupted`; the session stays usable."""
         ...
 
-    async def send(self, ref: SessionRef, message: str, *, timeout: float | None = None) -> None:
-        """Add a user message; a worker runs the turn it opens."""
+    async def send(
+        self,
+        ref: SessionRef,
+        message: str,
+        *,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Add a user message; a worker runs the turn it opens. The same `idempotency_key`
+        with the same message adds it once, from any process, at any later time; with
+        another message it is `IdempotencyConflict`."""
         ...
 
     async def decide(

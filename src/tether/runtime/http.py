@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from tether.errors import SessionNotFound, StoreError, TetherError, UsageError
+from tether.errors import IdempotencyConflict, SessionNotFound, StoreError, TetherError, UsageError
 from tether.events import Event, SessionEnded
 from tether.providers.base import Delta
 from tether.runtime.base import (
@@ -25,7 +25,6 @@ from tether.runtime.base import (
     SessionStatus,
     StateConflict,
 )
-from tether.runtime.sessions import IdempotencyConflict
 
 RECONNECTS = 5  # a stream that drops reconnects this many times in a row before giving up
 
@@ -133,9 +132,17 @@ class HttpRuntime:
             "POST", _path(ref, "interrupt"), session_id=ref.session_id, timeout=timeout
         )
 
-    async def send(self, ref: SessionRef, message: str, *, timeout: float | None = None) -> None:
+    async def send(
+        self,
+        ref: SessionRef,
+        message: str,
+        *,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
         await self._call(
-            "POST", _path(ref, "messages"), body={"text": message},
+            "POST", _path(ref, "messages"), body={"text": message}, headers=headers,
             session_id=ref.session_id, timeout=timeout,
         )  # fmt: skip
 

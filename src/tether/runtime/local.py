@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from tether import control
-from tether.errors import SessionNotFound, UsageError
+from tether.errors import IdempotencyConflict, SessionNotFound, UsageError
 from tether.events import Event, format_time
 from tether.fold import Folder
 from tether.lease import is_parked
@@ -259,16 +259,40 @@ class LocalRuntime:
         self._core.hub.poke(ref.session_id)
         return done
 
-    async def send(self, ref: SessionRef, message: str, *, timeout: float | None = None) -> None:
+    async def send(
+        self,
+        ref: SessionRef,
+        message: str,
+        *,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        await self.deliver(ref, message, timeout=timeout, idempotency_key=idempotency_key)
+
+    async def deliver(
+        self,
+        ref: SessionRef,
+        message: str,
+        *,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> bool:
+        """`send`, saying whether the message was added (False: its idempotency key had
+        sent it already)."""
         if not message.strip():
             raise UsageError("a message must not be empty")
         async with asyncio.timeout(timeout):
             await self._folder(ref)
             try:
-                await control.send_message(self._core.store, ref.session_id, message)
+                sent = await control.send_message(
+                    self._core.store, ref.session_id, message, idempotency_key
+                )
+            except IdempotencyConflict:
+                raise
             except UsageError as exc:  # the session has ended
                 raise StateConflict(str(exc)) from exc
         self._woken(ref)
+        return sent
 
     async def decide(
         self,

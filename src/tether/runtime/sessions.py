@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from tether.agent import resolve_model
-from tether.errors import Conflict, TetherError, UsageError
+from tether.errors import Conflict, IdempotencyConflict, TetherError, UsageError
 from tether.events import Event, SessionCreated, UserMessage, format_time
 from tether.fold import Folder
 from tether.limits import Limits
@@ -25,10 +25,6 @@ from tether.scheduler.queue import Priority
 from tether.session_log import new_event_id, new_session_id
 from tether.store.base import Store
 from tether.tools.base import Tool
-
-
-class IdempotencyConflict(UsageError):
-    """An idempotency key was used again with a different request."""
 
 
 @dataclass(frozen=True, slots=True)

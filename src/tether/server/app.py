@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, TypeVar, cast
 
@@ -38,7 +36,6 @@ Handler = Callable[[Request, LocalRuntime], Awaitable[Response]]
 
 MAX_BODY = 1 << 20
 KEEPALIVE = 15.0  # seconds between SSE comments on a quiet stream, so proxies keep it open
-IDEMPOTENT_MESSAGES = 10_000
 
 
 class Api:
@@ -48,7 +45,6 @@ class Api:
         self.runtime = runtime
         self.tokens = tokens  # None: no authentication, one unscoped tenant
         self.metrics = Metrics(runtime, gateways)
-        self._sent: OrderedDict[tuple[str, str, str], str] = OrderedDict()
 
     def scoped(self, request: Request) -> LocalRuntime:
         if self.tokens is None:
@@ -117,22 +113,10 @@ class Api:
     async def send(self, request: Request, rt: LocalRuntime) -> Response:
         ref = session_ref(request)
         body = await parse(request, MessageBody)
-        key = idempotency_key(request)
-        digest = hashlib.sha256(body.text.encode()).hexdigest()
-        slot = (rt.tenant or "", ref.session_id, key or "")
-        if key is not None and slot in self._sent:
-            if self._sent[slot] != digest:
-                raise ApiError(
-                    "idempotency_conflict", f"idempotency key {key!r} was used for another message"
-                )
-            await rt.poll(ref)  # still this tenant's session
-            return JSONResponse({"session_id": ref.session_id, "done": "sent already"}, 202)
-        await rt.send(ref, body.text)
-        if key is not None:
-            self._sent[slot] = digest
-            while len(self._sent) > IDEMPOTENT_MESSAGES:
-                self._sent.popitem(last=False)
-        return JSONResponse({"session_id": ref.session_id, "done": "sent"}, 202)
+        # The key names the message's event in the log: any server process finds it there.
+        sent = await rt.deliver(ref, body.text, idempotency_key=idempotency_key(request))
+        done = "sent" if sent else "sent already"
+        return JSONResponse({"session_id": ref.session_id, "done": done}, 202)
 
     async def decide(self, request: Request, rt: LocalRuntime) -> Response:
         ref = session_ref(request)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from starlette.responses import JSONResponse
 
-from tether.errors import Conflict, SessionNotFound, StoreError, UsageError
+from tether.errors import Conflict, IdempotencyConflict, SessionNotFound, StoreError, UsageError
 from tether.runtime.base import CapabilityRefused, StateConflict
-from tether.runtime.sessions import IdempotencyConflict
 
 # code -> (HTTP status, what it means)
 CODES: dict[str, tuple[int, str]] = {

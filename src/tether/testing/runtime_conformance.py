@@ -13,8 +13,8 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import get_args
 
-from tether.errors import SessionNotFound, UsageError
-from tether.events import Event
+from tether.errors import IdempotencyConflict, SessionNotFound, UsageError
+from tether.events import Event, UserMessage
 from tether.providers.base import Delta
 from tether.runtime.base import (
     Capabilities,
@@ -66,6 +66,20 @@ class Observer:
 
 async def collect(runtime: Runtime, ref: SessionRef, after_seq: int = 0) -> list[Event]:
     return [e async for e in runtime.events(ref, after_seq, timeout=WAIT)]
+
+
+async def first_events(rt: Runtime, ref: SessionRef, count: int) -> list[Event]:
+    """The session's first `count` events, from a session that may stay open."""
+    taken: list[Event] = []
+    stream = rt.events(ref, 0, timeout=WAIT)
+    try:
+        async for event in stream:
+            taken.append(event)
+            if len(taken) == count:
+                break
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+    return taken
 
 
 def assert_dense(events: list[Event], first: int = 1) -> None:
@@ -331,16 +345,7 @@ async def a_live_stream_carries_the_models_output_as_it_comes(rt: Runtime) -> No
     finally:
         await stream.aclose()  # type: ignore[attr-defined]
     events = [i for i in items if isinstance(i, Event)]
-    logged: list[Event] = []
-    plain = rt.events(ref, 0, timeout=WAIT)
-    try:
-        async for event in plain:  # the session stays open: take as many as live() gave
-            logged.append(event)
-            if len(logged) == len(events):
-                break
-    finally:
-        await plain.aclose()  # type: ignore[attr-defined]
-    assert events == logged, "live events differ from events()"
+    assert events == await first_events(rt, ref, len(events)), "live events differ from events()"
     assert_dense(events)
     deltas = [(n, i) for n, i in enumerate(items) if isinstance(i, Delta)]
     if not caps.live_deltas:
@@ -359,6 +364,29 @@ async def a_live_stream_carries_the_models_output_as_it_comes(rt: Runtime) -> No
     assert all(n < answered for n, d in deltas if n > second), "a delta came after its answer"
 
 
+async def a_message_sent_again_with_its_key_is_added_once(rt: Runtime) -> None:
+    ref = await rt.start(spec("echo one"))
+    watch = Observer(rt, ref)
+    await watch.settled()
+    for _ in range(3):  # a client retrying after lost answers
+        await rt.send(ref, "echo two", timeout=WAIT, idempotency_key="msg-1")
+    try:
+        await rt.send(ref, "echo three", timeout=WAIT, idempotency_key="msg-1")
+    except IdempotencyConflict as exc:
+        assert "msg-1" in str(exc)
+    else:
+        raise AssertionError("one idempotency key was accepted for two messages")
+    status = await watch.until("the second turn", lambda s: s.view.turns == 2 and s.settled)
+    assert status.last_output == "echo: two", status.to_json()
+    await rt.send(ref, "echo two", timeout=WAIT, idempotency_key="msg-1")  # long after
+    await rt.send(ref, "echo four", timeout=WAIT, idempotency_key="msg-2")
+    status = await watch.until("the third turn", lambda s: s.view.turns == 3 and s.settled)
+    assert status.last_output == "echo: four", status.to_json()
+    events = await first_events(rt, ref, status.view.last_seq)
+    texts = [e.payload.message.text for e in events if isinstance(e.payload, UserMessage)]
+    assert texts == ["echo one", "echo two", "echo four"], texts
+
+
 RUNTIME_CHECKS: list[Check] = [
     capabilities_are_declared_and_a_spec_asking_for_more_is_refused,
     a_session_runs_its_task_and_every_poll_is_a_valid_observation,
@@ -375,6 +403,7 @@ RUNTIME_CHECKS: list[Check] = [
     an_idempotency_key_returns_the_same_session,
     waits_honour_their_deadline_and_cancellation,
     a_live_stream_carries_the_models_output_as_it_comes,
+    a_message_sent_again_with_its_key_is_added_once,
 ]
 
 
