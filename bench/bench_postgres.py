@@ -1,11 +1,16 @@
-"""Throughput on PostgreSQL: events appended and sessions completed per second with 1, 2 and
-4 worker processes, beside one worker on SQLite doing the same sessions.
+"""Throughput of real `tether worker` processes: sessions completed and events appended per
+second with 1, 2 and 4 workers on PostgreSQL, beside one worker on the embedded SQLite store
+doing the same sessions.
 
-Each session is the same scripted turn (two `write` calls, then an answer: 11 events after
-its two creation events). The sessions are created first; the clock runs from the moment
-they are all marked runnable (the workers already listening) until every turn has ended.
-Needs TETHER_TEST_POSTGRES_URL (`eval "$(bash .ci/postgres.sh)"`); prints and never fails
-on time. The bare loop (no store, no runtime) doing the same turns is printed beside.
+Each session is the runtime fixtures' `note 2` turn (two tool steps, then an answer: 11
+events after its two creation events), started as `LocalRuntime.start` would start it. The
+sessions are created first and unmarked; the clock runs from the moment they are all marked
+runnable (the workers already running) until every turn has ended. Needs
+TETHER_TEST_POSTGRES_URL (`eval "$(bash .ci/postgres.sh)"`) for the PostgreSQL rows; prints
+and never fails on time. The bare loop (no store, no runtime) doing the same turns is
+printed beside.
+
+    .venv/bin/python bench/bench_postgres.py        (BENCH_SESSIONS=400 by default)
 """
 
 from __future__ import annotations
@@ -13,143 +18,149 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(ROOT))
 
-from psycopg import AsyncConnection  # noqa: E402
-from tests.postgres.pg_worker import create_sessions, first_reply, make_tools  # noqa: E402
-
-from common import bare_loop  # noqa: E402
-from tether.agent import Agent  # noqa: E402
-from tether.store.postgres import PostgresStore  # noqa: E402
-from tether.store.sqlite import SQLiteStore  # noqa: E402
-from tether.testing import ScriptedModel, call  # noqa: E402
+from common import bare_loop
+from tether.runtime.base import SessionSpec
+from tether.runtime.sessions import build_runner, create_session, created_event
+from tether.store.base import Store
+from tether.store.sqlite import SQLiteStore
+from tether.testing.runtime_fixtures import MODEL, TOOLS
 
 SESSIONS = int(os.environ.get("BENCH_SESSIONS", "400"))
 CONCURRENCY = 16  # sessions each worker runs at once
+SPEC = SessionSpec(MODEL, "note 2", tools=TOOLS)
+LAST_SEQ = 13  # session.created, the task, 3 model calls (2 with a tool step), turn.ended
 
 
-async def _fresh_schema(base: str) -> tuple[str, str]:
-    schema = f"bench_{secrets.token_hex(4)}"
-    async with await AsyncConnection.connect(base, autocommit=True) as conn:
-        await conn.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in base else "?"
-    return schema, f"{base}{sep}options=-csearch_path%3D{schema}"
+async def create_sessions(store: Store, count: int) -> list[str]:
+    model, tools = build_runner(SPEC.model, SPEC.tools)
+    created = created_event(SPEC, model, tools, None, None)
+    return [
+        await create_session(store, SPEC, created, None, None, time.time()) for _ in range(count)
+    ]
 
 
-async def _drop_schema(base: str, schema: str) -> None:
-    async with await AsyncConnection.connect(base, autocommit=True) as conn:
-        await conn.execute(f"DROP SCHEMA {schema} CASCADE")
+async def start_workers(url: str, count: int) -> list[asyncio.subprocess.Process]:
+    """`tether worker` processes, each returned once it says it is running sessions."""
+    procs = []
+    for _ in range(count):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tether", "worker", "--store", url,
+            "--concurrency", str(CONCURRENCY), "--lease-ttl", "30", "--poll-interval", "0.05",
+            "--drain", "0", "--log-level", "error",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        line = (await proc.stdout.readline()).decode()
+        assert "running sessions" in line, line
+        procs.append(proc)
+    await asyncio.sleep(0.3)  # LISTEN and the first polls under way
+    return procs
 
 
-async def run_postgres(base: str, workers: int) -> tuple[float, int]:
-    schema, url = await _fresh_schema(base)
-    store = PostgresStore(url)
+async def timed_run(
+    store: Store,
+    url: str,
+    workers: int,
+    unmark: Callable[[], Awaitable[None]],
+    mark_all: Callable[[Sequence[str]], Awaitable[None]],
+) -> tuple[float, int]:
+    ids = await create_sessions(store, SESSIONS)
+    await unmark()  # marked again below, timed
+    procs = await start_workers(url, workers)
     try:
-        ids = await create_sessions(store, ["write twice"] * SESSIONS)
-        await store.execute("DELETE FROM tether_wakeups", ())  # marked again below, timed
-        procs = [
-            await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "tests.postgres.pg_worker",
-                url,
-                os.devnull,
-                "--fast",
-                "--concurrency",
-                str(CONCURRENCY),
-                "--ttl",
-                "30",
-                cwd=ROOT,
-            )
-            for _ in range(workers)
-        ]
-        while True:  # every worker is listening before the clock starts
-            row = await store.fetch_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%%' "
-                "AND application_name = '' AND datname = current_database()",
-                (),
-            )
-            if row is not None and int(row[0]) >= workers:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)
         started = time.perf_counter()
-        await store.execute(
-            "SELECT tether_mark(session_id) FROM tether_sessions ORDER BY created", ()
-        )
+        await mark_all(ids)
         while True:
-            row = await store.fetch_one(
-                "SELECT count(*), sum(last_seq) FROM tether_sessions WHERE last_type = 'turn.ended'",
-                (),
-            )
-            if row is not None and int(row[0]) == len(ids):
+            seqs = await store.last_seqs(ids)
+            if all(seqs.get(sid) == LAST_SEQ for sid in ids):
                 break
             await asyncio.sleep(0.01)
         took = time.perf_counter() - started
-        events = int(row[1]) - 2 * len(ids)
+    finally:
         for proc in procs:
-            proc.kill()
+            proc.terminate()
             await proc.wait()
-        return took, events
+    return took, sum(seqs.values()) - 2 * len(ids)
+
+
+async def run_sqlite(path: str) -> tuple[float, int]:
+    store = SQLiteStore(path)
+
+    async def unmark() -> None:
+        with sqlite3.connect(path) as conn:
+            conn.execute("DELETE FROM wakeups")
+
+    async def mark_all(ids: Sequence[str]) -> None:
+        with sqlite3.connect(path, timeout=10) as conn:  # one transaction for all
+            now = time.time()
+            conn.executemany("INSERT INTO wakeups VALUES (?, 1, ?)", [(s, now) for s in ids])
+
+    try:
+        return await timed_run(store, f"sqlite:///{path}", 1, unmark, mark_all)
     finally:
         await store.close()
-        await _drop_schema(base, schema)
 
 
-async def run_sqlite_one_worker(path: str) -> tuple[float, int]:
-    store = SQLiteStore(path)
-    ids = await create_sessions(store, ["write twice"] * SESSIONS)  # type: ignore[arg-type]
-    model = ScriptedModel([first_reply, call("write", n=2), "done"])  # type: ignore[list-item]
-    agent = Agent(model, tools=make_tools(os.devnull, slow=False), store=store, lease_ttl=30)
-    started = time.perf_counter()
-    running: set[asyncio.Task[None]] = set()
+async def run_postgres(base: str, workers: int) -> tuple[float, int]:
+    from psycopg import AsyncConnection
 
-    async def one(sid: str) -> None:
-        await agent.run(None, session_id=sid)
+    from tether.store.postgres import PostgresStore
 
-    pending = list(ids)
-    while pending or running:
-        while pending and len(running) < CONCURRENCY:
-            task = asyncio.create_task(one(pending.pop(0)))
-            running.add(task)
-            task.add_done_callback(running.discard)
-        await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-    took = time.perf_counter() - started
-    events = sum((await store.last_seqs(ids)).values()) - 2 * len(ids)
-    await agent.close()
-    return took, events
+    schema = f"bench_{secrets.token_hex(4)}"
+    async with await AsyncConnection.connect(base, autocommit=True) as conn:
+        await conn.execute(f"CREATE SCHEMA {schema}")
+    url = f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{schema}"
+    store = PostgresStore(url)
+
+    async def unmark() -> None:
+        await store.execute("DELETE FROM tether_wakeups", ())
+
+    async def mark_all(ids: Sequence[str]) -> None:
+        await store.execute(
+            "SELECT tether_mark(session_id) FROM tether_sessions ORDER BY created", ()
+        )
+
+    try:
+        return await timed_run(store, url, workers, unmark, mark_all)
+    finally:
+        await store.close()
+        async with await AsyncConnection.connect(base, autocommit=True) as conn:
+            await conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def row(label: str, took: float, events: int | None) -> None:
+    rate = "" if events is None else f"{events / took:.0f}"
+    print(f"{label:<24}{took:>9.2f}{rate:>11}{SESSIONS / took:>12.1f}")
 
 
 async def main() -> None:
-    base = os.environ.get("TETHER_TEST_POSTGRES_URL")
-    if not base:
-        print(
-            'bench_postgres: skipped: set TETHER_TEST_POSTGRES_URL (eval "$(bash .ci/postgres.sh)")'
-        )
-        return
     print(
-        f"{SESSIONS} sessions of one turn (2 write calls, 11 events each); {CONCURRENCY} at once per worker"
+        f"{SESSIONS} sessions of one turn (2 tool steps, 11 events each); "
+        f"real `tether worker` processes, {CONCURRENCY} sessions at once each"
     )
     print(f"{'backend':<24}{'seconds':>9}{'events/s':>11}{'sessions/s':>12}")
     with tempfile.TemporaryDirectory() as tmp:
-        took, events = await run_sqlite_one_worker(str(Path(tmp) / "bench.db"))
-    print(f"{'sqlite, 1 worker':<24}{took:>9.2f}{events / took:>11.0f}{SESSIONS / took:>12.1f}")
-    for workers in (1, 2, 4):
-        took, events = await run_postgres(base, workers)
-        label = f"postgresql, {workers} worker{'s' if workers > 1 else ''}"
-        print(f"{label:<24}{took:>9.2f}{events / took:>11.0f}{SESSIONS / took:>12.1f}")
+        row("sqlite, 1 worker", *await run_sqlite(str(Path(tmp) / "bench.db")))
+    base = os.environ.get("TETHER_TEST_POSTGRES_URL")
+    if not base:
+        print('postgresql: skipped: set TETHER_TEST_POSTGRES_URL (eval "$(bash .ci/postgres.sh)")')
+    else:
+        for workers in (1, 2, 4):
+            label = f"postgresql, {workers} worker{'s' if workers > 1 else ''}"
+            row(label, *await run_postgres(base, workers))
     started = time.perf_counter()
     for _ in range(SESSIONS):
         await bare_loop(2)
-    took = time.perf_counter() - started
-    print(f"{'bare loop (no store)':<24}{took:>9.2f}{'':>11}{SESSIONS / took:>12.1f}")
+    row("bare loop (no store)", time.perf_counter() - started, None)
 
 
 if __name__ == "__main__":
