@@ -8,7 +8,7 @@ and both pass `tether.testing`'s runtime conformance suite.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -360,3 +360,14 @@ class Runtime(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+async def events_only(stream: AsyncGenerator[Event | Delta, None]) -> AsyncIterator[Event]:
+    """A live stream's events, its deltas dropped; closed as soon as the consumer stops,
+    not when collected (it holds a subscription or a connection)."""
+    try:
+        async for item in stream:
+            if isinstance(item, Event):
+                yield item
+    finally:
+        await stream.aclose()

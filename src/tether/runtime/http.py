@@ -24,6 +24,7 @@ from tether.runtime.base import (
     SessionSpec,
     SessionStatus,
     StateConflict,
+    events_only,
 )
 
 RECONNECTS = 5  # a stream that drops reconnects this many times in a row before giving up
@@ -160,26 +161,15 @@ class HttpRuntime:
             session_id=ref.session_id, timeout=timeout,
         )  # fmt: skip
 
-    async def events(
+    def events(
         self, ref: SessionRef, after_seq: int = 0, *, timeout: float | None = None
     ) -> AsyncIterator[Event]:
-        stream = self._stream(ref, after_seq, timeout, deltas=False)
-        try:
-            async for item in stream:
-                if isinstance(item, Event):
-                    yield item
-        finally:
-            await stream.aclose()  # now: it holds a connection
+        return events_only(self._stream(ref, after_seq, timeout, deltas=False))
 
-    async def live(
+    def live(
         self, ref: SessionRef, after_seq: int = 0, *, timeout: float | None = None
     ) -> AsyncIterator[Event | Delta]:
-        stream = self._stream(ref, after_seq, timeout, deltas=True)
-        try:
-            async for item in stream:
-                yield item
-        finally:
-            await stream.aclose()
+        return self._stream(ref, after_seq, timeout, deltas=True)
 
     async def _stream(
         self, ref: SessionRef, after_seq: int, timeout: float | None, *, deltas: bool

@@ -27,6 +27,7 @@ from tether.runtime.base import (
     SessionStatus,
     StateConflict,
     Waiting,
+    events_only,
     validate_capabilities,
 )
 from tether.runtime.hub import EventHub, stream_events
@@ -318,29 +319,18 @@ class LocalRuntime:
         if self._core.worker is not None:
             self._core.worker.wake()
 
-    async def events(
+    def events(
         self, ref: SessionRef, after_seq: int = 0, *, timeout: float | None = None
     ) -> AsyncIterator[Event]:
-        stream = self._stream(ref, after_seq, timeout, deltas=False)
-        try:
-            async for item in stream:
-                if isinstance(item, Event):
-                    yield item
-        finally:
-            await stream.aclose()  # now, not when collected: it holds a hub subscription
+        return events_only(self._stream(ref, after_seq, timeout, deltas=False))
 
-    async def live(
+    def live(
         self, ref: SessionRef, after_seq: int = 0, *, timeout: float | None = None
     ) -> AsyncIterator[Event | Delta]:
         """`events`, and between them the model's streamed output (`Delta`) as the workers
         of this process produce it: live only, never stored or replayed, so a subscriber
         sees the deltas produced while it listens."""
-        stream = self._stream(ref, after_seq, timeout, deltas=True)
-        try:
-            async for item in stream:
-                yield item
-        finally:
-            await stream.aclose()
+        return self._stream(ref, after_seq, timeout, deltas=True)
 
     async def _stream(
         self, ref: SessionRef, after_seq: int, timeout: float | None, *, deltas: bool
