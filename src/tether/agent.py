@@ -280,7 +280,7 @@ class Agent:
         try:
             await self._await_turn(inner, ctx)
         finally:
-            if inner.cancelled() and not (ctx.lease_lost or ctx.handed_over):
+            if inner.cancelled() and not ctx.writes_nothing:
                 # A turn cancelled before its first step never ran run_turn's own close;
                 # for one that did, this finds the turn closed and does nothing.
                 await asyncio.shield(

@@ -68,6 +68,11 @@ class TurnContext:
         if self.turns_before is None:
             self.turns_before = self.log.folder.turns
 
+    @property
+    def writes_nothing(self) -> bool:
+        """The runner stopped for good: its lease is lost, or it handed the session over."""
+        return self.lease_lost or self.handed_over
+
 
 async def run_turn(ctx: TurnContext) -> None:
     """Drive the session until its turn ends. On cancel, answer every open call `canceled`,
@@ -260,7 +265,7 @@ def _closing(ctx: TurnContext, reason: str, detail: str | None = None) -> tuple[
 
 
 async def _close_cancelled(ctx: TurnContext) -> None:
-    if ctx.lease_lost or ctx.handed_over:
+    if ctx.writes_nothing:
         return
     await close_canceled_turn(
         ctx.log, ctx.stop_cause, ctx.end_session_on_stop, turns_before=ctx.turns_before
