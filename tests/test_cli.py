@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -10,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tether.lease import parked_owner
+from tether.store import SQLiteStore
 
 
 def tether(
@@ -25,6 +29,14 @@ def tether(
         text=True,
         timeout=120,
     )
+
+
+async def _hold_parked(path: Path, session_id: str) -> None:
+    store = SQLiteStore(str(path))
+    try:
+        await store.claim(session_id, parked_owner("w1"), 60.0)
+    finally:
+        await store.close()
 
 
 def test_demo_runs_end_to_end_and_prints_the_timeline(tmp_path: Path) -> None:
@@ -60,8 +72,16 @@ def test_sessions_ls_show_and_events_read_what_the_run_stored(tmp_path: Path) ->
     shown = json.loads(tether("sessions", "show", sid, "--json", cwd=tmp_path).stdout)
     assert shown["view"]["stop_reason"] == "end_turn"
     assert shown["transcript"]["messages"][0]["parts"][0]["text"].startswith("Where should we")
+    assert shown["runner"] is None  # nobody holds an idle session
     human = tether("sessions", "show", sid, cwd=tmp_path).stdout
     assert "state    idle" in human and "[assistant] call forecast" in human
+    assert "runner   none" in human
+
+    # Held by a parked lease (a worker's gateway could not send its model call): it says so.
+    asyncio.run(_hold_parked(tmp_path / "tether.db", sid))
+    shown = json.loads(tether("sessions", "show", sid, "--json", cwd=tmp_path).stdout)
+    assert shown["runner"]["parked"] is True and shown["runner"]["owner"] == "parked:w1"
+    assert "runner   parked until " in tether("sessions", "show", sid, cwd=tmp_path).stdout
 
     lines = tether("sessions", "events", sid, "--json", cwd=tmp_path).stdout.splitlines()
     events = [json.loads(line) for line in lines]

@@ -22,7 +22,7 @@ from tether.fold import fold
 from tether.limits import Limits
 from tether.process import configure_gc
 from tether.providers.base import Model
-from tether.render import Timeline, render_transcript, render_view
+from tether.render import Timeline, render_runner, render_transcript, render_view, runner_json
 from tether.store.base import DEFAULT_STORE_URL, Store, open_store
 from tether.tools.base import Tool, make_tool
 
@@ -172,15 +172,22 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
             _print_events(events, args.json)
         else:
             transcript, view = fold(events)
+            lease = None if view.terminal else await store.current_lease(args.id)
             if args.json:
+                runner = None if lease is None else runner_json(lease)
                 print(
                     json.dumps(
-                        {"view": view.to_json(), "transcript": transcript.to_json()},
+                        {
+                            "view": view.to_json(),
+                            "runner": runner,
+                            "transcript": transcript.to_json(),
+                        },
                         ensure_ascii=False,
                     )
                 )
             else:
                 print(render_view(view))
+                print(render_runner(lease))
                 print("\n" + render_transcript(transcript))
         return 0
     finally:

@@ -21,10 +21,13 @@ from tether.events import (
     ToolStarted,
     TurnEnded,
     UserMessage,
+    format_time,
 )
 from tether.fold import Transcript
-from tether.messages import Message, Text, ToolCall, ToolResult, canonical_json
+from tether.lease import is_parked
+from tether.messages import JSONObject, Message, Text, ToolCall, ToolResult, canonical_json
 from tether.state import SessionView
+from tether.store.base import Lease
 
 
 def clip(text: str, width: int = 90) -> str:
@@ -126,3 +129,21 @@ def render_view(view: SessionView) -> str:
             f"cost     {cost}",
         ]
     )
+
+
+def runner_json(lease: Lease) -> JSONObject:
+    """Who holds the session now, and until when: a worker running it, or a park."""
+    return {
+        "owner": lease.owner,
+        "until": format_time(lease.expires),
+        "parked": is_parked(lease.owner),
+    }
+
+
+def render_runner(lease: Lease | None) -> str:
+    if lease is None:
+        return "runner   none (no worker holds it)"
+    until = format_time(lease.expires)
+    if is_parked(lease.owner):
+        return f"runner   parked until {until}: its model's backend could not take the call"
+    return f"runner   {lease.owner}, lease until {until}"
