@@ -23,7 +23,7 @@ from tether.testing import Fail, ScriptedModel
 from tether.testing.runtime_conformance import Observer, spec
 from tether.testing.scripted import Reply
 
-PAUSE = 1.0  # what the backend's one 429 asks for, in seconds
+PAUSE = 2.0  # what the backend's one 429 asks for, in seconds
 ONCE = "python:runtime.test_parking:throttled_once"
 THIRTY = "python:runtime.test_parking:throttled_for_thirty"
 
@@ -73,7 +73,7 @@ def parked(status: SessionStatus) -> bool:
 
 async def test_a_parked_session_runs_again_when_the_wait_is_over(store: Store) -> None:
     async with LocalRuntime(
-        store, workers=4, poll_interval=0.02, watch_interval=0.02, park_after=PAUSE / 3
+        store, workers=4, poll_interval=0.02, watch_interval=0.02, park_after=PAUSE / 4
     ) as rt:
         first = await start(rt, ONCE)
         await first.until("backing off", at_gateway("retrying"))
