@@ -282,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--store", default=None, help=store_help)
         p.add_argument("--json", action="store_true")
     add_db_commands(sub, store_help)
+    add_experiment_command(sub, store_help)
     return parser
 
 
@@ -292,6 +293,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
         return await cmd_run(args, task=args.task, model=args.model, tool_specs=args.tools)
     if args.command == "db":
         return await cmd_db(args)
+    if args.command == "experiment":
+        return await cmd_experiment(args)
     if args.command == "demo":
         from tether.demo import DEMO_TASK
 
@@ -343,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 from tether.cli_db import add_db_commands, cmd_db  # noqa: E402
+from tether.cli_experiment import add_experiment_command, cmd_experiment  # noqa: E402
 from tether.cli_runtime import RUNTIME_COMMANDS, add_runtime_commands  # noqa: E402
 from tether.cli_steer import STEERING_COMMANDS, add_steering_commands  # noqa: E402
 
