@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.support import ACME, Server, serve, sse_frames
+from server.support import ACME, GLOBEX, Server, serve, sse_frames
 from tether.errors import IdempotencyConflict
 from tether.runtime.http import HttpRuntime
 from tether.testing.runtime_conformance import Observer, first_events, spec
@@ -76,7 +76,8 @@ async def test_an_sse_stream_resumes_from_last_event_id_without_gaps_or_duplicat
         ("POST", "/v1/sessions", {"json": {"model": MODEL, "task": "x", "requires": ["telepathy"]}}, 422, "invalid_request"),
         ("POST", "/v1/sessions", {"content": b"{}", "headers": {"Content-Type": "text/plain"}}, 415, "unsupported_media_type"),
         ("POST", "/v1/sessions", {"content": b" " * (2 << 20)}, 413, "payload_too_large"),
-        ("GET", "/v1/sessions", {}, 405, "method_not_allowed"),
+        ("PUT", "/v1/sessions", {}, 405, "method_not_allowed"),
+        ("GET", "/v1/sessions?limit=0", {}, 422, "invalid_request"),
         ("GET", "/v1/nowhere", {}, 404, "not_found"),
         ("GET", "/v1/sessions/ses_none/events?after_seq=-1", {}, 422, "invalid_request"),
         ("GET", "/v1/sessions/ses_none/stream", {"headers": {"Last-Event-ID": "abc"}}, 422, "invalid_request"),
@@ -146,6 +147,28 @@ async def test_a_message_retried_against_another_server_process_is_sent_once(
             await second.close()
     assert status.last_output == "echo: two"
     assert [e.type for e in events].count("user.message") == 2
+
+
+async def test_the_session_list_is_the_tenants_own_newest_first(server: Server) -> None:
+    acme, globex = HttpRuntime(server.url, ACME), HttpRuntime(server.url, GLOBEX)
+    try:
+        older = await acme.start(spec("echo older"))
+        await Observer(acme, older).settled()
+        theirs = await globex.start(spec("echo theirs"))
+        newer = await acme.start(spec("echo newer"))
+        await Observer(acme, newer).settled()
+    finally:
+        await acme.close()
+        await globex.close()
+    async with httpx.AsyncClient(base_url=server.url, headers=AUTH) as client:
+        listed = (await client.get("/v1/sessions")).json()["sessions"]
+        one = (await client.get("/v1/sessions", params={"limit": 1})).json()["sessions"]
+    ids = [s["session_id"] for s in listed]
+    assert theirs.session_id not in ids
+    assert ids.index(newer.session_id) < ids.index(older.session_id)
+    mine = next(s for s in listed if s["session_id"] == newer.session_id)
+    assert (mine["state"], mine["last_output"], mine["turns"]) == ("idle", "echo: newer", 1)
+    assert [s["session_id"] for s in one] == [ids[0]]
 
 
 async def test_event_pages_and_metrics_report_what_happened(server: Server) -> None:

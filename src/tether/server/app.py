@@ -12,13 +12,14 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tether.events import Event
@@ -35,6 +36,8 @@ B = TypeVar("B", bound=BaseModel)
 Handler = Callable[[Request, LocalRuntime], Awaitable[Response]]
 
 MAX_BODY = 1 << 20
+# The web view: one static page that talks to this API with the token it is given.
+UI_PAGE = (Path(__file__).parent / "ui.html").read_text(encoding="utf-8")
 KEEPALIVE = 15.0  # seconds between SSE comments on a quiet stream, so proxies keep it open
 
 
@@ -94,6 +97,31 @@ class Api:
             201,
             headers={"Location": f"/v1/sessions/{ref.session_id}"},
         )
+
+    async def list_sessions(self, request: Request, rt: LocalRuntime) -> Response:
+        limit = int_param(request, "limit", 50, 1, 500)
+        rows = await rt.list_sessions(limit)
+        return JSONResponse(
+            {
+                "sessions": [
+                    {
+                        "session_id": info.session_id,
+                        "state": view.state,
+                        "stop_reason": view.stop_reason,
+                        "model": view.model,
+                        "steps": view.steps,
+                        "turns": view.turns,
+                        "created": info.created,
+                        "updated": info.updated,
+                        "last_output": view.last_output[:300],
+                    }
+                    for info, view in rows
+                ]
+            }
+        )
+
+    async def ui(self, request: Request, rt: LocalRuntime) -> Response:
+        return HTMLResponse(UI_PAGE, headers={"Cache-Control": "no-store"})
 
     async def poll(self, request: Request, rt: LocalRuntime) -> Response:
         return JSONResponse((await rt.poll(session_ref(request))).to_json())
@@ -328,7 +356,9 @@ def create_app(
         Route("/metrics", r("metrics", api.metrics_text, auth=False)),
         Route("/openapi.json", r("openapi", api.openapi_json, auth=False)),
         Route("/v1/capabilities", r("capabilities", api.capabilities)),
+        Route("/ui", r("ui", api.ui, auth=False)),
         Route("/v1/sessions", r("start", api.start), methods=["POST"]),
+        Route("/v1/sessions", r("list", api.list_sessions, query=("limit",)), methods=["GET"]),
         Route("/v1/sessions/{session_id}", r("poll", api.poll)),
         Route("/v1/sessions/{session_id}/cancel", r("cancel", api.cancel), methods=["POST"]),
         Route(

@@ -154,6 +154,24 @@ class EventPage(BaseModel):
     more: bool
 
 
+class SessionItem(BaseModel):
+    """One line of the session list: enough to choose a session to open."""
+
+    session_id: str
+    state: str
+    stop_reason: str | None
+    model: str
+    steps: int
+    turns: int
+    created: str
+    updated: str
+    last_output: str
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionItem]
+
+
 class CapabilitiesModel(BaseModel):
     resume_after_restart: bool
     cancel: bool
@@ -170,7 +188,7 @@ class HealthModel(BaseModel):
 
 MODELS: list[type[BaseModel]] = [
     StartBody, MessageBody, DecisionBody, StopBody, ErrorBody, StatusModel, StartedModel,
-    DoneModel, EventPage, CapabilitiesModel, HealthModel,
+    DoneModel, EventPage, CapabilitiesModel, HealthModel, SessionList,
 ]  # fmt: skip
 
 
@@ -268,9 +286,13 @@ def openapi() -> dict[str, Any]:
                              "responses": {"200": {"description": "ok", "content": _json(HealthModel)},
                                            **_errors(503)}}},
         "/v1/capabilities": {"get": _op("what this runtime can do", 200, CapabilitiesModel)},
-        "/v1/sessions": {"post": _op(
-            "start a session", 201, StartedModel, 400, 409, 413, 415, 422,
-            parameters=[IDEMPOTENCY_KEY], requestBody=_body(StartBody))},
+        "/v1/sessions": {
+            "post": _op("start a session", 201, StartedModel, 400, 409, 413, 415, 422,
+                        parameters=[IDEMPOTENCY_KEY], requestBody=_body(StartBody)),
+            "get": _op("this tenant's sessions, the most recently updated first", 200, SessionList, 422,
+                       parameters=[{"name": "limit", "in": "query", "required": False,
+                                    "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}}]),
+        },
         "/v1/sessions/{session_id}": {"get": _op(
             "poll a session", 200, StatusModel, 404, parameters=session)},
         "/v1/sessions/{session_id}/cancel": {"post": _op(

@@ -1,0 +1,136 @@
+"""The web view (`GET /ui` of `tether serve`) in a real Chromium: it lists the tenant's
+sessions, follows one live (its timeline and the model's streamed output), and steers it
+(send a message, decide an approval, cancel), all through the same API and token."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from server.support import ACME, GLOBEX, serve
+from tether.runtime.http import HttpRuntime
+from tether.testing.runtime_conformance import Observer, spec
+
+HOW = "install Debian's chromium (bash .ci/chromium.sh)"
+WAIT_MS = 20_000
+
+
+def chromium() -> str:
+    path = os.environ.get("TETHER_TEST_CHROMIUM") or shutil.which("chromium") or ""
+    if not path:
+        if os.environ.get("CI"):
+            pytest.fail(f"no Chromium in CI: {HOW}")
+        pytest.skip(f"no Chromium: {HOW}")
+    return path
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[object]:
+    from playwright.async_api import async_playwright
+
+    executable = chromium()
+    async with async_playwright() as p:
+        launched = await p.chromium.launch(
+            executable_path=executable,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+async def test_the_web_view_lists_follows_and_steers_a_session(
+    tmp_path: Path, browser: object
+) -> None:
+    from playwright.async_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    with serve(tmp_path, "--workers", "2") as server:
+        acme, globex = HttpRuntime(server.url, ACME), HttpRuntime(server.url, GLOBEX)
+        try:
+            ref = await acme.start(spec("echo hello there"))
+            await Observer(acme, ref).settled()
+            theirs = await globex.start(spec("echo not yours"))
+
+            page = await browser.new_page()
+            await page.goto(f"{server.url}/ui")
+            await expect(page.locator("#problem")).to_contain_text("token", timeout=WAIT_MS)
+            await page.fill("#token", ACME)
+            await page.dispatch_event("#token", "change")
+            row = page.locator(f'tr[data-session="{ref.session_id}"]')
+            await expect(row).to_contain_text("echo: hello there", timeout=WAIT_MS)
+            # Another tenant's session is not listed.
+            assert await page.locator(f'tr[data-session="{theirs.session_id}"]').count() == 0
+
+            await row.click()
+            await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)
+            timeline = page.locator("#timeline li")
+            await expect(timeline.last).to_contain_text("turn.ended", timeout=WAIT_MS)
+            await expect(page.locator('#timeline li[data-type="model.responded"]')).to_contain_text(
+                "echo: hello there"
+            )
+
+            # A message sent from the page runs a turn; its output streams into the page.
+            await page.fill("#message", "echo from the page")
+            await page.click("#send")
+            await expect(page.locator("#live")).to_have_text("echo: from the page", timeout=WAIT_MS)
+            await expect(page.locator('#timeline li[data-type="turn.ended"]')).to_have_count(
+                2, timeout=WAIT_MS
+            )
+
+            # An approval: the page offers the decision, and the turn goes on once allowed.
+            await page.fill("#message", "guarded launch")
+            await page.click("#send")
+            decision = page.locator("#approvals button", has_text="Allow")
+            await expect(decision).to_be_visible(timeout=WAIT_MS)
+            await decision.click()
+            await expect(page.locator("#live")).to_contain_text(
+                "guarded said: done: launch", timeout=WAIT_MS
+            )
+
+            await page.click("#cancel")
+            await expect(page.locator("#state")).to_have_text("canceled", timeout=WAIT_MS)
+            await expect(page.locator("#send")).to_be_disabled()
+            status = await acme.poll(ref)
+            # Two echo turns, the guarded one that stopped for the decision, and its sequel.
+            assert status.state == "canceled" and status.view.turns == 4
+        finally:
+            await acme.close()
+            await globex.close()
+
+
+async def test_the_web_view_shows_model_and_tool_text_as_text(
+    tmp_path: Path, browser: object
+) -> None:
+    from playwright.async_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    with serve(tmp_path, "--workers", "2") as server:
+        rt = HttpRuntime(server.url, ACME)
+        try:
+            ref = await rt.start(spec("echo <img src=x onerror=alert(1)>"))
+            await Observer(rt, ref).settled()
+            page = await browser.new_page()
+            dialogs: list[str] = []
+            page.on("dialog", lambda d: dialogs.append(d.message))
+            await page.goto(f"{server.url}/ui#/s/{ref.session_id}")
+            await page.fill("#token", ACME)
+            await page.dispatch_event("#token", "change")
+            responded = page.locator('#timeline li[data-type="model.responded"]')
+            await expect(responded).to_contain_text("<img src=x", timeout=WAIT_MS)
+            assert await page.locator("#timeline img").count() == 0 and dialogs == []
+        finally:
+            await rt.close()
