@@ -120,6 +120,9 @@ def gateway_config(args: argparse.Namespace) -> GatewayConfig:
     )
 
 
+STREAM_GRACE = 3  # seconds (uvicorn takes whole seconds)
+
+
 def park_after(args: argparse.Namespace) -> float | None:
     _positive("park-after", args.park_after, allow_zero=True)
     return args.park_after or None
@@ -182,7 +185,16 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         park_after=park_after(args),
     )
     app = create_app(runtime, tokens)
-    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, lifespan="on")
+    # On SIGTERM, requests in flight get STREAM_GRACE seconds; an event stream never ends on
+    # its own, so without a bound one open stream would hold the server up for good. Cut
+    # streams resume elsewhere from their last event id.
+    config = uvicorn.Config(
+        app,
+        log_level=args.log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=STREAM_GRACE,
+    )
     server = uvicorn.Server(config)
     host, port = sock.getsockname()[:2]
     loop = asyncio.get_running_loop()

@@ -3,7 +3,9 @@ bad requests, idempotency keys, event pages, metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 from pathlib import Path
 
 import httpx
@@ -186,3 +188,27 @@ async def test_event_pages_and_metrics_report_what_happened(server: Server) -> N
     assert page["last_seq"] == last_seq
     assert 'tether_http_requests_total{route="start",status="201"}' in metrics
     assert "tether_worker_turns_total" in metrics
+
+
+async def test_sigterm_ends_the_server_even_with_an_event_stream_open(tmp_path: Path) -> None:
+    # An event stream of an idle session never ends by itself: shutdown must not wait on it.
+    with serve(tmp_path, "--workers", "1") as server:
+        rt = HttpRuntime(server.url, ACME)
+        try:
+            ref = await rt.start(spec("echo still here"))
+            await Observer(rt, ref).settled()
+            headers = {**AUTH, "Accept": "text/event-stream"}
+            async with (
+                httpx.AsyncClient(base_url=server.url, timeout=httpx.Timeout(60.0)) as client,
+                client.stream("GET", f"/v1/sessions/{ref.session_id}/stream", headers=headers) as r,
+            ):
+                lines = r.aiter_lines()
+                while "turn.ended" not in await anext(lines):
+                    pass  # the stream is open and idle now
+                server.process.send_signal(signal.SIGTERM)
+                # Within the grace (3 s) and the hand-over, far inside this bound. (uvicorn
+                # raises the signal again once it has shut down: the exit says SIGTERM.)
+                code = await asyncio.to_thread(server.process.wait, 15)
+                assert code in (0, -signal.SIGTERM), code
+        finally:
+            await rt.close()
