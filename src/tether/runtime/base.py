@@ -189,6 +189,52 @@ class Waiting:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One line of a runtime's session list: enough to choose a session to look at."""
+
+    session_id: str
+    state: str
+    stop_reason: str | None
+    model: str
+    steps: int
+    turns: int
+    created: str
+    updated: str
+    last_output: str  # its first 300 characters
+
+    @staticmethod
+    def of(view: SessionView, created: str, updated: str) -> SessionSummary:
+        return SessionSummary(
+            view.session_id,
+            view.state,
+            view.stop_reason,
+            view.model,
+            view.steps,
+            view.turns,
+            created,
+            updated,
+            view.last_output[:300],
+        )
+
+    def to_json(self) -> JSONObject:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> SessionSummary:
+        return SessionSummary(
+            session_id=str(data["session_id"]),
+            state=str(data["state"]),
+            stop_reason=None if data.get("stop_reason") is None else str(data["stop_reason"]),
+            model=str(data["model"]),
+            steps=int(data["steps"]),
+            turns=int(data["turns"]),
+            created=str(data["created"]),
+            updated=str(data["updated"]),
+            last_output=str(data["last_output"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class SessionStatus:
     """One observation of a session: its fold's view (state, stop reason, usage, cost, last
     output, seq, open calls and pending approvals), and, while it is `waiting_model` in the
@@ -343,6 +389,12 @@ class Runtime(Protocol):
         timeout: float | None = None,
     ) -> None:
         """Allow or deny a call that waits for approval."""
+        ...
+
+    async def sessions(
+        self, limit: int = 50, *, timeout: float | None = None
+    ) -> list[SessionSummary]:
+        """This tenant's sessions, the most recently updated first."""
         ...
 
     def events(

@@ -23,6 +23,7 @@ from tether.runtime.base import (
     SessionRef,
     SessionSpec,
     SessionStatus,
+    SessionSummary,
     StateConflict,
     events_only,
 )
@@ -107,6 +108,12 @@ class HttpRuntime:
     async def capabilities(self, *, timeout: float | None = None) -> Capabilities:
         data = await self._call("GET", "/v1/capabilities", timeout=timeout)
         return Capabilities(**{n: bool(data.get(n)) for n in Capabilities.names()})
+
+    async def sessions(
+        self, limit: int = 50, *, timeout: float | None = None
+    ) -> list[SessionSummary]:
+        data = await self._call("GET", f"/v1/sessions?limit={int(limit)}", timeout=timeout)
+        return [SessionSummary.from_json(item) for item in data["sessions"]]
 
     async def start(
         self,

@@ -25,6 +25,7 @@ from tether.runtime.base import (
     SessionRef,
     SessionSpec,
     SessionStatus,
+    SessionSummary,
     StateConflict,
     Waiting,
     events_only,
@@ -34,8 +35,7 @@ from tether.runtime.hub import EventHub, stream_events
 from tether.runtime.sessions import Views, build_runner, create_session, created_event
 from tether.runtime.worker import Worker
 from tether.scheduler import GatewayConfig, GatewayFigures
-from tether.state import SessionView
-from tether.store.base import SessionInfo, Store, open_store
+from tether.store.base import Store, open_store
 from tether.tools.base import Tool
 
 BUILT = 256  # resolved (model, tools) pairs kept for starting sessions
@@ -204,18 +204,23 @@ class LocalRuntime:
             raise SessionNotFound(ref.session_id)
         return folder
 
-    async def list_sessions(self, limit: int = 50) -> list[tuple[SessionInfo, SessionView]]:
-        """This tenant's sessions, the most recently updated first, with their views. The
-        store lists all tenants' sessions: a window several times `limit` is looked through
-        for this tenant's, so a tenant among many busier ones may see fewer than `limit`."""
+    async def sessions(
+        self, limit: int = 50, *, timeout: float | None = None
+    ) -> list[SessionSummary]:
+        """This tenant's sessions, the most recently updated first. The store lists every
+        tenant's: a window several times `limit` is looked through for this tenant's, so a
+        tenant among many busier ones may see fewer than `limit`."""
+        if limit < 1:
+            raise UsageError(f"limit must be at least 1, not {limit}")
         window = limit if self.tenant is None else min(limit * 8, 2_000)
-        found: list[tuple[SessionInfo, SessionView]] = []
-        for info in await self._core.store.sessions(limit=window):
-            folder = await self._core.views.get(info.session_id)
-            if self.tenant is None or folder.metadata.get("tenant") == self.tenant:
-                found.append((info, folder.view()))
-                if len(found) == limit:
-                    break
+        found: list[SessionSummary] = []
+        async with asyncio.timeout(timeout):
+            for info in await self._core.store.sessions(limit=window):
+                folder = await self._core.views.get(info.session_id)
+                if self.tenant is None or folder.metadata.get("tenant") == self.tenant:
+                    found.append(SessionSummary.of(folder.view(), info.created, info.updated))
+                    if len(found) == limit:
+                        break
         return found
 
     async def poll(self, ref: SessionRef, *, timeout: float | None = None) -> SessionStatus:

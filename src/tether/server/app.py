@@ -99,26 +99,8 @@ class Api:
         )
 
     async def list_sessions(self, request: Request, rt: LocalRuntime) -> Response:
-        limit = int_param(request, "limit", 50, 1, 500)
-        rows = await rt.list_sessions(limit)
-        return JSONResponse(
-            {
-                "sessions": [
-                    {
-                        "session_id": info.session_id,
-                        "state": view.state,
-                        "stop_reason": view.stop_reason,
-                        "model": view.model,
-                        "steps": view.steps,
-                        "turns": view.turns,
-                        "created": info.created,
-                        "updated": info.updated,
-                        "last_output": view.last_output[:300],
-                    }
-                    for info, view in rows
-                ]
-            }
-        )
+        summaries = await rt.sessions(int_param(request, "limit", 50, 1, 500))
+        return JSONResponse({"sessions": [s.to_json() for s in summaries]})
 
     async def ui(self, request: Request, rt: LocalRuntime) -> Response:
         return HTMLResponse(UI_PAGE, headers={"Cache-Control": "no-store"})

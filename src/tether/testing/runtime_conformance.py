@@ -387,6 +387,24 @@ async def a_message_sent_again_with_its_key_is_added_once(rt: Runtime) -> None:
     assert texts == ["echo one", "echo two", "echo four"], texts
 
 
+async def the_session_list_holds_the_sessions_newest_first(rt: Runtime) -> None:
+    older = await rt.start(spec("echo older"))
+    await Observer(rt, older).settled()
+    newer = await rt.start(spec("echo newer"))
+    status = await Observer(rt, newer).settled()
+    listed = await rt.sessions(100, timeout=WAIT)
+    ids = [s.session_id for s in listed]
+    assert older.session_id in ids and newer.session_id in ids, ids
+    assert ids.index(newer.session_id) < ids.index(older.session_id), ids
+    mine = listed[ids.index(newer.session_id)]
+    assert (mine.state, mine.last_output, mine.steps) == (
+        status.state,
+        "echo: newer",
+        status.view.steps,
+    ), mine
+    assert len(await rt.sessions(1, timeout=WAIT)) == 1
+
+
 RUNTIME_CHECKS: list[Check] = [
     capabilities_are_declared_and_a_spec_asking_for_more_is_refused,
     a_session_runs_its_task_and_every_poll_is_a_valid_observation,
@@ -404,6 +422,7 @@ RUNTIME_CHECKS: list[Check] = [
     waits_honour_their_deadline_and_cancellation,
     a_live_stream_carries_the_models_output_as_it_comes,
     a_message_sent_again_with_its_key_is_added_once,
+    the_session_list_holds_the_sessions_newest_first,
 ]
 
 
