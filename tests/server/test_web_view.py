@@ -8,6 +8,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,6 +53,12 @@ async def browser() -> AsyncIterator[object]:
             await launched.close()
 
 
+async def give_token(page: Any, token: str) -> None:
+    """Type the token as a person would; the page keeps it and loads what it shows."""
+    await page.fill("#token", token)
+    await page.dispatch_event("#token", "change")
+
+
 async def test_the_web_view_lists_follows_and_steers_a_session(
     tmp_path: Path, browser: object
 ) -> None:
@@ -68,8 +75,7 @@ async def test_the_web_view_lists_follows_and_steers_a_session(
             page = await browser.new_page()
             await page.goto(f"{server.url}/ui")
             await expect(page.locator("#problem")).to_contain_text("token", timeout=WAIT_MS)
-            await page.fill("#token", ACME)
-            await page.dispatch_event("#token", "change")
+            await give_token(page, ACME)
             row = page.locator(f'tr[data-session="{ref.session_id}"]')
             await expect(row).to_contain_text("echo: hello there", timeout=WAIT_MS)
             # Another tenant's session is not listed.
@@ -127,8 +133,7 @@ async def test_the_web_view_shows_model_and_tool_text_as_text(
             dialogs: list[str] = []
             page.on("dialog", lambda d: dialogs.append(d.message))
             await page.goto(f"{server.url}/ui#/s/{ref.session_id}")
-            await page.fill("#token", ACME)
-            await page.dispatch_event("#token", "change")
+            await give_token(page, ACME)
             responded = page.locator('#timeline li[data-type="model.responded"]')
             await expect(responded).to_contain_text("<img src=x", timeout=WAIT_MS)
             assert await page.locator("#timeline img").count() == 0 and dialogs == []
