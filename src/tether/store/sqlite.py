@@ -89,6 +89,14 @@ STORE_FORMAT = "3"
 _MIGRATES_FROM = "2"
 
 
+# How long opening a store waits out another connection that is setting the file up.
+_OPEN_PATIENCE = 10.0
+
+
+class _Locked(Exception):
+    """SQLite said "locked" without waiting, while the store was being opened."""
+
+
 def _stored_format(conn: sqlite3.Connection) -> str | None:
     """The format the file says it has; None for a file tether has not written yet."""
     if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'tether_meta'").fetchone() is None:
@@ -143,6 +151,24 @@ class SQLiteStore:
 
     # -- thread-side --------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
+        # Two processes opening one file at the same moment can meet where SQLite returns
+        # "locked" at once rather than wait (switching a new file to WAL, a migration):
+        # setting up is safe to repeat, so try again for a while before calling it an error.
+        deadline = time.monotonic() + _OPEN_PATIENCE
+        pause = 0.01
+        while True:
+            try:
+                return self._connect_once()
+            except _Locked:
+                if time.monotonic() + pause > deadline:
+                    raise ConfigError(
+                        f"cannot open store sqlite:///{self.path}: database is locked "
+                        f"(still, after {_OPEN_PATIENCE:g} s)"
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.25)
+
+    def _connect_once(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -162,6 +188,11 @@ class SQLiteStore:
             conn.execute("INSERT OR IGNORE INTO tether_meta VALUES ('format', ?)", (STORE_FORMAT,))
             if _stored_format(conn) == _MIGRATES_FROM:
                 _migrate(conn)
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise _Locked from exc
+            raise ConfigError(f"cannot open store sqlite:///{self.path}: {exc}") from exc
         except sqlite3.Error as exc:
             conn.close()
             raise ConfigError(f"cannot open store sqlite:///{self.path}: {exc}") from exc
