@@ -45,6 +45,23 @@ def forecast(city: str) -> str:
     return FORECASTS[city]
 
 
+class RequestWatch:
+    """An `on_event` observer: which sessions asked the model, and a wait for the first."""
+
+    def __init__(self) -> None:
+        self.requested = asyncio.Event()
+        self.session_ids: list[str] = []
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event.payload, ModelRequested):
+            self.session_ids.append(event.session_id)
+            self.requested.set()
+
+    async def first(self) -> str:
+        await asyncio.wait_for(self.requested.wait(), 5)
+        return self.session_ids[0]
+
+
 class Blocker:
     """A tool body that blocks until cancelled and says what it saw."""
 
@@ -254,20 +271,12 @@ async def test_a_message_sent_as_an_interrupted_turn_closes_is_left_for_the_next
     def answer(messages: Sequence[Message]) -> Reply:
         return "answered: next" if messages[-1].text == "next" else Hang()
 
-    requested = asyncio.Event()
-    session_ids: list[str] = []
-
-    def watch(event: Event) -> None:
-        if isinstance(event.payload, ModelRequested):
-            session_ids.append(event.session_id)
-            requested.set()
-
+    watch = RequestWatch()
     agent = Agent(
         ScriptedModel([answer], repeat_last=True), store=store, on_event=watch, watch_interval=0.01
     )
     running = asyncio.create_task(agent.run("wait"))
-    await asyncio.wait_for(requested.wait(), 5)
-    sid = session_ids[0]
+    sid = await watch.first()
     # From outside the run, as another process would: the run's watcher notices.
     await control.request_stop(store, sid, "turn")
     await asyncio.wait_for(running, 5)
@@ -296,20 +305,12 @@ async def test_no_model_request_follows_an_interrupt(store: Store) -> None:
         asked.set()
         return call("forecast", city="Paris")
 
-    requested = asyncio.Event()
-    session_ids: list[str] = []
-
-    def watch(event: Event) -> None:
-        if isinstance(event.payload, ModelRequested):
-            session_ids.append(event.session_id)
-            requested.set()
-
+    watch = RequestWatch()
     agent = Agent(
         ScriptedModel([slow_reply], delay=30.0), tools=[forecast], store=store, on_event=watch
     )
     running = asyncio.create_task(agent.run("Paris?"))
-    await asyncio.wait_for(requested.wait(), 5)
-    await agent.interrupt(session_ids[0])
+    await agent.interrupt(await watch.first())
     result = await asyncio.wait_for(running, 5)
 
     assert result.stop_reason == "interrupted"
