@@ -236,8 +236,8 @@ class Agent:
         return RunResult.from_view(log.folder.view())
 
     async def resume(self, session_id: str, *, lease_wait: float = 0.0) -> RunResult:
-        """Continue a session from its log, in this process: the recovery rules of DESIGN §4
-        decide what happens to the calls an earlier runner left open."""
+        """Continue a session from its log, in this process: the recovery rules of
+        `tether.recovery` decide what happens to the calls an earlier runner left open."""
         return await self.run(None, session_id=session_id, lease_wait=lease_wait)
 
     def _delta_observer(self, session_id: str) -> DeltaObserver | None:
@@ -359,7 +359,7 @@ class Agent:
         """Stop the session's run here without closing its turn, for another runner to go
         on with it (a worker shutting down): nothing more is written, the lease is let go,
         and the run raises `HandedOver`. The open model request is asked again, and calls
-        that were running are settled by the recovery rules (DESIGN §4). False when this
+        that were running are settled by the recovery rules (`tether.recovery`). False when this
         agent is not running the session."""
         running = self._running.get(session_id)
         if running is None:

@@ -24,7 +24,8 @@ these at the adapter boundary (provider codecs, stores), nowhere else.
         ├── LeaseLost            this worker no longer holds the session's lease
         ├── LeaseHeld            another worker holds the session's lease
         ├── SessionNotFound      no session with that id
-        └── CorruptLog           the stored log cannot be read as events
+        ├── CorruptLog           the stored log cannot be read as events
+        └── StoreUnavailable     the store cannot take a write and a read now (readiness)
 """
 
 from __future__ import annotations
@@ -127,8 +128,8 @@ class Parked(TetherError):
     """The model gateway cannot send this call for `seconds` (the backend's budget is spent,
     or its circuit is open), and the caller asked to be parked rather than wait that long.
     Not a failure: the run stops without writing, its model request left open, and the
-    worker runs the session again when the wait is over (DESIGN §1: a worker never sleeps
-    inside a call holding a lease)."""
+    worker runs the session again when the wait is over (a worker never sleeps inside a
+    call holding a lease)."""
 
     def __init__(self, seconds: float, reason: str) -> None:
         super().__init__(f"parked for {seconds:.1f} s: {reason}")
@@ -181,3 +182,8 @@ class SessionNotFound(StoreError):
 
 class CorruptLog(StoreError):
     """A stored event cannot be read back."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot take a write and a read now: `Store.ready` says why (the database
+    is down or read-only, or its file was deleted or replaced under the open store)."""

@@ -1,6 +1,6 @@
 """Typed, immutable events: the session log's vocabulary and its canonical JSON form.
 
-Owns the payload types (one per event name in DESIGN §2), the `Event` envelope and the
+Owns the payload types (one per event name), the `Event` envelope and the
 schema version. It does no I/O: stores persist these, the fold reads them.
 
 Schema changelog (one line per version; older logs must still fold to the same transcript):

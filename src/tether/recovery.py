@@ -1,4 +1,4 @@
-"""What to do with each unanswered call of the last assistant message (DESIGN §4).
+"""What to do with each unanswered call of the last assistant message.
 
 Pure: from the session view and the tool's properties to one decision per call. The loop
 uses it at every step, so the same rules serve a running session, one resumed after an

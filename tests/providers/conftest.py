@@ -1,4 +1,5 @@
-"""Shared fixtures of the codec tests: the reference wire files and an in-process transport."""
+"""Shared fixtures of the codec tests: the reference wire files (`wire/`, beside this file) and
+an in-process transport."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-WIRE = Path("/work/shared/wire")
+WIRE = Path(__file__).parent / "wire"
 
 
 def wire_bytes(name: str) -> bytes:

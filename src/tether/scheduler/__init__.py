@@ -1,5 +1,5 @@
 """The scheduler: one model gateway per backend, owning concurrency and rate limits,
-priorities, fairness between tenants, backpressure and retries (DESIGN §1, scheduler).
+priorities, fairness between tenants, backpressure and retries.
 
     gateway = Gateway(model, GatewayConfig(max_concurrency=32, weights={"acme": 2}))
     agent = Agent(gateway.for_session(tenant="acme", session_id="s1", priority="batch"))
