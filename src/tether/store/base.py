@@ -115,6 +115,11 @@ class Store(Protocol):
         """The data stored under `digest`, or None."""
         ...
 
+    async def ready(self) -> None:
+        """Check that the store takes a write and a read now (a readiness probe): return, or
+        raise `StoreUnavailable` saying why not. It writes only a fixed health record."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -197,6 +202,10 @@ def event_from_row(row: Sequence[Any]) -> Event:
             "data": json.loads(row[6]),
         }
     )
+
+
+# What `ready` writes and reads back in the stores that keep it as a blob.
+READY_BLOB = b"tether readiness check"
 
 
 def check_batch(session_id: str, events: Sequence[Event], expected_seq: int) -> None:

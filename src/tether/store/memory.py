@@ -6,9 +6,10 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 
-from tether.errors import Conflict, LeaseHeld
+from tether.errors import Conflict, LeaseHeld, StoreUnavailable
 from tether.events import Event
 from tether.store.base import (
+    READY_BLOB,
     Lease,
     SessionInfo,
     Wakeup,
@@ -108,6 +109,11 @@ class MemoryStore:
 
     async def get_blob(self, digest: str) -> bytes | None:
         return self._blobs.get(digest)
+
+    async def ready(self) -> None:
+        digest = await self.put_blob(READY_BLOB)
+        if await self.get_blob(digest) != READY_BLOB:
+            raise StoreUnavailable("memory store: a blob written was not read back")
 
     async def mark_runnable(self, session_id: str) -> None:
         self._wakeups[session_id] = self._wakeups.get(session_id, 0) + 1

@@ -13,13 +13,21 @@ import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from psycopg.rows import TupleRow
 
-from tether.errors import ConfigError, Conflict, LeaseHeld, LeaseLost, StoreError
+from tether.errors import (
+    ConfigError,
+    Conflict,
+    LeaseHeld,
+    LeaseLost,
+    StoreError,
+    StoreUnavailable,
+)
 from tether.events import Event
 from tether.store.base import (
+    READY_BLOB,
     Lease,
     SessionInfo,
     Wakeup,
@@ -66,7 +74,8 @@ def parse_url(url: str) -> tuple[str, int]:
             size = int(value)
         else:
             rest.append((key, value))
-    return urlunsplit(parts._replace(query=urlencode(rest))), size
+    # quote, not quote_plus: libpq reads a "+" as itself, not as a space.
+    return urlunsplit(parts._replace(query=urlencode(rest, quote_via=quote))), size
 
 
 class PostgresStore:
@@ -263,6 +272,22 @@ class PostgresStore:
     async def get_blob(self, digest: str) -> bytes | None:
         row = await self.fetch_one("SELECT data FROM tether_blobs WHERE digest = %s", (digest,))
         return None if row is None else bytes(row[0])
+
+    async def ready(self) -> None:
+        # DO UPDATE, not DO NOTHING: a row version is written every time, so a database that
+        # takes no writes (read-only, a standby, a full disk) fails here.
+        digest = hashlib.sha256(READY_BLOB).hexdigest()
+        try:
+            await self.execute(
+                "INSERT INTO tether_blobs VALUES (%s, %s) "
+                "ON CONFLICT (digest) DO UPDATE SET data = EXCLUDED.data",
+                (digest, READY_BLOB),
+            )
+            found = await self.get_blob(digest)
+        except StoreError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        if found != READY_BLOB:
+            raise StoreUnavailable(f"store {redact_url(self.url)}: a blob written was not read")
 
     # -- wake-ups -----------------------------------------------------------------------------
     def subscribe(self) -> Subscription:

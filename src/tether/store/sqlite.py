@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from tether.errors import ConfigError, Conflict, LeaseHeld, StoreError
+from tether.errors import ConfigError, Conflict, LeaseHeld, StoreError, StoreUnavailable
 from tether.events import Event
 from tether.store import sqlite_wakeups
 from tether.store.base import (
@@ -144,6 +145,8 @@ class SQLiteStore:
             self._db, self.url, on_begin=self._begin, on_rollback=self._forget
         )
         self._reader: sqlite3.Connection | None = self._connect()
+        # The file opened, as (device, inode): `ready` fails once the path names another.
+        self._file = _identity(path)
         # What the writer connection knows, valid while `data_version` stays `_version`.
         self._version: int | None = None
         self._last: dict[str, int] = {}
@@ -445,6 +448,49 @@ class SQLiteStore:
             return None
         return held
 
+    # -- readiness: a health row written by the writer, read back by the reader --------------
+    async def ready(self) -> None:
+        problem = self._file_problem()
+        if problem is not None:
+            raise StoreUnavailable(f"store {self.url}: {problem}")
+        token = str(time.time_ns())
+        try:
+            await self._submit(
+                lambda conn: conn.execute(
+                    "INSERT OR REPLACE INTO tether_meta VALUES ('ready', ?)", (token,)
+                ).close()
+            )
+            row = await self._run(
+                lambda: (
+                    self._read_db()
+                    .execute("SELECT value FROM tether_meta WHERE key = 'ready'")
+                    .fetchone()
+                )
+            )
+        except StoreError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        # Another check (of this process or another) may have written after ours: later is fine.
+        if row is None or int(row[0]) < int(token):
+            raise StoreUnavailable(f"store {self.url}: the health row written was not read back")
+
+    def _file_problem(self) -> str | None:
+        """Why the file under the open store cannot be trusted to keep writes, if it cannot:
+        writes to a deleted or replaced file still succeed, into a file nobody will open."""
+        if self._file is None:
+            return None
+        try:
+            stat = os.stat(self._file[0])
+        except FileNotFoundError:
+            return "the database file was deleted"
+        except OSError as exc:
+            return f"the database file cannot be examined: {exc}"
+        if (stat.st_dev, stat.st_ino) != self._file[1]:
+            return "the database file was replaced by another file"
+        # The connection opened for writing can still write; the next process could not.
+        if not stat.st_mode & 0o222 or not os.access(self._file[0], os.W_OK):
+            return "the database file is read-only"
+        return None
+
     # -- wakeups: which sessions have work for a runner (sqlite_wakeups.py) ---------------
     async def mark_runnable(self, session_id: str) -> None:
         await self._submit(lambda conn: sqlite_wakeups.mark(conn, session_id))
@@ -485,6 +531,15 @@ class _Batch:
 
     def __call__(self, conn: sqlite3.Connection) -> None:
         self.store._append_rows(conn, self)
+
+
+def _identity(path: str) -> tuple[str, tuple[int, int]] | None:
+    """The absolute path of a database file and its (device, inode); None in memory."""
+    if path in ("", ":memory:") or path.startswith("file:"):
+        return None
+    full = os.path.abspath(path)
+    stat = os.stat(full)
+    return full, (stat.st_dev, stat.st_ino)
 
 
 def _held(conn: sqlite3.Connection, session_id: str) -> Lease | None:

@@ -209,6 +209,15 @@ async def a_released_lease_can_be_claimed_at_once(store: Store) -> None:
     assert await store.current_lease("s1") == taken
 
 
+async def a_working_store_is_ready_and_the_check_leaves_the_log_alone(store: Store) -> None:
+    await store.ready()
+    events = make_events("s1", 1, _sample(2))
+    await store.append("s1", events, 0)
+    await asyncio.gather(*(store.ready() for _ in range(4)))  # checks at once never clash
+    assert await store.read("s1") == events
+    assert [i.session_id for i in await store.sessions()] == ["s1"]
+
+
 STORE_CHECKS: list[Check] = [
     appended_events_read_back_equal,
     a_stale_expected_seq_is_a_conflict,
@@ -223,6 +232,7 @@ STORE_CHECKS: list[Check] = [
     an_append_under_a_stale_lease_is_refused_and_writes_nothing,
     control_appends_need_no_lease_and_renewal_extends_it,
     a_released_lease_can_be_claimed_at_once,
+    a_working_store_is_ready_and_the_check_leaves_the_log_alone,
     *WAKEUP_CHECKS,
 ]
 
