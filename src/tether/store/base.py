@@ -97,7 +97,12 @@ class Store(Protocol):
         """Remove the mark unless it was bumped since `wakeup` was read; True if removed."""
         ...
 
-    async def read(self, session_id: str, after_seq: int = 0) -> list[Event]: ...
+    async def read(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        """The session's events after `after_seq`, in seq order: at most `limit` of them (the
+        first ones), or all with None. A reader that pages asks again after the last seq."""
+        ...
 
     async def last_seq(self, session_id: str) -> int: ...
 
@@ -222,6 +227,11 @@ def check_batch(session_id: str, events: Sequence[Event], expected_seq: int) -> 
                 f"event {event.id} has seq {event.seq}; a batch after seq {expected_seq} "
                 f"must be numbered from {expected_seq + 1} without gaps"
             )
+
+
+def check_limit(limit: int | None) -> None:
+    if limit is not None and limit < 0:
+        raise UsageError(f"a read limit must be 0 or more, not {limit}")
 
 
 def lease_refusal(session_id: str, held: Lease | None, lease: Lease) -> LeaseLost | None:

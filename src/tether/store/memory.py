@@ -14,6 +14,7 @@ from tether.store.base import (
     SessionInfo,
     Wakeup,
     check_batch,
+    check_limit,
     check_ttl,
     is_retry,
     lease_refusal,
@@ -52,8 +53,12 @@ class MemoryStore:
             raise Conflict(session_id, expected_seq, len(log))
         log.extend(events)
 
-    async def read(self, session_id: str, after_seq: int = 0) -> list[Event]:
-        return list(self._logs.get(session_id, ())[after_seq:])
+    async def read(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        check_limit(limit)
+        log = self._logs.get(session_id, [])
+        return log[after_seq:] if limit is None else log[after_seq : after_seq + limit]
 
     async def last_seq(self, session_id: str) -> int:
         return len(self._logs.get(session_id, ()))

@@ -32,6 +32,7 @@ from tether.store.base import (
     SessionInfo,
     Wakeup,
     check_batch,
+    check_limit,
     check_ttl,
     event_from_row,
     payload_data,
@@ -45,7 +46,7 @@ _APPEND_SETTLE = 30.0
 
 _SELECT_EVENTS = (
     "SELECT session_id, seq, id, time, thread, type, data FROM tether_events "
-    "WHERE session_id = %s AND seq > %s ORDER BY seq"
+    "WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s"  # LIMIT NULL: no limit
 )
 
 
@@ -129,9 +130,13 @@ class PostgresStore:
                 f"is no longer current; the store holds {held}"
             )
 
-    async def read(self, session_id: str, after_seq: int = 0) -> list[Event]:
+    async def read(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        check_limit(limit)
+
         async def body(conn: Conn) -> list[TupleRow]:
-            cur = await conn.execute(_SELECT_EVENTS, (session_id, after_seq))
+            cur = await conn.execute(_SELECT_EVENTS, (session_id, after_seq, limit))
             return await cur.fetchall()
 
         rows = await self.pool.run(body)

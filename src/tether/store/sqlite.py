@@ -32,6 +32,7 @@ from tether.store.base import (
     SessionInfo,
     Wakeup,
     check_batch,
+    check_limit,
     check_ttl,
     event_from_row,
     event_to_row,
@@ -309,20 +310,23 @@ class SQLiteStore:
             raise StoreError(f"store {self.url} is closed")
         return self._group.submit(body)
 
-    async def read(self, session_id: str, after_seq: int = 0) -> list[Event]:
+    async def read(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        check_limit(limit)
         known = self._known_last(session_id)
-        if known is not None and after_seq >= known:
+        if limit == 0 or (known is not None and after_seq >= known):
             return []  # a runner catching up after its own appends: nothing new
-        rows = await self._run(self._select_events, session_id, after_seq)
+        rows = await self._run(self._select_events, session_id, after_seq, limit)
         return [event_from_row(r) for r in rows]
 
-    def _select_events(self, session_id: str, after_seq: int) -> list[EventRow]:
+    def _select_events(self, session_id: str, after_seq: int, limit: int | None) -> list[EventRow]:
         return (
             self._read_db()
             .execute(
                 f"SELECT {_EVENT_COLUMNS} FROM events "
-                "WHERE session_id = ? AND seq > ? ORDER BY seq",
-                (session_id, after_seq),
+                "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (session_id, after_seq, -1 if limit is None else limit),  # -1: no limit
             )
             .fetchall()
         )

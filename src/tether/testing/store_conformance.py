@@ -58,6 +58,28 @@ async def appended_events_read_back_equal(store: Store) -> None:
     assert await store.read("s1", after_seq=2) == events[2:]
 
 
+async def a_read_with_a_limit_returns_the_first_events_after_the_seq(store: Store) -> None:
+    events = make_events("s1", 1, _sample(7))
+    await store.append("s1", events[:4], 0)
+    await store.append("s1", events[4:], 4)
+    assert await store.read("s1", limit=3) == events[:3]
+    assert await store.read("s1", after_seq=2, limit=3) == events[2:5]
+    assert await store.read("s1", after_seq=5, limit=10) == events[5:]
+    assert await store.read("s1", after_seq=7, limit=1) == []
+    assert await store.read("s1", after_seq=1, limit=0) == []
+    assert await store.read("nobody", limit=5) == []
+    paged: list[Event] = []
+    while page := await store.read("s1", paged[-1].seq if paged else 0, limit=2):
+        paged.extend(page)
+    assert paged == events
+    try:
+        await store.read("s1", limit=-1)
+    except UsageError:
+        pass
+    else:
+        raise AssertionError("a negative read limit was accepted")
+
+
 async def a_stale_expected_seq_is_a_conflict(store: Store) -> None:
     await store.append("s1", make_events("s1", 1, _sample(2)), 0)
     stale = make_events("s1", 2, _sample(1), tag="b")
@@ -220,6 +242,7 @@ async def a_working_store_is_ready_and_the_check_leaves_the_log_alone(store: Sto
 
 STORE_CHECKS: list[Check] = [
     appended_events_read_back_equal,
+    a_read_with_a_limit_returns_the_first_events_after_the_seq,
     a_stale_expected_seq_is_a_conflict,
     a_retried_batch_is_accepted_once,
     a_batch_with_other_ids_at_stored_seqs_conflicts,
