@@ -212,3 +212,21 @@ async def test_sigterm_ends_the_server_even_with_an_event_stream_open(tmp_path: 
                 assert code in (0, -signal.SIGTERM), code
         finally:
             await rt.close()
+
+
+async def test_an_event_page_ending_at_the_last_event_says_there_is_no_more(
+    server: Server,
+) -> None:
+    sid, last_seq = await _finished_session(server, "note 2")
+    pages = []
+    async with httpx.AsyncClient(base_url=server.url, headers=AUTH) as client:
+        for after, limit in ((last_seq - 3, 3), (last_seq - 3, 2), (last_seq, 5), (0, last_seq)):
+            params = {"after_seq": after, "limit": limit}
+            pages.append((await client.get(f"/v1/sessions/{sid}/events", params=params)).json())
+    assert [[e["seq"] for e in p["events"]] for p in pages] == [
+        [last_seq - 2, last_seq - 1, last_seq],
+        [last_seq - 2, last_seq - 1],
+        [],
+        list(range(1, last_seq + 1)),
+    ]
+    assert [p["more"] for p in pages] == [False, True, False, False]

@@ -140,11 +140,11 @@ class Api:
         after = int_param(request, "after_seq", 0, 0, None)
         limit = int_param(request, "limit", 1000, 1, 10_000)
         status = await rt.poll(ref)  # the tenant's session, or not found
-        events = await rt.store.read(ref.session_id, after)
-        page = events[:limit]
+        # One event past the page says whether there is more, without reading the rest.
+        events = await rt.store.read(ref.session_id, after, limit=limit + 1)
         return JSONResponse(
             {
-                "events": [e.to_json() for e in page],
+                "events": [e.to_json() for e in events[:limit]],
                 "last_seq": status.last_seq,
                 "more": len(events) > limit,
             }
