@@ -5,6 +5,8 @@ then live, each event once and in order. The hub looks for news with one `last_s
 per interval for all watched sessions (or at once, when this process appended: `poke`), reads
 each session's news once, and hands the same events to all its subscribers. A subscriber
 that falls behind or sees a gap reads the store itself, so the hub may drop, never reorder.
+Every read is bounded: a stream holds at most a page of the log and its subscriber's buffer,
+however long the log and however slowly its client reads.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from tether.events import Event, SessionEnded
 from tether.providers.base import Delta
 from tether.store.base import Store
 
-BUFFER = 2_000  # events a subscriber may have waiting before it must read the store itself
+PAGE = 500  # events a stream reads from the store at once
+BUFFER = 1_000  # events a subscriber may have waiting before it must read the store itself
 
 
 @dataclass(eq=False)
@@ -125,8 +128,12 @@ class EventHub:
             if cursor is None:  # new to the hub: its subscribers read what came before
                 self._cursor[sid] = cursor = seq
                 self._notify(sid, [], stale=True)
-            if seq > cursor:
-                events = await self.store.read(sid, cursor)
+            if seq - cursor > BUFFER:
+                # More news than a subscriber may hold: each reads the store itself, in pages.
+                self._cursor[sid] = seq
+                self._notify(sid, [], stale=True)
+            elif seq > cursor:
+                events = await self.store.read(sid, cursor, limit=seq - cursor)
                 if events:
                     self._cursor[sid] = events[-1].seq
                     self._notify(sid, events)
@@ -157,7 +164,8 @@ async def stream_events(
     # First, so nothing appended while reading is missed.
     sub = hub.subscribe(session_id, deltas=deltas)
     try:
-        pending = await store.read(session_id, cursor)
+        pending = await store.read(session_id, cursor, limit=PAGE)
+        paging = len(pending) == PAGE  # a full page: the store may hold more after it
         checked = False
         while True:
             for event in pending:
@@ -167,6 +175,10 @@ async def stream_events(
                 yield event
                 if isinstance(event.payload, SessionEnded):
                     return
+            if paging:
+                pending = await store.read(session_id, cursor, limit=PAGE)
+                paging = len(pending) == PAGE
+                continue
             if not checked:  # once: a stream opened after the end has no session.ended to see
                 checked = True
                 ended, last_seq = await is_terminal()
@@ -180,7 +192,8 @@ async def stream_events(
                 yield delta
             if stale or (news and news[0].seq > cursor + 1):
                 # Behind, or a gap: the store has what the hub did not bring.
-                pending = await store.read(session_id, cursor)
+                pending = await store.read(session_id, cursor, limit=PAGE)
+                paging = len(pending) == PAGE
             else:
                 pending = news
     finally:
