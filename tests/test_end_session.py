@@ -19,7 +19,8 @@ def echo(text: str) -> str:
 
 async def _run(model: ScriptedModel, limits: Limits | None = None) -> tuple[object, list]:  # type: ignore[type-arg]
     store = MemoryStore()
-    result = await Agent(model, tools=[echo], store=store, limits=limits).run(
+    # retry=None: a provider error ends the turn at its first attempt.
+    result = await Agent(model, tools=[echo], store=store, limits=limits, retry=None).run(
         "go", end_session=True
     )
     return result, await store.read(result.session_id)

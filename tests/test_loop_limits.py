@@ -227,7 +227,7 @@ async def test_an_answer_cut_inside_a_tool_call_is_never_executed() -> None:
 async def test_a_provider_error_ends_the_turn_error_with_its_cause_recorded() -> None:
     store = MemoryStore()
     model = ScriptedModel([Fail(RateLimited("slow down", status=429))])
-    agent = Agent(model, store=store)
+    agent = Agent(model, store=store, retry=None)
 
     result = await agent.run("hi")
 
@@ -259,7 +259,7 @@ async def test_the_session_runs_again_after_a_provider_error() -> None:
         return Fail(RateLimited("slow down", status=429)) if len(users) == 1 else "better now"
 
     store = MemoryStore()
-    agent = Agent(ScriptedModel([flaky]), store=store)
+    agent = Agent(ScriptedModel([flaky]), store=store, retry=None)
     first = await agent.run("hi")
     assert first.stop_reason == "error"
     transcript, _ = fold(await store.read(first.session_id))

@@ -9,6 +9,7 @@ from tether.events import SCHEMA_VERSION, Event
 from tether.fold import Folder, Transcript, fold
 from tether.limits import Limits
 from tether.messages import Message, Text, ToolCall, ToolResult, Usage
+from tether.scheduler.retry import RetryPolicy
 from tether.state import SessionView, validate_observation
 from tether.store import open_store
 from tether.tools import ToolContext, tool
@@ -20,6 +21,7 @@ __all__ = [
     "Folder",
     "Limits",
     "Message",
+    "RetryPolicy",
     "RunResult",
     "SessionView",
     "TetherError",

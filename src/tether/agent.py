@@ -25,6 +25,8 @@ from tether.limits import Limits, StopCondition
 from tether.loop import TurnContext, close_canceled_turn, run_turn
 from tether.messages import JSONValue, Message, Usage, user
 from tether.providers.base import Delta, DeltaObserver, Model
+from tether.retrying import DEFAULT_RETRY
+from tether.scheduler.retry import RetryPolicy
 from tether.session_log import Clock, EventObserver, SessionLog, new_session_id
 from tether.state import SessionView
 from tether.store.base import DEFAULT_STORE_URL, Lease, Store, open_store
@@ -101,7 +103,14 @@ class Agent:
     `store` is a `Store` or a store URL; by default `TETHER_STORE` or `sqlite:///tether.db`
     in the working directory, opened at the first run. `on_delta` sees the model's streamed
     output; `on_session_delta` sees it with the session it belongs to, for a host that runs
-    many sessions on one agent (a worker)."""
+    many sessions on one agent (a worker).
+
+    `retry` is the policy for a failed model call (`RetryPolicy()` by default: rate limits,
+    overload, server and connection errors, with exponential backoff, jitter and the
+    server's `retry-after` as a floor; never quota, authentication, bad requests or context
+    overflow); `None` makes one attempt. Each retry is a `model.failed` event with
+    `retrying_in`, and its wait counts against `limits.max_seconds`. A model behind a
+    `Gateway` is retried by the gateway's own policy only."""
 
     def __init__(
         self,
@@ -120,6 +129,7 @@ class Agent:
         watch_interval: float = 0.5,
         metadata: dict[str, JSONValue] | None = None,
         context: ContextSetting = True,
+        retry: RetryPolicy | None = DEFAULT_RETRY,
     ) -> None:
         self.model = resolve_model(model)
         # True: the default policy; False: off; or a DefaultPolicy or policy function.
@@ -139,6 +149,7 @@ class Agent:
         self.lease_ttl = lease_ttl
         self.watch_interval = watch_interval
         self.metadata = metadata or {}
+        self.retry = retry
         self._watcher: Watcher | None = None
         self._running: dict[str, tuple[asyncio.Task[None], TurnContext]] = {}
 
@@ -210,6 +221,7 @@ class Agent:
                 self.limits,
                 self.stop_when,
                 self._delta_observer(log.session_id),
+                retry=self.retry,
                 started_at=time.monotonic(),
                 context=self.context,
                 end_after_turn=end_session,
@@ -359,8 +371,8 @@ class Agent:
         """Stop the session's run here without closing its turn, for another runner to go
         on with it (a worker shutting down): nothing more is written, the lease is let go,
         and the run raises `HandedOver`. The open model request is asked again, and calls
-        that were running are settled by the recovery rules (`tether.recovery`). False when this
-        agent is not running the session."""
+        that were running are settled by the recovery rules (`tether.recovery`). False when
+        this agent is not running the session."""
         running = self._running.get(session_id)
         if running is None:
             return False

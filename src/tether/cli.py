@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import json
 import os
@@ -23,6 +24,8 @@ from tether.limits import Limits
 from tether.process import configure_gc
 from tether.providers.base import Model
 from tether.render import Timeline, render_runner, render_transcript, render_view, runner_json
+from tether.retrying import DEFAULT_RETRY
+from tether.scheduler.retry import RetryPolicy
 from tether.store.base import DEFAULT_STORE_URL, Store, open_store
 from tether.tools.base import Tool, make_tool
 
@@ -58,6 +61,13 @@ def load_tools(specs: Sequence[str]) -> list[Tool]:
             else:
                 raise CliError(f"--tools {spec}: {item!r} is not a tool or a function")
     return loaded
+
+
+def retry_policy(retries: int | None) -> RetryPolicy | None:
+    """`--retries N`: N retries after the first attempt (0: none); not given, the default."""
+    if retries is None:
+        return DEFAULT_RETRY
+    return dataclasses.replace(DEFAULT_RETRY, max_attempts=retries + 1) if retries else None
 
 
 def _store(url: str | None) -> Store:
@@ -138,6 +148,7 @@ async def _run_agent(
         store=store,
         on_event=None if args.json else show,
         metadata=getattr(args, "metadata", None),
+        retry=retry_policy(getattr(args, "retries", None)),
     )
     session_id = getattr(args, "session_id", None)
     try:
@@ -257,6 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--system", default=None)
     run.add_argument("--store", default=None, help=store_help)
     run.add_argument("--max-steps", type=int, default=50)
+    run.add_argument(
+        "--retries",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"retries of a failed model call (default {DEFAULT_RETRY.max_attempts - 1}; 0: none)",
+    )
     run.add_argument("--json", action="store_true")
 
     demo = sub.add_parser("demo", help="run the demo session (scripted model, no API key)")
@@ -290,6 +308,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         if args.max_steps <= 0:
             raise CliError(f"--max-steps must be positive, not {args.max_steps}")
+        if args.retries is not None and args.retries < 0:
+            raise CliError(f"--retries must be 0 or more, not {args.retries}")
         return await cmd_run(args, task=args.task, model=args.model, tool_specs=args.tools)
     if args.command == "db":
         return await cmd_db(args)

@@ -5,6 +5,8 @@ schema version. It does no I/O: stores persist these, the fold reads them.
 
 Schema changelog (one line per version; older logs must still fold to the same transcript):
   1 — first version.
+  2 — `model.failed` may carry `retrying_in`: seconds until the same request is sent again
+      (the request stays open); absent or null, the request failed for good.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 from tether.errors import CorruptLog
 from tether.messages import JSONObject, Message, Usage, canonical_json
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Outcome = Literal[
     "ok",
@@ -80,6 +82,7 @@ class ModelFailed:
     status: int | None = None
     retryable: bool = False
     attempt: int = 1
+    retrying_in: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,7 +198,8 @@ class Folder:
         self._set_running("waiting_model")
 
     def _apply_failure(self, p: ModelFailed) -> None:
-        self.model_request_open = False
+        if p.retrying_in is None:  # else the same request is sent again: it stays open
+            self.model_request_open = False
 
     def _apply_approval_request(self, p: ApprovalRequested) -> None:
         if p.call_id not in self.pending_approvals:

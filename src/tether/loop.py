@@ -30,6 +30,8 @@ from tether.limits import Limits, Stop, StopCondition, check_before_request, est
 from tether.messages import ToolCall
 from tether.providers.base import DeltaObserver, Model, ModelRequest
 from tether.recovery import Decision, decide_calls, decide_open_calls
+from tether.retrying import complete
+from tether.scheduler.retry import RetryPolicy
 from tether.session_log import SessionLog
 from tether.state import session_outcome
 from tether.tools.base import Toolbox
@@ -44,6 +46,8 @@ class TurnContext:
     limits: Limits
     stop_when: StopCondition | None = None
     on_delta: DeltaObserver | None = None
+    # Retries of a failed model call (None: one attempt); a gateway's model is retried there.
+    retry: RetryPolicy | None = None
     started_at: float = field(default_factory=time.monotonic)
     # Why the turn is being cancelled, set by whoever cancels it (interrupt, time limit).
     stop_cause: str = "interrupted"
@@ -155,10 +159,11 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
         tools=ctx.toolbox.specs,
         max_output_tokens=max_output,
         on_delta=ctx.on_delta,
+        on_retry=lambda error, attempt, wait: _record_retry(ctx, error, attempt, wait),
     )
     started = time.perf_counter()
     try:
-        response = await ctx.model.complete(request)
+        response = await complete(ctx.model, request, ctx.retry)
     except ProviderError as exc:
         if (
             isinstance(exc, ContextOverflow)
@@ -203,6 +208,13 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     # its calls commit in one batch: the answer is durable before any call runs.
     decisions = decide_calls(calls, (), folder.decisions, (), ctx.toolbox)
     return await _settle_calls(ctx, decisions, (answer,))
+
+
+async def _record_retry(ctx: TurnContext, error: ProviderError, attempt: int, wait: float) -> None:
+    """A failed attempt that will be sent again: the request stays open, and the wait
+    counts against the turn's time limit like any other."""
+    kind, status, retryable = error.kind, error.status, error.retryable
+    await ctx.log.append(ModelFailed(kind, str(error), status, retryable, attempt, round(wait, 3)))
 
 
 async def _settle_calls(

@@ -55,7 +55,12 @@ def summarize(event: Event) -> str:
         cut = " [cut by the output limit]" if p.incomplete else ""
         return f"{what}{cut} ({p.usage.input_tokens}+{p.usage.output_tokens} tokens, {p.latency_ms:.0f} ms)"
     if isinstance(p, ModelFailed):
-        return f"{p.error_class}: {clip(p.message)}"
+        again = (
+            ""
+            if p.retrying_in is None
+            else f" — attempt {p.attempt}, retrying in {p.retrying_in:.1f} s"
+        )
+        return f"{p.error_class}: {clip(p.message)}{again}"
     if isinstance(p, ToolStarted):
         return f"{p.name} [{p.call_id}, {p.effect}]"
     if isinstance(p, ToolFinished):

@@ -65,8 +65,9 @@ async def main() -> None:
             print(name, "kept: a committed golden log is the contract (--force to rewrite)")
             continue
         store = MemoryStore()
+        # retry=None: each scenario's log is its first attempt's (a failure ends the turn).
         result = await Agent(
-            model, tools=tool_list, store=store, limits=limits, system="Be brief."
+            model, tools=tool_list, store=store, limits=limits, system="Be brief.", retry=None
         ).run(task)
         events = await store.read(result.session_id)
         (HERE / f"{name}.events.jsonl").write_text("".join(e.canonical() + "\n" for e in events))

@@ -58,8 +58,10 @@ async def test_a_429_ends_the_turn_with_a_named_error(dialect: str) -> None:
         {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}}
     ).encode()
     async with FakeServer(lambda _: Reply(429, body, {"retry-after": "2"})) as server:
-        agent = tether.Agent(build(dialect, server.url, False), tools=[add], store="memory:")
+        model = build(dialect, server.url, False)
+        agent = tether.Agent(model, tools=[add], store="memory:", retry=None)
         result = await agent.run("add")
+    assert len(server.requests) == 1
     assert result.stop_reason == "error"
     assert "rate_limited" in (result.stop_detail or "")
     assert ran == []

@@ -33,7 +33,7 @@ def test_an_agent_runs_its_turn_through_the_gateway() -> None:
     run_virtual(main())
 
 
-def test_a_call_the_gateway_gives_up_on_ends_the_turn_error_with_its_cause() -> None:
+def test_a_call_the_gateway_gives_up_on_ends_the_turn_error_after_its_retries_logged() -> None:
     async def main() -> None:
         refusal = RateLimited("HTTP 429: rate limit reached", status=429, retry_after=5.0)
         gateway = Gateway(
@@ -45,7 +45,13 @@ def test_a_call_the_gateway_gives_up_on_ends_the_turn_error_with_its_cause() -> 
         assert result.stop_detail is not None and result.stop_detail.startswith("rate_limited")
         events = await store.read(result.session_id)
         failed = [e.payload for e in events if isinstance(e.payload, ModelFailed)]
-        assert len(failed) == 1 and failed[0].retryable
+        # The gateway's two retries are in the log, then the failure that ended the turn.
+        assert [(f.attempt, f.retryable) for f in failed] == [(1, True), (2, True), (3, True)]
+        assert [f.retrying_in is not None and f.retrying_in >= 5.0 for f in failed] == [
+            True,
+            True,
+            False,
+        ]
         assert asyncio.get_running_loop().time() >= 10.0  # two waits of at least 5 s
         assert gateway.figures().attempts == 3
 

@@ -6,13 +6,14 @@ codecs for real wire APIs and the scripted test model implement `Model`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from tether.messages import JSONObject, Message, Usage
 
 if TYPE_CHECKING:  # only the type: the HTTP module is not imported by the neutral seam
+    from tether.errors import ProviderError
     from tether.providers.rate_limits import RateLimits
 
 StopKind = Literal["end_turn", "tool_calls", "max_tokens", "other"]
@@ -37,11 +38,16 @@ class Delta:
 
 
 DeltaObserver = Callable[[Delta], None]
+# Told of each failed attempt that will be tried again: the error, the attempt's number
+# (1-based) and the seconds until the next one. Awaited before the wait begins.
+RetryObserver = Callable[["ProviderError", int, float], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
-    """`messages` is the transcript as the loop holds it; a model must not change it."""
+    """`messages` is the transcript as the loop holds it; a model must not change it.
+    `on_retry`: whoever retries the request (the agent, or the model gateway) reports each
+    failed attempt it will try again there."""
 
     model: str
     system: str | None
@@ -49,6 +55,7 @@ class ModelRequest:
     tools: tuple[ToolSpec, ...] = ()
     max_output_tokens: int | None = None
     on_delta: DeltaObserver | None = None
+    on_retry: RetryObserver | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,7 +157,8 @@ class Gateway:
     # -- one call ---------------------------------------------------------------------------
 
     async def submit(self, request: ModelRequest, ticket: Ticket) -> ModelResponse:
-        """Queue, send, retry: the answer, or the last error with `attempts` set on it."""
+        """Queue, send, retry: the answer, or the last error with `attempts` set on it. Each
+        failed attempt that will be sent again is told to `request.on_retry` first."""
         now = self._clock.now()
         self._budgets.start(now)
         self._counters.start(now)
@@ -186,6 +187,8 @@ class Gateway:
                     now = self._clock.now()
                     track.kind, track.since, track.until = "retrying", now, now + delay
                     track.attempt, track.error = attempt, f"{exc.kind}: {exc}"
+                    if request.on_retry is not None:
+                        await request.on_retry(exc, attempt, delay)
                     await self._clock.sleep_until(now + delay)
                     continue
                 except BaseException:

@@ -1,0 +1,58 @@
+"""Every model call of an agent under one retry policy, the model gateway's `RetryPolicy`:
+a failed attempt the policy retries is reported to the request's `on_retry` (the loop records
+it as `model.failed` with `retrying_in`) and sent again after the wait. A model behind a
+`Gateway` is retried by that gateway alone, which reports its retries the same way.
+
+Owns the attempts and the waits between them; what is retried and how long to wait is
+`tether.scheduler.retry`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+
+from tether.errors import ProviderError
+from tether.providers.base import Model, ModelRequest, ModelResponse
+from tether.scheduler.gateway import Gateway
+from tether.scheduler.retry import RetryPolicy
+
+# What an `Agent` retries with unless told otherwise: the gateway's own default.
+DEFAULT_RETRY = RetryPolicy()
+
+_JITTER = random.Random()
+
+
+def retried_by_gateway(model: object) -> bool:
+    """A gateway, or a model bound to one (`Gateway.for_session`, a runtime's router): the
+    gateway applies its own policy, and the agent's is not applied on top of it."""
+    return isinstance(model, Gateway) or isinstance(getattr(model, "gateway", None), Gateway)
+
+
+async def complete(
+    model: Model,
+    request: ModelRequest,
+    policy: RetryPolicy | None,
+    *,
+    rng: random.Random = _JITTER,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> ModelResponse:
+    """The model's answer, or the last error with `attempts` set on it. `policy=None`: one
+    attempt. The waits are plain sleeps inside the caller's task, so a deadline or a cancel
+    of that task cuts them short."""
+    if policy is None or retried_by_gateway(model):
+        return await model.complete(request)
+    attempt = 1
+    while True:
+        try:
+            return await model.complete(request)
+        except ProviderError as exc:
+            delay = policy.delay(exc, attempt, rng)
+            if delay is None:
+                exc.attempts = attempt
+                raise
+            if request.on_retry is not None:
+                await request.on_retry(exc, attempt, delay)
+            await sleep(delay)
+            attempt += 1
