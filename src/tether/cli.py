@@ -34,6 +34,28 @@ class CliError(Exception):
     """A problem with what the user typed; printed as one line."""
 
 
+# How `tether run` (and `sessions resume`) exits, by how its turn ended (README: exit codes).
+EXIT_ANSWERED = 0  # end_turn, or a custom stop condition's own reason
+EXIT_ERROR = 1
+EXIT_BAD_INPUT = 2
+EXIT_LIMIT = 3
+EXIT_AWAITING_APPROVAL = 4
+EXIT_INTERRUPTED = 130  # as a shell reports a process ended by Ctrl-C
+LIMIT_REASONS = frozenset({"budget", "turn_limit", "time_limit", "output_limit"})
+
+
+def exit_code(stop_reason: str) -> int:
+    if stop_reason == "error":
+        return EXIT_ERROR
+    if stop_reason in LIMIT_REASONS:
+        return EXIT_LIMIT
+    if stop_reason == "awaiting_approval":
+        return EXIT_AWAITING_APPROVAL
+    if stop_reason == "interrupted":
+        return EXIT_INTERRUPTED
+    return EXIT_ANSWERED
+
+
 def load_tools(specs: Sequence[str]) -> list[Tool]:
     """`module:attr` (a tool, a function, or a list of them) or `module` (its `tools`)."""
     loaded: list[Tool] = []
@@ -132,8 +154,13 @@ async def load_mcp_tools(path: str, taken: Sequence[str]) -> tuple[Any, list[Too
 async def _run_agent(
     args: argparse.Namespace, task: str | None, resolved: Model, tools: list[Tool]
 ) -> int:
-    """Run `task` in a new session, or with `args.session_id` set, resume that session."""
-    limits = Limits(max_steps=args.max_steps)
+    """Run `task` in a new session, or with `args.session_id` set, resume that session.
+    The exit code says how the turn ended (`exit_code`)."""
+    limits = Limits(
+        max_steps=args.max_steps,
+        max_tokens=getattr(args, "max_tokens", None),
+        max_seconds=getattr(args, "max_seconds", None),
+    )
     store = _store(args.store)
     timeline = Timeline()
 
@@ -156,6 +183,7 @@ async def _run_agent(
             result = await agent.run(task)
         else:
             result = await agent.run(task, session_id=session_id, lease_wait=args.lease_wait)
+        waiting = (await agent.view(result.session_id)).pending_approvals
     finally:
         await agent.close()
     if args.json:
@@ -168,7 +196,19 @@ async def _run_agent(
             f"{result.steps} steps · {result.usage.input_tokens}+{result.usage.output_tokens} tokens · cost {cost}"
         )
         print(f"store {store.url}")
-    return 0
+    if result.stop_reason == "awaiting_approval":
+        _print_approval_hint(result.session_id, waiting, args.store)
+    return exit_code(result.stop_reason)
+
+
+def _print_approval_hint(session_id: str, calls: Sequence[str], store_arg: str | None) -> None:
+    """On stderr, so `--json` output stays one document: the commands that decide."""
+    store = f" --store {store_arg}" if store_arg else ""
+    print(f"tether: waiting for approval of {len(calls)} call(s); to decide:", file=sys.stderr)
+    for call_id in calls:
+        print(f"  tether sessions approve {session_id} {call_id}{store}", file=sys.stderr)
+        print(f"  tether sessions deny {session_id} {call_id}{store}", file=sys.stderr)
+    print(f"then: tether sessions resume {session_id}{store}", file=sys.stderr)
 
 
 async def cmd_sessions(args: argparse.Namespace) -> int:
@@ -268,6 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--system", default=None)
     run.add_argument("--store", default=None, help=store_help)
     run.add_argument("--max-steps", type=int, default=50)
+    run.add_argument("--max-tokens", type=int, default=None, metavar="N", help="token budget")
+    run.add_argument(
+        "--max-seconds", type=float, default=None, metavar="S", help="wall time of the run"
+    )
     run.add_argument(
         "--retries",
         type=int,
@@ -310,6 +354,9 @@ async def _dispatch(args: argparse.Namespace) -> int:
             raise CliError(f"--max-steps must be positive, not {args.max_steps}")
         if args.retries is not None and args.retries < 0:
             raise CliError(f"--retries must be 0 or more, not {args.retries}")
+        for flag, value in (("--max-tokens", args.max_tokens), ("--max-seconds", args.max_seconds)):
+            if value is not None and value <= 0:
+                raise CliError(f"{flag} must be positive, not {value}")
         return await cmd_run(args, task=args.task, model=args.model, tool_specs=args.tools)
     if args.command == "db":
         return await cmd_db(args)

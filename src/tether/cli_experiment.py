@@ -1,11 +1,13 @@
 """`tether experiment TASK --model MODEL --runs N`: the task run N times, each run a session
 of its own, and how the runs ended and what they cost, with intervals (`tether.experiment`).
+Exits 1 when any run ended in error (the report is printed all the same).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from tether.agent import Agent, resolve_model
@@ -60,4 +62,8 @@ async def cmd_experiment(args: argparse.Namespace) -> int:
     finally:
         await agent.close()
     print(json.dumps(report.to_json()) if args.json else render_report(report))
+    errored = sum(r.stop_reason == "error" for r in report.runs)
+    if errored:
+        print(f"tether: {errored} of {len(report.runs)} runs ended in error", file=sys.stderr)
+        return 1
     return 0

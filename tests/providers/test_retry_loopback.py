@@ -128,21 +128,35 @@ async def test_a_401_is_sent_exactly_once(tmp_path: Path) -> None:
         result = await agent.run("weather?")
         await agent.close()
         assert len(server.requests) == 1
-        _, out, err = await run_cli(
+        code, out, err = await run_cli(
             "run", "weather?", "--model", MODEL, "--store", f"sqlite:///{tmp_path / 't.db'}",
             "--json", base_url=server.url, cwd=tmp_path,
         )  # fmt: skip
         assert len(server.requests) == 2
     assert result.stop_reason == "error" and "authentication" in (result.stop_detail or "")
     assert json.loads(out)["stop_reason"] == "error", err
+    assert code == 1  # an error
+
+
+async def test_no_server_at_all_is_an_error_exit_1(tmp_path: Path) -> None:
+    async with FakeServer(lambda _: Reply()) as server:
+        url = server.url  # a port that was just free: nothing listens there once closed
+    code, out, err = await run_cli(
+        "run", "weather?", "--model", MODEL, "--store", f"sqlite:///{tmp_path / 't.db'}",
+        "--json", "--retries", "0", base_url=url, cwd=tmp_path,
+    )  # fmt: skip
+    result = json.loads(out)
+    assert (code, result["stop_reason"]) == (1, "error"), err
+    assert "connection_failed" in result["stop_detail"]
 
 
 async def test_retries_zero_makes_one_attempt(tmp_path: Path) -> None:
     server_model = Limited()
     async with FakeServer(server_model) as server:
-        _, out, err = await run_cli(
+        code, out, err = await run_cli(
             "run", "weather?", "--model", MODEL, "--store", f"sqlite:///{tmp_path / 't.db'}",
             "--json", "--retries", "0", base_url=server.url, cwd=tmp_path,
         )  # fmt: skip
     assert len(server_model.arrivals) == 1
     assert json.loads(out)["stop_reason"] == "error", err
+    assert code == 1
