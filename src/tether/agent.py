@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -90,9 +91,18 @@ def _model_from_python(spec: str) -> Model:
     except Exception as exc:
         raise UsageError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
     value = getattr(module, attr, None)
-    if value is not None and not isinstance(value, Model) and callable(value):
-        value = value()
-    if not isinstance(value, Model):
+    # A class passes the Protocol check by its attributes alone: it is a factory, like a
+    # function, and its instance is the model.
+    if value is not None and (inspect.isclass(value) or not isinstance(value, Model)):
+        if callable(value):
+            try:
+                value = value()
+            except Exception as exc:
+                raise UsageError(
+                    f"python:{spec} could not be called to make a model: "
+                    f"{type(exc).__name__}: {str(exc)[:200]}"
+                ) from exc
+    if inspect.isclass(value) or not isinstance(value, Model) or not isinstance(value.name, str):
         raise UsageError(f"python:{spec} is not a model (it needs .name and async .complete)")
     return value
 

@@ -17,6 +17,7 @@ these at the adapter boundary (provider codecs, stores), nowhere else.
     │   ├── GatewayBusy          the model gateway's queue is full: not sent, never retried
     │   └── ScriptExhausted      the scripted test model has no reply left
     ├── LimitExceeded            a limit was reached where a stop reason cannot be used
+    ├── QuotaExceeded            a tenant's quota refuses this now: try after retry_after
     ├── Parked                   the model gateway parked the call: the run stops, unwritten
     ├── HandedOver               the run was stopped to be continued elsewhere, unwritten
     └── StoreError               the event store refused or failed
@@ -122,6 +123,15 @@ class ScriptExhausted(ProviderError):
 
 class LimitExceeded(TetherError):
     """A limit was reached where a turn's stop reason cannot carry it."""
+
+
+class QuotaExceeded(TetherError):
+    """A tenant's quota (sessions running at once, starts per minute) refuses the request
+    now; nothing was created. `retry_after`: seconds until trying again may succeed."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class Parked(TetherError):

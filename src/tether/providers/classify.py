@@ -111,10 +111,18 @@ def classify(
     return cls(message, status=status, retry_after=wait)
 
 
+# What a backend says in an error reaches the session's log and its tenant: bounded, so an
+# endpoint cannot pour a page of its own (or of whatever it fronts) into it.
+MAX_UPSTREAM_TEXT = 500
+
+
 def _message(status: int | None, info: ErrorInfo) -> str:
     where = f"HTTP {status}" if status is not None else "error inside the stream"
-    label = info.type or info.code
-    return f"{where}: {label}: {info.message}" if label else f"{where}: {info.message}"
+    label = info.type[:100] or info.code[:100]
+    said = info.message
+    if len(said) > MAX_UPSTREAM_TEXT:
+        said = f"{said[:MAX_UPSTREAM_TEXT]}… ({len(said) - MAX_UPSTREAM_TEXT} more characters cut)"
+    return f"{where}: {label}: {said}" if label else f"{where}: {said}"
 
 
 def _wait_hint(headers: Mapping[str, str], message: str) -> float | None:

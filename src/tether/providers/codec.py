@@ -5,9 +5,10 @@ request to a neutral response, whole or streamed. A codec module supplies only i
 
 from __future__ import annotations
 
+import hashlib
 from typing import Protocol
 
-from tether.messages import JSONObject
+from tether.messages import JSONObject, canonical_json
 from tether.providers.base import DeltaObserver, ModelRequest, ModelResponse
 from tether.providers.common import request_seed, with_rate_limits
 from tether.providers.http import Endpoint
@@ -34,6 +35,20 @@ class CodecModel:
     @property
     def name(self) -> str:
         return f"{self.provider}:{self.model}"
+
+    @property
+    def endpoint_url(self) -> str:
+        """The URL every request of this model goes to."""
+        return self._endpoint.url
+
+    @property
+    def identity(self) -> str:
+        """What this model is for sharing a gateway, a budget or a cache: its provider,
+        model, URL and a digest of the headers that carry its credentials. Two models that
+        differ in any of these never share one (their names alone may be equal)."""
+        headers = canonical_json(dict(sorted(self._endpoint.headers.items())))
+        digest = hashlib.sha256(headers.encode()).hexdigest()[:16]
+        return f"{self.name}@{self._endpoint.url}#{digest}"
 
     async def aclose(self) -> None:
         await self._endpoint.aclose()

@@ -17,6 +17,13 @@ from tether.providers.base import Model
 
 OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
 VLLM_BASE_URL = "http://localhost:8000/v1"
+# The hosted providers' own endpoints: a server may call them for any spec (with its keys).
+HOSTED_BASE_URLS = (
+    anthropic.DEFAULT_BASE_URL,
+    openai_chat.DEFAULT_BASE_URL,
+    openai_responses.DEFAULT_BASE_URL,
+    OPENROUTER_BASE_URL,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
-"""The model gateways of one worker: one `tether.scheduler.Gateway` per backend (model name),
-which every model call of the sessions it runs passes, bound to the session's tenant, id and
+"""The model gateways of one worker: one `tether.scheduler.Gateway` per backend (the model's
+identity: provider, model, URL and credentials; never its name alone), which every model call of the sessions it runs passes, bound to the session's tenant, id and
 priority; plus reading them back (what a session waits for, the figures).
 
 It queues and limits nothing itself (the scheduler does) and writes no events.
@@ -48,19 +48,31 @@ class SessionRouted:
         return await self.gateway.submit(request, ticket)
 
 
+def model_identity(model: Model, spec: str) -> str:
+    """What `model`, built from the model string `spec`, is for sharing: a codec's own
+    identity (provider, model, URL, a digest of its credentials), else the string itself
+    (`python:MODULE:ATTR` names its object). Two models with one name but another endpoint,
+    key or object never share a gateway, so one session's prompts never reach another's
+    backend."""
+    identity = getattr(model, "identity", None)
+    return identity if isinstance(identity, str) else f"spec:{spec}"
+
+
 class Gateways:
     """`Gateways(GatewayConfig(...))`: every backend gets a gateway with this configuration
-    the first time a session uses it. The model built first for a name serves every session
-    of that name here, as one backend has one owner of its limits."""
+    the first time a session uses it, keyed by the model's identity (`model_identity`): one
+    backend has one owner of its limits, and only sessions of that very backend share it."""
 
     def __init__(self, config: GatewayConfig | None = None) -> None:
         self.config = config or GatewayConfig()
-        self._by_name: dict[str, Gateway] = {}
+        self._by_identity: dict[str, Gateway] = {}
 
-    def route(self, model: Model) -> SessionRouted:
-        gateway = self._by_name.get(model.name)
+    def route(self, model: Model, spec: str) -> SessionRouted:
+        """A model for sessions of the model string `spec`, which resolved to `model`."""
+        identity = model_identity(model, spec)
+        gateway = self._by_identity.get(identity)
         if gateway is None:
-            gateway = self._by_name[model.name] = Gateway(model, self.config)
+            gateway = self._by_identity[identity] = Gateway(model, self.config)
         return SessionRouted(gateway)
 
     @staticmethod
@@ -78,19 +90,19 @@ class Gateways:
 
     def status(self, session_id: str) -> GatewayStatus | None:
         """What the session's model call is doing at a gateway here; None when it has none."""
-        for gateway in self._by_name.values():
+        for gateway in self._by_identity.values():
             status = gateway.status(session_id)
             if status is not None:
                 return status
         return None
 
     def figures(self) -> list[GatewayFigures]:
-        return [gateway.figures() for gateway in self._by_name.values()]
+        return [gateway.figures() for gateway in self._by_identity.values()]
 
     async def aclose(self) -> None:
         """Close the backends' clients. The figures stay readable (a command prints them
         after its workers stop)."""
-        for gateway in self._by_name.values():
+        for gateway in self._by_identity.values():
             await gateway.aclose()
 
 

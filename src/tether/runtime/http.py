@@ -14,7 +14,14 @@ from typing import Any
 
 import httpx
 
-from tether.errors import IdempotencyConflict, SessionNotFound, StoreError, TetherError, UsageError
+from tether.errors import (
+    IdempotencyConflict,
+    QuotaExceeded,
+    SessionNotFound,
+    StoreError,
+    TetherError,
+    UsageError,
+)
 from tether.events import Event, SessionEnded
 from tether.providers.base import Delta
 from tether.runtime.base import (
@@ -59,6 +66,9 @@ def error_from(response: httpx.Response, session_id: str | None) -> Exception:
         code, message = "", f"HTTP {response.status_code}: {response.text[:200]}"
     if code == "session_not_found" and session_id is not None:
         return SessionNotFound(session_id)
+    if code == "quota_exceeded":
+        wait = response.headers.get("retry-after", "")
+        return QuotaExceeded(message, float(wait) if wait.isdigit() else 1.0)
     kind = _ERRORS.get(code) or (ServerFailed if response.status_code >= 500 else UsageError)
     return kind(message)
 

@@ -8,6 +8,8 @@ creation and folds (`sessions`), running (`worker`), streams (`hub`), steering (
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import fnmatch
 import time
 from collections import OrderedDict
@@ -20,8 +22,10 @@ from tether.events import Event, format_time
 from tether.fold import Folder
 from tether.lease import is_parked
 from tether.providers.base import Delta, Model
+from tether.providers.endpoints import EndpointPolicy
 from tether.runtime.base import (
     Capabilities,
+    CapabilityRefused,
     SessionRef,
     SessionSpec,
     SessionStatus,
@@ -32,6 +36,7 @@ from tether.runtime.base import (
     validate_capabilities,
 )
 from tether.runtime.hub import EventHub, stream_events
+from tether.runtime.quotas import Quota, TenantLoad
 from tether.runtime.sessions import Views, build_runner, create_session, created_event
 from tether.runtime.worker import Worker
 from tether.scheduler import GatewayConfig, GatewayFigures
@@ -57,6 +62,8 @@ class _Core:
     started: int = 0
     closed: bool = False
     allow_code: tuple[str, ...] | None = None
+    endpoints: EndpointPolicy | None = None
+    load: TenantLoad = field(default_factory=TenantLoad)
 
 
 class LocalRuntime:
@@ -68,7 +75,9 @@ class LocalRuntime:
     the limits of the model gateway each backend gets in this process (default
     `GatewayConfig()`: 16 requests at once, rates learned from the backend's headers).
     `park_after`: a session whose model call would wait that many seconds or more for a
-    spent budget or an open circuit is parked rather than held in its slot (`Worker`)."""
+    spent budget or an open circuit is parked rather than held in its slot (`Worker`).
+    `endpoints`: the model URLs a spec may make this process call (`EndpointPolicy`), for
+    callers that are not trusted to choose them; None allows any."""
 
     def __init__(
         self,
@@ -82,6 +91,7 @@ class LocalRuntime:
         allow_code: Sequence[str] | None = None,
         gateway: GatewayConfig | None = None,
         park_after: float | None = 10.0,
+        endpoints: EndpointPolicy | None = None,
     ) -> None:
         owns = isinstance(store, str)
         the_store = open_store(store) if isinstance(store, str) else store
@@ -98,16 +108,21 @@ class LocalRuntime:
                 gateway=gateway,
                 park_after=park_after,
                 on_delta=hub.publish_delta,
+                endpoints=endpoints,
             )
         self._core = _Core(the_store, owns, hub, Views(the_store, views), worker)
         self._core.allow_code = None if allow_code is None else tuple(allow_code)
+        self._core.endpoints = endpoints
         self.tenant: str | None = None
+        self.quota = Quota()
 
-    def for_tenant(self, tenant: str) -> LocalRuntime:
-        """The same runtime, seeing and touching only `tenant`'s sessions."""
+    def for_tenant(self, tenant: str, quota: Quota | None = None) -> LocalRuntime:
+        """The same runtime, seeing and touching only `tenant`'s sessions, within `quota`
+        (counted across every view of this runtime for that tenant)."""
         scoped = object.__new__(LocalRuntime)
         scoped._core = self._core
         scoped.tenant = tenant
+        scoped.quota = quota or Quota()
         return scoped
 
     @property
@@ -162,16 +177,75 @@ class LocalRuntime:
             raise UsageError("an idempotency key must not be empty")
         self._ensure_running()
         self._check_code(spec)
+        spec = self._capped(spec)
         model, tools = self._build(spec)
+        self._check_endpoint(spec, model)
         created = created_event(spec, model, tools, self.tenant, idempotency_key)
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout), self._admitted() as admitted:
             sid = await create_session(
                 self._core.store, spec, created, self.tenant, idempotency_key, time.time()
             )
+            admitted.append(sid)
         self._core.started += 1
         if self._core.worker is not None:
             self._core.worker.wake()
         return SessionRef(sid)
+
+    def _capped(self, spec: SessionSpec) -> SessionSpec:
+        """The spec within the tenant's output-token cap: refused above it, capped at it
+        when it names none."""
+        cap = self.quota.max_output_tokens
+        asked = spec.limits.max_output_tokens
+        if cap is None:
+            return spec
+        if asked is not None and asked > cap:
+            raise CapabilityRefused(
+                f"limits.max_output_tokens {asked} is over this tenant's cap of {cap}"
+            )
+        limits = dataclasses.replace(spec.limits, max_output_tokens=asked or cap)
+        return dataclasses.replace(spec, limits=limits)
+
+    @contextlib.asynccontextmanager
+    async def _admitted(self) -> AsyncIterator[list[str]]:
+        """Admit one more running session of this tenant under its quota, or raise
+        `QuotaExceeded` before anything is created. The block appends the session it made
+        (an idempotent retry of one already counted changes nothing)."""
+        tenant, quota, load = self.tenant, self.quota, self._core.load
+        if tenant is None or (quota.max_running is None and quota.starts_per_minute is None):
+            yield []
+            return
+        if quota.max_running is not None:
+            await self._prune_running(quota.max_running)
+            load.refuse_running(tenant, quota.max_running)
+        if quota.starts_per_minute is not None:
+            load.take_start(tenant, quota.starts_per_minute)
+        load.reserve(tenant)
+        made: list[str] = []
+        try:
+            yield made
+        except BaseException:
+            if quota.starts_per_minute is not None:
+                load.give_back_start(tenant, quota.starts_per_minute)
+            raise
+        finally:
+            load.settle(tenant, made[0] if made else None)
+
+    async def _prune_running(self, limit: int) -> None:
+        """Bring this tenant's count of running sessions up to date: once from the store's
+        most recent sessions, then, at the limit, by dropping those whose turn has closed."""
+        assert self.tenant is not None
+        load = self._core.load
+        running = load.running(self.tenant)
+        if self.tenant not in load.seeded:
+            load.seeded.add(self.tenant)
+            for info in await self._core.store.sessions(limit=2_000):
+                folder = await self._core.views.get(info.session_id)
+                if folder.metadata.get("tenant") == self.tenant and _is_running(folder):
+                    running.add(info.session_id)
+        if len(running) >= limit:
+            for session_id in list(running):
+                if not _is_running(await self._core.views.get(session_id)):
+                    running.discard(session_id)
 
     def _check_code(self, spec: SessionSpec) -> None:
         allowed = self._core.allow_code
@@ -184,6 +258,16 @@ class LocalRuntime:
                     f"{code!r} is not code this runtime may load (allowed: "
                     f"{', '.join(allowed) or 'none'}; see tether serve --allow-code)"
                 )
+
+    def _check_endpoint(self, spec: SessionSpec, model: Model) -> None:
+        """Refuse a model that would call a URL the operator did not allow."""
+        policy, url = self._core.endpoints, getattr(model, "endpoint_url", None)
+        if policy is None or not isinstance(url, str):
+            return
+        try:
+            policy.check(url)
+        except UsageError as exc:
+            raise CapabilityRefused(f"model {spec.model[:200]!r}: {exc}") from None
 
     def _build(self, spec: SessionSpec) -> tuple[Model, list[Tool]]:
         key = (spec.model, spec.tools)
@@ -203,6 +287,10 @@ class LocalRuntime:
         ):
             raise SessionNotFound(ref.session_id)
         return folder
+
+    def _known(self, ref: SessionRef) -> control.Known | None:
+        """The fold `_folder` just brought up to date, so steering reads no log itself."""
+        return self._core.views.known(ref.session_id)
 
     async def sessions(
         self, limit: int = 50, *, timeout: float | None = None
@@ -276,7 +364,9 @@ class LocalRuntime:
         in `cancel.requested`; says what was done."""
         async with asyncio.timeout(timeout):
             await self._folder(ref)
-            done = await control.request_stop(self._core.store, ref.session_id, scope, reason)
+            done = await control.request_stop(
+                self._core.store, ref.session_id, scope, reason, known=self._known(ref)
+            )
         self._core.hub.poke(ref.session_id)
         return done
 
@@ -303,10 +393,15 @@ class LocalRuntime:
         if not message.strip():
             raise UsageError("a message must not be empty")
         async with asyncio.timeout(timeout):
-            await self._folder(ref)
+            folder = await self._folder(ref)
+            await self._admit_turn(ref.session_id, folder)
             try:
                 sent = await control.send_message(
-                    self._core.store, ref.session_id, message, idempotency_key
+                    self._core.store,
+                    ref.session_id,
+                    message,
+                    idempotency_key,
+                    known=self._known(ref),
                 )
             except IdempotencyConflict:
                 raise
@@ -329,10 +424,27 @@ class LocalRuntime:
             if folder.terminal:
                 raise StateConflict(f"session {ref.session_id} has ended ({folder.state})")
             try:
-                await control.decide(self._core.store, ref.session_id, call_id, allow, reason)
+                await control.decide(
+                    self._core.store,
+                    ref.session_id,
+                    call_id,
+                    allow,
+                    reason,
+                    known=self._known(ref),
+                )
             except UsageError as exc:  # no such call waits for a decision
                 raise StateConflict(str(exc)) from exc
         self._woken(ref)
+
+    async def _admit_turn(self, session_id: str, folder: Folder) -> None:
+        """A message to an idle session opens a turn: it runs again, so it counts against
+        the tenant's running sessions."""
+        limit, tenant = self.quota.max_running, self.tenant
+        if limit is None or tenant is None or folder.terminal or _is_running(folder):
+            return
+        await self._prune_running(limit)
+        self._core.load.refuse_running(tenant, limit)
+        self._core.load.running(tenant).add(session_id)
 
     def _woken(self, ref: SessionRef) -> None:
         self._core.hub.poke(ref.session_id)
@@ -399,3 +511,8 @@ class LocalRuntime:
         await core.hub.close()
         if core.owns_store:
             await core.store.close()
+
+
+def _is_running(folder: Folder) -> bool:
+    """A turn is open: the session takes a worker, a model call or a tool now or soon."""
+    return not folder.terminal and folder.state != "idle"

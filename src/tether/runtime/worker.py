@@ -24,6 +24,7 @@ from tether.eager import shielded
 from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
 from tether.events import Event, SessionCreated, SessionEnded, ToolFinished, TurnEnded
 from tether.lease import parked_owner, worker_id
+from tether.providers.endpoints import EndpointPolicy
 from tether.runtime.base import FAILED_STOPS, NOT_FINAL
 from tether.runtime.gateways import Gateways
 from tether.runtime.sessions import Runner, build_runner
@@ -62,7 +63,9 @@ class Worker:
     `park_after`: a model call that would wait this long or longer for a spent budget or an
     open circuit is parked: the run stops, the session's slot and lease are let go, and it
     is held off the queue until the wait is over (None: it waits in its slot). `on_delta`:
-    the streamed output of the model calls it makes, with their sessions (never stored)."""
+    the streamed output of the model calls it makes, with their sessions (never stored).
+    `endpoints`: the model URLs it may call; a session whose model would call another is
+    failed, never run (None: any)."""
 
     def __init__(
         self,
@@ -77,6 +80,7 @@ class Worker:
         gateway: GatewayConfig | None = None,
         park_after: float | None = 10.0,
         on_delta: SessionDeltaObserver | None = None,
+        endpoints: EndpointPolicy | None = None,
     ) -> None:
         if concurrency < 1:
             raise UsageError(f"a worker needs concurrency of at least 1, not {concurrency}")
@@ -94,6 +98,7 @@ class Worker:
         self.max_claims = max_claims
         self.owner = worker_id()
         self.park_after = park_after
+        self.endpoints = endpoints
         self.turns_run = 0
         self.failures = 0
         self.parked = 0
@@ -321,8 +326,11 @@ class Worker:
             self._agents.move_to_end(key)
             return agent
         model, tools = build_runner(runner.model, runner.tools)
+        url = getattr(model, "endpoint_url", None)
+        if self.endpoints is not None and isinstance(url, str):
+            self.endpoints.check(url)  # a session written by an older or laxer server
         agent = Agent(
-            self.gateways.route(model),
+            self.gateways.route(model, runner.model),
             tools=tools,
             limits=runner.build_limits(),
             store=self.store,

@@ -1,8 +1,10 @@
-"""Bearer tokens per tenant: loading them (a JSON or TOML file, or `TETHER_TOKENS`) and
-finding a request's tenant. Tokens are kept only as sha256 digests.
+"""Bearer tokens and quotas per tenant: loading them (a JSON or TOML file, or
+`TETHER_TOKENS`) and finding a request's tenant. Tokens are kept only as sha256 digests.
 
-File: `{"tenants": {"acme": ["TOKEN", ...], ...}}` (or the same in TOML, `[tenants]`).
-Environment: `TETHER_TOKENS="acme=TOKEN,globex=TOKEN"`.
+File: `{"tenants": {"acme": ["TOKEN", ...], ...}}`, or with quotas
+`{"tenants": {"acme": {"tokens": ["TOKEN"], "max_running": 50, "starts_per_minute": 600,
+"max_output_tokens": 32000}}}` (the same in TOML, `[tenants.acme]`).
+Environment: `TETHER_TOKENS="acme=TOKEN,globex=TOKEN"` (no quotas).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
-from tether.errors import ConfigError
+from tether.errors import ConfigError, UsageError
+from tether.runtime.quotas import Quota
 
 TENANT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MIN_TOKEN = 16  # characters: a short token is a guessable one
+QUOTA_KEYS = ("max_running", "starts_per_minute", "max_output_tokens")
 
 
 def _digest(token: str) -> str:
@@ -26,10 +30,14 @@ def _digest(token: str) -> str:
 
 
 class Tokens:
-    """Token digest -> tenant. Empty means nobody can call the API."""
+    """Token digest -> tenant, and each tenant's quota. Empty means nobody can call the
+    API."""
 
-    def __init__(self, tenants: Mapping[str, list[str]]) -> None:
+    def __init__(
+        self, tenants: Mapping[str, list[str]], quotas: Mapping[str, Quota] | None = None
+    ) -> None:
         self._by_digest: dict[str, str] = {}
+        self.quotas: dict[str, Quota] = dict(quotas or {})
         for tenant, tokens in tenants.items():
             if not TENANT_NAME.match(tenant):
                 raise ConfigError(f"tenant name {tenant!r} must be 1-64 of A-Z a-z 0-9 _ . -")
@@ -44,6 +52,9 @@ class Tokens:
     def __len__(self) -> int:
         return len(self._by_digest)
 
+    def quota(self, tenant: str) -> Quota:
+        return self.quotas.get(tenant) or Quota()
+
     def tenant(self, authorization: str | None) -> str | None:
         """The tenant of an `Authorization: Bearer TOKEN` header, or None."""
         if not authorization:
@@ -57,7 +68,7 @@ class Tokens:
     def load(path: str | None = None, env: Mapping[str, str] | None = None) -> Tokens:
         """From the file at `path` if given, else from `TETHER_TOKENS`."""
         if path is not None:
-            return Tokens(_from_file(Path(path)))
+            return _from_file(Path(path))
         spec = (env if env is not None else os.environ).get("TETHER_TOKENS", "")
         tenants: dict[str, list[str]] = {}
         for item in filter(None, (p.strip() for p in spec.split(","))):
@@ -68,13 +79,39 @@ class Tokens:
         return Tokens(tenants)
 
 
-def _from_file(path: Path) -> dict[str, list[str]]:
+def _from_file(path: Path) -> Tokens:
     try:
         text = path.read_text()
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read tokens from {path}: {exc}") from exc
     tenants = data.get("tenants") if isinstance(data, dict) else None
-    if not isinstance(tenants, dict) or not all(isinstance(v, list) for v in tenants.values()):
-        raise ConfigError(f"{path} must hold tenants: a table of tenant name -> list of tokens")
-    return tenants
+    if not isinstance(tenants, dict):
+        raise ConfigError(
+            f"{path} must hold tenants: a table of tenant name -> a list of tokens, or "
+            '{"tokens": [...], "max_running": N, "starts_per_minute": N, "max_output_tokens": N}'
+        )
+    tokens: dict[str, list[str]] = {}
+    quotas: dict[str, Quota] = {}
+    for tenant, entry in tenants.items():
+        tokens[tenant], quotas[tenant] = _tenant(path, str(tenant), entry)
+    return Tokens(tokens, quotas)
+
+
+def _tenant(path: Path, tenant: str, entry: object) -> tuple[list[str], Quota]:
+    """One tenant's entry: a list of tokens, or a table of tokens and quotas."""
+    if isinstance(entry, list):
+        return entry, Quota()
+    if not isinstance(entry, dict) or not isinstance(entry.get("tokens"), list):
+        raise ConfigError(f"{path}: tenant {tenant[:64]!r} needs a list of tokens")
+    unknown = sorted(set(entry) - {"tokens", *QUOTA_KEYS})
+    if unknown:
+        raise ConfigError(
+            f"{path}: tenant {tenant[:64]!r} has an unknown key {unknown[0][:40]!r} "
+            f"(known: tokens, {', '.join(QUOTA_KEYS)})"
+        )
+    try:
+        quota = Quota(**{key: entry[key] for key in QUOTA_KEYS if key in entry})
+    except UsageError as exc:
+        raise ConfigError(f"{path}: tenant {tenant[:64]!r}: {exc}") from None
+    return entry["tokens"], quota

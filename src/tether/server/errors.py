@@ -4,9 +4,18 @@ codes back (`CODES`)."""
 
 from __future__ import annotations
 
+import math
+
 from starlette.responses import JSONResponse
 
-from tether.errors import Conflict, IdempotencyConflict, SessionNotFound, StoreError, UsageError
+from tether.errors import (
+    Conflict,
+    IdempotencyConflict,
+    QuotaExceeded,
+    SessionNotFound,
+    StoreError,
+    UsageError,
+)
 from tether.runtime.base import CapabilityRefused, StateConflict
 
 # code -> (HTTP status, what it means)
@@ -16,6 +25,8 @@ CODES: dict[str, tuple[int, str]] = {
     "invalid_spec": (422, "the session spec cannot be run (unknown model, tools that do not load)"),
     "capability_refused": (422, "the spec asks for more than this runtime declares"),
     "unauthorized": (401, "no bearer token, or one no tenant holds"),
+    "host_not_allowed": (403, "without authentication, only a loopback Host is served"),
+    "cross_origin": (403, "without authentication, changes come only from the server's own pages"),
     "not_found": (404, "no such route"),
     "session_not_found": (404, "no such session for this tenant"),
     "method_not_allowed": (405, "the route does not take this method"),
@@ -23,6 +34,7 @@ CODES: dict[str, tuple[int, str]] = {
     "idempotency_conflict": (409, "the idempotency key was used for a different request"),
     "conflict": (409, "other writers kept the session busy; try again"),
     "payload_too_large": (413, "the body is larger than the server accepts"),
+    "quota_exceeded": (429, "the tenant's quota refuses this now; try after Retry-After"),
     "unsupported_media_type": (415, "the body must be application/json"),
     "internal": (500, "the server failed; nothing was changed by this request"),
     "store_unavailable": (503, "the event store failed or is busy; try again"),
@@ -37,18 +49,29 @@ class ApiError(Exception):
         self.message = message
 
 
-def envelope(code: str, message: str) -> JSONResponse:
+def envelope(code: str, message: str, retry_after: float | None = None) -> JSONResponse:
     status = CODES[code][0]
-    headers = {"WWW-Authenticate": 'Bearer realm="tether"'} if status == 401 else None
+    headers = {"WWW-Authenticate": 'Bearer realm="tether"'} if status == 401 else {}
+    if retry_after is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after)))  # whole seconds
     return JSONResponse(
         {"error": {"code": code, "message": message, "status": status}}, status, headers=headers
     )
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    """The envelope for an exception raised while serving a request."""
+    code, message = classify(exc)
+    retry_after = exc.retry_after if isinstance(exc, QuotaExceeded) else None
+    return envelope(code, message, retry_after)
 
 
 def classify(exc: BaseException) -> tuple[str, str]:
     """The code and message for an exception raised while serving a request."""
     if isinstance(exc, ApiError):
         return exc.code, exc.message
+    if isinstance(exc, QuotaExceeded):
+        return "quota_exceeded", str(exc)
     if isinstance(exc, SessionNotFound):
         return "session_not_found", f"no session {exc.session_id!r}"
     if isinstance(exc, CapabilityRefused):

@@ -107,7 +107,10 @@ class SharedLimits:
         max_wait: float | None = None,
         headroom: float = 1.0,
     ) -> None:
-        key = backend or model.name
+        # Keyed by what the model is (provider, URL, credentials), not its name alone: two
+        # backends that share a model name never share a budget.
+        identity = getattr(model, "identity", None)
+        key = backend or (identity if isinstance(identity, str) else model.name)
         self.model = model
         self.requests = _bucket(store, f"{key}:requests", requests_per_minute, headroom)
         self.tokens = _bucket(store, f"{key}:tokens", tokens_per_minute, headroom)
