@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from invariants import assert_log_invariants, kinds, payloads
+from tether.cli import exit_code
 from tether.control import send_message
 from tether.events import (
     ApprovalDecided,
@@ -42,8 +43,8 @@ def url(tmp_path: Path) -> str:
 
 def run_json(*args: str, cwd: Path) -> dict[str, object]:
     out = tether(*args, "--json", cwd=cwd)
-    assert out.returncode == 0, out.stderr
     result: dict[str, object] = json.loads(out.stdout.splitlines()[-1])
+    assert out.returncode == exit_code(str(result["stop_reason"])), out.stderr
     return result
 
 
@@ -88,8 +89,8 @@ def wait_for(condition: object, what: str, timeout: float = 30.0) -> None:
 
 def finish(worker: subprocess.Popen[str]) -> dict[str, object]:
     out, err = worker.communicate(timeout=60)
-    assert worker.returncode == 0, err
     result: dict[str, object] = json.loads(out.splitlines()[-1])
+    assert worker.returncode == exit_code(str(result["stop_reason"])), err
     return result
 
 
