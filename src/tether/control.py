@@ -2,14 +2,19 @@
 cancel. Each is a control-plane append; the worker running the session acts on it.
 
 Owns the checks that keep these honest (a decision needs a call waiting for one; cancelling
-an ended session changes nothing) and the closing of a session no worker is running.
+an ended session changes nothing) and the closing of a session no worker is running. A
+caller that keeps a current fold of the session (a runtime's views) hands it in as `Known`,
+and the operation reads only the events after it; without one, it folds the whole log.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from tether.errors import Conflict, IdempotencyConflict, LeaseHeld, SessionNotFound, UsageError
 from tether.events import ApprovalDecided, CancelRequested, Event, UserMessage
@@ -23,19 +28,52 @@ from tether.store.base import Store
 ATTEMPTS = 5  # a control append that races other writers re-checks and tries again
 
 
+KEYED = "ev_key_"  # the prefix of an event id named by an idempotency key
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """A fold of the session that its keeper keeps current, and the events up to its last
+    seq whose ids an idempotency key named (`KEYED`). An operation appends through a copy of
+    the fold, so the keeper's own is never changed but by the keeper."""
+
+    folder: Folder
+    keyed: Mapping[str, Event]
+
+
 def control_owner() -> str:
     return f"control:{socket.gethostname()}:{os.getpid()}"
 
 
-async def _load(store: Store, session_id: str) -> SessionLog:
-    log = await SessionLog.load(store, session_id)
+async def _load(store: Store, session_id: str, known: Known | None = None) -> SessionLog:
+    if known is None:
+        log = await SessionLog.load(store, session_id)
+    else:
+        log = SessionLog(store, session_id, _private(known.folder))
+        await log.refresh()  # decide on the log as it is now, as a full read would
     if log.folder.last_seq == 0:
         raise SessionNotFound(session_id)
     return log
 
 
+def _private(folder: Folder) -> Folder:
+    """A copy of a fold to append through. A fold changes its lists, dicts and sets in place
+    and replaces everything else whole (messages and events are immutable), so copying
+    those containers one level deep makes the copy independent."""
+    twin = copy.copy(folder)
+    for name, value in vars(folder).items():
+        if isinstance(value, list | dict | set):
+            setattr(twin, name, copy.copy(value))
+    return twin
+
+
 async def send_message(
-    store: Store, session_id: str, message: str | Message, key: str | None = None
+    store: Store,
+    session_id: str,
+    message: str | Message,
+    key: str | None = None,
+    *,
+    known: Known | None = None,
 ) -> bool:
     """Add a user message; the session runs it when next run or resumed. With an
     idempotency `key`, the message is added once, whatever process sends it how often: the
@@ -49,15 +87,17 @@ async def send_message(
         if event.id == event_id:
             earlier.append(event)
 
-    events = await store.read(session_id)
-    if not events:
+    folder = Folder()
+    if known is not None:  # first, before any await: the fold and its keys agree now
+        folder = _private(known.folder)
+        if event_id is not None and event_id in known.keyed:
+            earlier.append(known.keyed[event_id])
+    log = SessionLog(store, session_id, folder, observers=(note,) if event_id else ())
+    # The whole log without a fold, else what came after it; `note` sees what it brings.
+    # (Sending the keyed event again at its own seq would pass as a retry, and say "sent".)
+    await log.refresh()
+    if log.folder.last_seq == 0:
         raise SessionNotFound(session_id)
-    if event_id is not None:
-        for event in events:
-            note(event)
-    log = SessionLog(
-        store, session_id, Folder().apply_all(events), observers=(note,) if event_id else ()
-    )
     for _ in range(ATTEMPTS):
         if earlier:
             sent = earlier[0].payload
@@ -80,14 +120,20 @@ async def send_message(
 
 def message_event_id(key: str) -> str:
     """The id of the `user.message` event sent with idempotency `key` (per session)."""
-    return f"ev_key_{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+    return f"{KEYED}{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
 async def decide(
-    store: Store, session_id: str, call_id: str, allow: bool, reason: str | None = None
+    store: Store,
+    session_id: str,
+    call_id: str,
+    allow: bool,
+    reason: str | None = None,
+    *,
+    known: Known | None = None,
 ) -> None:
     """Record an approval decision for a call that waits for one."""
-    log = await _load(store, session_id)
+    log = await _load(store, session_id, known)
     for _ in range(ATTEMPTS):
         if log.folder.terminal:
             raise UsageError(
@@ -109,7 +155,14 @@ async def decide(
     raise Conflict(session_id, log.folder.last_seq, log.folder.last_seq)
 
 
-async def request_stop(store: Store, session_id: str, scope: str, reason: str | None = None) -> str:
+async def request_stop(
+    store: Store,
+    session_id: str,
+    scope: str,
+    reason: str | None = None,
+    *,
+    known: Known | None = None,
+) -> str:
     """`scope="turn"` interrupts the running turn; `scope="session"` ends the session.
 
     With a worker running the session, this only asks, and the worker closes what it runs.
@@ -117,7 +170,7 @@ async def request_stop(store: Store, session_id: str, scope: str, reason: str | 
     ended session, or interrupting an idle one, changes nothing. Returns what was done."""
     if scope not in ("turn", "session"):
         raise UsageError(f"scope must be 'turn' or 'session', not {scope!r}")
-    log = await _load(store, session_id)
+    log = await _load(store, session_id, known)
     for _ in range(ATTEMPTS):
         folder = log.folder
         if folder.terminal:

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from tether.agent import resolve_model
+from tether.control import KEYED, Known
 from tether.errors import Conflict, IdempotencyConflict, TetherError, UsageError
 from tether.events import Event, SessionCreated, UserMessage, format_time
 from tether.fold import Folder
@@ -136,7 +137,7 @@ async def create_session(
     except Conflict:
         if key is None:
             raise
-        first = (await store.read(session_id))[0].payload
+        first = (await store.read(session_id, limit=1))[0].payload
         recorded = first.metadata.get("idempotency") if isinstance(first, SessionCreated) else None
         if not isinstance(recorded, dict) or recorded.get("fingerprint") != fingerprint(spec):
             raise IdempotencyConflict(
@@ -146,27 +147,51 @@ async def create_session(
     return session_id
 
 
+# Events a view reads from the store at once: folding a long log for the first time holds
+# a page of it, not all of it.
+PAGE = 500
+
+
+@dataclass(slots=True)
+class _View:
+    folder: Folder
+    keyed: dict[str, Event]  # events named by an idempotency key, for `control.send_message`
+
+
 class Views:
     """Incremental folds of the sessions this process was asked about, so a poll reads only
-    the events since the last one. Bounded: the least recently polled are dropped."""
+    the events since the last one, and steering (`known`) reads no log at all. Bounded: the
+    least recently polled are dropped."""
 
     def __init__(self, store: Store, size: int = 1_000) -> None:
         self.store = store
         self.size = size
-        self._folders: OrderedDict[str, Folder] = OrderedDict()
+        self._views: OrderedDict[str, _View] = OrderedDict()
 
     async def get(self, session_id: str) -> Folder:
-        folder = self._folders.get(session_id)
-        if folder is None:
-            folder = Folder()
+        view = self._views.get(session_id)
+        if view is None:
+            view = _View(Folder(), {})
         else:
-            self._folders.move_to_end(session_id)
-        news = await self.store.read(session_id, folder.last_seq)
-        for event in news:
-            if event.seq == folder.last_seq + 1:  # a concurrent poll may have applied it
-                folder.apply(event)
-        if folder.last_seq > 0 and session_id not in self._folders:
-            self._folders[session_id] = folder
-            while len(self._folders) > self.size:
-                self._folders.popitem(last=False)
+            self._views.move_to_end(session_id)
+        folder = view.folder
+        while True:
+            news = await self.store.read(session_id, folder.last_seq, limit=PAGE)
+            for event in news:
+                if event.seq == folder.last_seq + 1:  # a concurrent poll may have applied it
+                    folder.apply(event)
+                    if event.id.startswith(KEYED):
+                        view.keyed[event.id] = event
+            if len(news) < PAGE:
+                break
+        if folder.last_seq > 0 and session_id not in self._views:
+            self._views[session_id] = view
+            while len(self._views) > self.size:
+                self._views.popitem(last=False)
         return folder
+
+    def known(self, session_id: str) -> Known | None:
+        """What this process knows of the session as of its last `get`, for steering it
+        without reading its log; None when it is not held (never asked, or dropped)."""
+        view = self._views.get(session_id)
+        return None if view is None else Known(view.folder, view.keyed)
