@@ -18,6 +18,7 @@ from tether.errors import UsageError
 from tether.store.base import redact_url
 
 if TYPE_CHECKING:
+    from tether.providers.endpoints import EndpointPolicy
     from tether.scheduler import GatewayConfig, GatewayFigures
 
 
@@ -69,6 +70,15 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
             help="how soon another worker takes over a session whose worker died",
         )
         p.add_argument("--poll-interval", type=float, default=0.1, metavar="SECONDS")
+        p.add_argument(
+            "--allow-endpoint",
+            action="append",
+            default=None,
+            metavar="URL_PREFIX",
+            help="a model URL prefix that specs may make this process call (repeatable; also "
+            "$TETHER_ALLOW_ENDPOINTS, comma-separated); the hosted providers and the base "
+            "URLs set in the environment are allowed without it",
+        )
         p.add_argument("--log-level", default="warning")
         gateway = p.add_argument_group(
             "model gateway", "limits of the one gateway per backend (model) in this process"
@@ -103,6 +113,19 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
             "open circuit is parked, freeing its slot, until the wait is over; 0: never "
             "(default 10)",
         )
+
+
+def endpoint_policy(args: argparse.Namespace) -> EndpointPolicy:
+    """The model URLs this process may call for a spec: `--allow-endpoint`,
+    `TETHER_ALLOW_ENDPOINTS`, and the providers configured here."""
+    import os
+
+    from tether.providers.endpoints import EndpointPolicy, configured_endpoints
+    from tether.providers.registry import HOSTED_BASE_URLS
+
+    listed = os.environ.get("TETHER_ALLOW_ENDPOINTS", "")
+    allowed = [*(args.allow_endpoint or ()), *filter(None, (p.strip() for p in listed.split(",")))]
+    return EndpointPolicy(tuple(allowed), configured_endpoints(os.environ, HOSTED_BASE_URLS))
 
 
 def gateway_config(args: argparse.Namespace) -> GatewayConfig:
@@ -161,6 +184,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     _positive("lease-ttl", args.lease_ttl)
     _positive("poll-interval", args.poll_interval)
     gateway = gateway_config(args)
+    endpoints = endpoint_policy(args)
     tokens = None if args.no_auth else Tokens.load(args.tokens)
     if tokens is not None and len(tokens) == 0:
         raise UsageError("no tokens: pass --tokens FILE, set TETHER_TOKENS, or --no-auth")
@@ -183,6 +207,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         allow_code=args.allow_code or (),
         gateway=gateway,
         park_after=park_after(args),
+        endpoints=endpoints,
     )
     app = create_app(runtime, tokens)
     # On SIGTERM, requests in flight get STREAM_GRACE seconds; an event stream never ends on
@@ -224,6 +249,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     _positive("poll-interval", args.poll_interval)
     _positive("drain", args.drain, allow_zero=True)
     gateway = gateway_config(args)
+    endpoints = endpoint_policy(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     store = _store(args.store)
     worker = Worker(
@@ -234,6 +260,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         watch_interval=min(0.5, args.lease_ttl / 4),
         gateway=gateway,
         park_after=park_after(args),
+        endpoints=endpoints,
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -87,3 +87,21 @@ def model() -> ScriptedModel:
     return ScriptedModel(
         [_reply], repeat_last=True, name="scripted:runtime", price_per_million=(1.0, 2.0)
     )
+
+
+def _twin(side: str) -> ScriptedModel:
+    def reply(messages: Sequence[Message]) -> Reply:
+        return f"twin {side}: {_since_last_user(messages)[0]}"
+
+    # One name for both on purpose: what a session runs must never be chosen by name.
+    return ScriptedModel([reply], repeat_last=True, name="scripted:twin")
+
+
+def twin_a() -> ScriptedModel:
+    """`python:tether.testing.runtime_fixtures:twin_a`: answers "twin a: TASK"."""
+    return _twin("a")
+
+
+def twin_b() -> ScriptedModel:
+    """`python:tether.testing.runtime_fixtures:twin_b`: the same name, answers "twin b: TASK"."""
+    return _twin("b")
