@@ -163,3 +163,83 @@ def test_the_store_can_be_chosen_by_environment(tmp_path: Path) -> None:
     out = tether("demo", "--json", cwd=tmp_path, env={"TETHER_STORE": "sqlite:///other.db"})
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "other.db").exists() and not (tmp_path / "tether.db").exists()
+
+
+def test_tools_and_models_resolve_from_the_current_directory(tmp_path: Path) -> None:
+    (tmp_path / "mytools.py").write_text(
+        "from tether import tool\n"
+        "@tool(effect='read')\n"
+        "def ping(host: str) -> str:\n"
+        "    '''Ping a host.'''\n"
+        "    return 'pong from ' + host\n"
+    )
+    (tmp_path / "mymodel.py").write_text(
+        "from tether.testing import ScriptedModel, call\n"
+        "model = ScriptedModel([call('ping', host='example.org'), 'it answered'])\n"
+    )
+    # -P: Python puts nothing on sys.path for us, as when the installed `tether` script runs.
+    env = {k: v for k, v in os.environ.items() if k != "TETHER_STORE"}
+    out = subprocess.run(
+        [sys.executable, "-P", "-m", "tether", "run", "--model", "python:mymodel:model",
+         "--tools", "mytools:ping", "ping example.org", "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    # The task after --tools was not taken for a tools module.
+    assert (result["stop_reason"], result["output"]) == ("end_turn", "it answered")
+    assert (
+        "pong from example.org"
+        in tether("sessions", "show", result["session_id"], cwd=tmp_path).stdout
+    )
+
+
+def test_tools_are_repeated_or_separated_by_commas(tmp_path: Path) -> None:
+    (tmp_path / "two.py").write_text(
+        "def a() -> str:\n    '''A.'''\n    return 'a'\n"
+        "def b() -> str:\n    '''B.'''\n    return 'b'\n"
+        "def c() -> str:\n    '''C.'''\n    return 'c'\n"
+    )
+    out = tether(
+        "run", "--tools", "two:a,two:b", "--tools", "two:c", "go", "--model", "scripted:demo",
+        "--max-steps", "1", "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 3, out.stderr  # the demo script asks for a tool it lacks: a limit
+    events = tether(
+        "sessions", "events", json.loads(out.stdout)["session_id"], "--json", cwd=tmp_path
+    )
+    created = json.loads(events.stdout.splitlines()[0])
+    assert sorted(created["data"]["tools"]) == ["a", "b", "c"]
+
+
+def test_version_comes_from_the_package_metadata(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    import tether as package
+
+    out = tether("--version", cwd=tmp_path)
+    assert out.returncode == 0
+    assert out.stdout.strip() == f"tether {package.__version__}" == f"tether {version('tether')}"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sessions", "ls"],
+        ["sessions", "show", "ses_x"],
+        ["sessions", "events", "ses_x"],
+        ["sessions", "blob", "ses_x", "sha256:00"],
+        ["sessions", "approve", "ses_x", "call_1"],
+        ["sessions", "interrupt", "ses_x"],
+        ["sessions", "resume", "ses_x"],
+    ],
+    ids=lambda a: " ".join(a[:2]),
+)
+def test_commands_on_stored_sessions_never_create_a_store(tmp_path: Path, args: list[str]) -> None:
+    out = tether(*args, "--store", "sqlite:///tehter.db", cwd=tmp_path)
+    assert out.returncode == 2
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("tether: error: no store at tehter.db"), line
+    by_env = tether(*args, cwd=tmp_path, env={"TETHER_STORE": str(tmp_path / "typo.sqlite")})
+    assert by_env.returncode == 2 and "typo.sqlite" in by_env.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -3,6 +3,9 @@
 The session is an append-only log of typed events; the transcript is a pure fold of it.
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from tether.agent import Agent, RunResult
 from tether.errors import TetherError
 from tether.events import SCHEMA_VERSION, Event
@@ -13,6 +16,11 @@ from tether.scheduler.retry import RetryPolicy
 from tether.state import SessionView, validate_observation
 from tether.store import open_store
 from tether.tools import ToolContext, tool
+
+try:
+    __version__ = _version("tether")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "SCHEMA_VERSION",

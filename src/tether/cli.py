@@ -14,8 +14,10 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from tether import __version__
 from tether.agent import Agent, RunResult, resolve_model
 from tether.errors import SessionNotFound, TetherError, UsageError
 from tether.events import Event
@@ -94,6 +96,44 @@ def retry_policy(retries: int | None) -> RetryPolicy | None:
 
 def _store(url: str | None) -> Store:
     return open_store(url or os.environ.get("TETHER_STORE") or DEFAULT_STORE_URL)
+
+
+def existing_store(url: str | None) -> Store:
+    """The store of a command that reads or steers sessions already stored: a SQLite file
+    that does not exist is an error naming it, never a new empty database."""
+    resolved = url or os.environ.get("TETHER_STORE") or DEFAULT_STORE_URL
+    path = _sqlite_file(resolved)
+    if path is not None and not Path(path).exists():
+        raise CliError(
+            f"no store at {path} (store {resolved}): the file does not exist; "
+            "check --store or $TETHER_STORE"
+        )
+    return open_store(resolved)
+
+
+def _sqlite_file(url: str) -> str | None:
+    """The file a SQLite store URL names, as `open_store` reads it; None for other stores."""
+    if url.startswith("sqlite://"):
+        path = url.removeprefix("sqlite://")
+        path = path[1:] if path.startswith("/") and not path.startswith("//") else path
+        return path if path not in ("", ":memory:") else None
+    if url.endswith((".db", ".sqlite", ".sqlite3")) and "://" not in url:
+        return url
+    return None
+
+
+def tool_specs(text: str) -> list[str]:
+    """One `--tools` value: `MODULE:ATTR`, or several separated by commas."""
+    return [spec.strip() for spec in text.split(",") if spec.strip()]
+
+
+def import_from_cwd() -> None:
+    """Modules named on the command line (`--tools`, `--model python:`) resolve from the
+    current directory first, as with `python -m`, uvicorn and pytest: the `tether` script
+    alone would not look there."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def _result_json(result: RunResult) -> dict[str, Any]:
@@ -212,7 +252,7 @@ def _print_approval_hint(session_id: str, calls: Sequence[str], store_arg: str |
 
 
 async def cmd_sessions(args: argparse.Namespace) -> int:
-    store = _store(args.store)
+    store = existing_store(args.store)
     try:
         if args.sessions_command == "ls":
             return await _sessions_ls(store, args)
@@ -288,8 +328,20 @@ def _print_events(events: list[Event], as_json: bool) -> None:
         print(timeline.line(event))
 
 
+# `--tools` takes one value per flag (repeat it, or separate specs with commas), so the
+# task after it is never taken for a tools module.
+TOOLS_ARGUMENT: dict[str, Any] = {
+    "action": "extend",
+    "type": tool_specs,
+    "default": [],
+    "metavar": "MODULE:ATTR[,...]",
+    "help": "tools to load: a tool, a function or a list of them (repeatable)",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tether", description="A durable agent runtime.")
+    parser.add_argument("--version", action="version", version=f"tether {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     store_help = f"event store URL (default: $TETHER_STORE or {DEFAULT_STORE_URL})"
 
@@ -298,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--model", required=True, help="e.g. scripted:demo, anthropic:MODEL, openai:MODEL"
     )
-    run.add_argument("--tools", nargs="*", default=[], metavar="MODULE:ATTR")
+    run.add_argument("--tools", **TOOLS_ARGUMENT)
     run.add_argument(
         "--mcp",
         default=None,
@@ -381,7 +433,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
 async def cmd_blob(args: argparse.Namespace) -> int:
     from tether.context.blobs import read_blob
 
-    store = _store(args.store)
+    store = existing_store(args.store)
     try:
         data = await read_blob(store, args.id, args.hash)
     finally:
@@ -397,6 +449,7 @@ async def cmd_blob(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import_from_cwd()
     configure_gc()
     try:
         return asyncio.run(_dispatch(args))

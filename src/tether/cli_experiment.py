@@ -16,10 +16,12 @@ from tether.limits import Limits
 
 
 def add_experiment_command(sub: Any, store_help: str) -> None:
+    from tether.cli import TOOLS_ARGUMENT
+
     p = sub.add_parser("experiment", help="run a task many times and report with intervals")
     p.add_argument("task")
     p.add_argument("--model", required=True, help="as for `tether run`")
-    p.add_argument("--tools", nargs="*", default=[], metavar="MODULE:ATTR")
+    p.add_argument("--tools", **TOOLS_ARGUMENT)
     p.add_argument("--system", default=None)
     p.add_argument("--runs", type=int, default=10, help="how many runs (default 10)")
     p.add_argument("--concurrency", type=int, default=4, help="runs at once (default 4)")

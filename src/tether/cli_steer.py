@@ -14,10 +14,12 @@ from tether.events import SessionCreated
 
 
 def add_steering_commands(ssub: Any) -> None:
+    from tether.cli import TOOLS_ARGUMENT
+
     resume = ssub.add_parser("resume", help="continue a session from its log in this process")
     resume.add_argument("id")
     resume.add_argument("--model", default=None, help="default: the model the session ran with")
-    resume.add_argument("--tools", nargs="*", default=None, metavar="MODULE:ATTR")
+    resume.add_argument("--tools", **{**TOOLS_ARGUMENT, "default": None})
     resume.add_argument("--mcp", default=None, metavar="FILE")
     resume.add_argument("--max-steps", type=int, default=50)
     resume.add_argument(
@@ -46,9 +48,9 @@ def add_steering_commands(ssub: Any) -> None:
 
 
 async def cmd_resume(args: argparse.Namespace) -> int:
-    from tether.cli import _store, cmd_run
+    from tether.cli import cmd_run, existing_store
 
-    store = _store(args.store)
+    store = existing_store(args.store)
     try:
         events = await store.read(args.id, after_seq=0)
     finally:
@@ -74,9 +76,9 @@ async def cmd_resume(args: argparse.Namespace) -> int:
 async def _steer(
     args: argparse.Namespace, act: Callable[[Any], Awaitable[str | None]], done: str = ""
 ) -> int:
-    from tether.cli import _store
+    from tether.cli import existing_store
 
-    store = _store(args.store)
+    store = existing_store(args.store)
     try:
         done = await act(store) or done
     finally:
