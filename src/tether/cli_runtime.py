@@ -7,7 +7,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import logging
+import os
 import signal
 import socket
 import sys
@@ -41,7 +43,19 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
         help='bearer tokens per tenant: {"tenants": {"NAME": ["TOKEN", ...]}} (JSON or TOML); '
         "default: $TETHER_TOKENS (NAME=TOKEN,...)",
     )
-    serve.add_argument("--no-auth", action="store_true", help="no tokens: one unscoped tenant")
+    serve.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="no tokens: one unscoped tenant; loopback only (--host and the Host header), "
+        "and changes only from the server's own pages (Origin)",
+    )
+    serve.add_argument(
+        "--metrics-token",
+        default=None,
+        metavar="TOKEN",
+        help="the operator's bearer token for /metrics with its per-backend series "
+        "(default: $TETHER_METRICS_TOKEN; without one, /metrics names no backend)",
+    )
     serve.add_argument(
         "--allow-code",
         action="append",
@@ -160,6 +174,15 @@ def print_figures(command: str, figures: list[GatewayFigures]) -> None:
         print(f"{command}: {describe(f)}", file=sys.stderr, flush=True)
 
 
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _positive(name: str, value: float, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero):
         raise UsageError(
@@ -185,6 +208,12 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     _positive("poll-interval", args.poll_interval)
     gateway = gateway_config(args)
     endpoints = endpoint_policy(args)
+    if args.no_auth and not _loopback(args.host):
+        raise UsageError(
+            f"--no-auth serves on loopback only (127.0.0.1, ::1, localhost), not on {args.host}: "
+            "give tenants tokens (--tokens) to serve elsewhere"
+        )
+    metrics_token = args.metrics_token or os.environ.get("TETHER_METRICS_TOKEN") or None
     tokens = None if args.no_auth else Tokens.load(args.tokens)
     if tokens is not None and len(tokens) == 0:
         raise UsageError("no tokens: pass --tokens FILE, set TETHER_TOKENS, or --no-auth")
@@ -209,7 +238,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         park_after=park_after(args),
         endpoints=endpoints,
     )
-    app = create_app(runtime, tokens)
+    app = create_app(runtime, tokens, metrics_token=metrics_token)
     # On SIGTERM, requests in flight get STREAM_GRACE seconds; an event stream never ends on
     # its own, so without a bound one open stream would hold the server up for good. Cut
     # streams resume elsewhere from their last event id.
@@ -220,7 +249,15 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         lifespan="on",
         timeout_graceful_shutdown=STREAM_GRACE,
     )
-    server = uvicorn.Server(config)
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # Event streams end first, cleanly: otherwise uvicorn cancels them after the
+            # grace and logs a traceback for each.
+            app.state.api.close_streams()
+            await super().shutdown(sockets)
+
+    server = Server(config)
     host, port = sock.getsockname()[:2]
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(

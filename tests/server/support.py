@@ -31,11 +31,12 @@ def write_tokens(directory: Path) -> Path:
     return path
 
 
-def _env() -> dict[str, str]:
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("TETHER_TOKENS", None)
+    env.pop("TETHER_METRICS_TOKEN", None)
     env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return {**env, **(extra or {})}
 
 
 def _stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
@@ -49,16 +50,23 @@ def _stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
 
 
 @contextmanager
-def serve(directory: Path, *args: str, store: str | None = None) -> Iterator[Server]:
-    """`tether serve` on 127.0.0.1 and a free port, with the test tokens."""
+def serve(
+    directory: Path,
+    *args: str,
+    store: str | None = None,
+    auth: bool = True,
+    env: dict[str, str] | None = None,
+) -> Iterator[Server]:
+    """`tether serve` on 127.0.0.1 and a free port, with the test tokens (`auth=False`:
+    `--no-auth`)."""
     store = store or f"sqlite:///{directory / 'serve.db'}"
+    tokens = ["--tokens", str(write_tokens(directory))] if auth else ["--no-auth"]
     command = [
-        *TETHER, "serve", "--host", "127.0.0.1", "--port", "0", "--store", store,
-        "--tokens", str(write_tokens(directory)), "--poll-interval", "0.05",
-        "--allow-code", "tether.testing.runtime_fixtures:*", *args,
+        *TETHER, "serve", "--host", "127.0.0.1", "--port", "0", "--store", store, *tokens,
+        "--poll-interval", "0.05", "--allow-code", "tether.testing.runtime_fixtures:*", *args,
     ]  # fmt: skip
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(env)
     )
     try:
         line = process.stdout.readline() if process.stdout else ""

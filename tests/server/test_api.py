@@ -17,6 +17,7 @@ from tether.runtime.http import HttpRuntime
 from tether.testing.runtime_conformance import Observer, first_events, spec
 
 AUTH = {"Authorization": f"Bearer {ACME}"}
+JSON = {"Content-Type": "application/json"}
 MODEL = "python:tether.testing.runtime_fixtures:model"
 
 
@@ -69,14 +70,15 @@ async def test_an_sse_stream_resumes_from_last_event_id_without_gaps_or_duplicat
 @pytest.mark.parametrize(
     ("method", "path", "kwargs", "status", "code"),
     [
-        ("POST", "/v1/sessions", {"content": b"{not json"}, 400, "invalid_json"),
-        ("POST", "/v1/sessions", {"content": b'{"model": NaN}'}, 400, "invalid_json"),
+        ("POST", "/v1/sessions", {"content": b"{not json", "headers": JSON}, 400, "invalid_json"),
+        ("POST", "/v1/sessions", {"content": b'{"model": NaN}', "headers": JSON}, 400, "invalid_json"),
         ("POST", "/v1/sessions", {"json": {"model": MODEL}}, 422, "invalid_request"),
         ("POST", "/v1/sessions", {"json": {"model": MODEL, "task": "x", "colour": 1}}, 422, "invalid_request"),
         ("POST", "/v1/sessions", {"json": {"model": MODEL, "task": "x", "limits": {"max_steps": "5"}}}, 422, "invalid_request"),
         ("POST", "/v1/sessions", {"json": {"model": "nobody:model", "task": "x"}}, 422, "invalid_spec"),
         ("POST", "/v1/sessions", {"json": {"model": MODEL, "task": "x", "requires": ["telepathy"]}}, 422, "invalid_request"),
         ("POST", "/v1/sessions", {"content": b"{}", "headers": {"Content-Type": "text/plain"}}, 415, "unsupported_media_type"),
+        ("POST", "/v1/sessions", {"content": b'{"model": "scripted:demo", "task": "x"}'}, 415, "unsupported_media_type"),
         ("POST", "/v1/sessions", {"content": b" " * (2 << 20)}, 413, "payload_too_large"),
         ("PUT", "/v1/sessions", {}, 405, "method_not_allowed"),
         ("GET", "/v1/sessions?limit=0", {}, 422, "invalid_request"),
@@ -190,28 +192,39 @@ async def test_event_pages_and_metrics_report_what_happened(server: Server) -> N
     assert "tether_worker_turns_total" in metrics
 
 
-async def test_sigterm_ends_the_server_even_with_an_event_stream_open(tmp_path: Path) -> None:
-    # An event stream of an idle session never ends by itself: shutdown must not wait on it.
+async def test_sigterm_ends_the_server_and_its_open_event_streams_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    # An event stream of an idle session never ends by itself: shutdown must not wait on it,
+    # and must not cancel it either (uvicorn logs a traceback per cancelled stream).
     with serve(tmp_path, "--workers", "1") as server:
         rt = HttpRuntime(server.url, ACME)
         try:
             ref = await rt.start(spec("echo still here"))
             await Observer(rt, ref).settled()
             headers = {**AUTH, "Accept": "text/event-stream"}
+            path = f"/v1/sessions/{ref.session_id}/stream"
             async with (
                 httpx.AsyncClient(base_url=server.url, timeout=httpx.Timeout(60.0)) as client,
-                client.stream("GET", f"/v1/sessions/{ref.session_id}/stream", headers=headers) as r,
+                client.stream("GET", path, headers=headers) as plain,
+                client.stream("GET", path, headers=headers, params={"deltas": "true"}) as live,
             ):
-                lines = r.aiter_lines()
-                while "turn.ended" not in await anext(lines):
-                    pass  # the stream is open and idle now
+                streams = [plain.aiter_lines(), live.aiter_lines()]
+                for lines in streams:
+                    while "turn.ended" not in await anext(lines):
+                        pass  # the stream is open and idle now
                 server.process.send_signal(signal.SIGTERM)
+                # Each stream closes without an `end` frame (its client reconnects elsewhere).
+                rest = [[line async for line in lines] for lines in streams]
                 # Within the grace (3 s) and the hand-over, far inside this bound. (uvicorn
                 # raises the signal again once it has shut down: the exit says SIGTERM.)
                 code = await asyncio.to_thread(server.process.wait, 15)
                 assert code in (0, -signal.SIGTERM), code
         finally:
             await rt.close()
+        errors = server.process.stderr.read() if server.process.stderr else ""
+    assert all("event: end" not in lines for lines in rest), rest
+    assert "Traceback" not in errors and "ERROR" not in errors, errors
 
 
 async def test_an_event_page_ending_at_the_last_event_says_there_is_no_more(

@@ -17,6 +17,7 @@ from tether.runtime.http import HttpRuntime
 from tether.testing.runtime_conformance import Observer, spec
 
 BACKEND = "scripted:runtime"
+OPERATOR = "operator-metrics-token-0123456789"  # /metrics names backends only to its bearer
 HOLD = "note 1 30"  # the first model call answers after 30 s: it holds the only slot
 
 
@@ -24,8 +25,9 @@ HOLD = "note 1 30"  # the first model call answers after 30 s: it holds the only
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """Four sessions at once, but one model request in flight at a time."""
     with serve(
-        tmp_path_factory.mktemp("gateway"), "--workers", "4", "--max-concurrency", "1"
-    ) as running:
+        tmp_path_factory.mktemp("gateway"), "--workers", "4", "--max-concurrency", "1",
+        "--metrics-token", OPERATOR,
+    ) as running:  # fmt: skip
         yield running
 
 
@@ -81,7 +83,8 @@ async def test_metrics_carry_the_gateway_series_after_a_session_ran(server: Serv
     finally:
         await rt.close()
     async with httpx.AsyncClient(base_url=server.url) as client:
-        metrics = (await client.get("/metrics")).text
+        operator = {"Authorization": f"Bearer {OPERATOR}"}
+        metrics = (await client.get("/metrics", headers=operator)).text
     backend = f'backend="{BACKEND}"'
     assert sample(metrics, f"tether_gateway_requests_total{{{backend}}}") >= 2
     assert sample(metrics, f"tether_gateway_succeeded_total{{{backend}}}") >= 2

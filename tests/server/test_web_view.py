@@ -1,12 +1,17 @@
 """The web view (`GET /ui` of `tether serve`) in a real Chromium: it lists the tenant's
 sessions, follows one live (its timeline and the model's streamed output), and steers it
-(send a message, decide an approval, cancel), all through the same API and token."""
+(send a message, decide an approval, cancel), all through the same API and token; it runs
+under its Content-Security-Policy with no violation, and no page of another origin can
+frame it."""
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +19,7 @@ import pytest
 
 from server.support import ACME, GLOBEX, serve
 from tether.runtime.http import HttpRuntime
+from tether.server.web import CSP
 from tether.testing.runtime_conformance import Observer, spec
 
 HOW = "install Debian's chromium (bash .ci/chromium.sh)"
@@ -139,3 +145,118 @@ async def test_the_web_view_shows_model_and_tool_text_as_text(
             assert await page.locator("#timeline img").count() == 0 and dialogs == []
         finally:
             await rt.close()
+
+
+# Collects the page's CSP violations from before its first script (Playwright's init scripts
+# are not subject to the page's policy).
+WATCH_VIOLATIONS = """
+window.__violations = [];
+document.addEventListener("securitypolicyviolation",
+  (e) => window.__violations.push(e.violatedDirective + " " + e.blockedURI));
+"""
+
+
+async def test_the_web_view_works_under_its_content_security_policy(
+    tmp_path: Path, browser: object
+) -> None:
+    from playwright.async_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    with serve(tmp_path, "--workers", "2") as server:
+        rt = HttpRuntime(server.url, ACME)
+        try:
+            ref = await rt.start(spec("echo under policy"))
+            await Observer(rt, ref).settled()
+            page = await browser.new_page()
+            console: list[str] = []
+            page.on("console", lambda m: console.append(m.text))
+            await page.add_init_script(WATCH_VIOLATIONS)
+            response = await page.goto(f"{server.url}/ui")
+            assert response is not None and response.headers["content-security-policy"] == CSP
+            await give_token(page, ACME)
+            # The script ran (from /ui/app.js) and its fetches reached the API...
+            row = page.locator(f'tr[data-session="{ref.session_id}"]')
+            await expect(row).to_contain_text("echo: under policy", timeout=WAIT_MS)
+            await row.click()
+            await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)
+            await expect(page.locator("#timeline li").last).to_contain_text(
+                "turn.ended", timeout=WAIT_MS
+            )
+            # ...and the style sheet (/ui/app.css) applies: the header is dark.
+            background = await page.eval_on_selector(
+                "header", "(e) => getComputedStyle(e).backgroundColor"
+            )
+            assert background == "rgb(29, 35, 48)"
+            assert await page.evaluate("window.__violations") == []
+            assert not [m for m in console if "Content Security Policy" in m], console
+
+            # The watch does see a violation: an inline script put in by hand is refused.
+            await page.evaluate(
+                """() => { const s = document.createElement("script");
+                   s.textContent = "window.__ran = true"; document.body.appendChild(s); }"""
+            )
+            await page.wait_for_function("window.__violations.length > 0", timeout=WAIT_MS)
+            assert await page.evaluate("window.__ran === undefined")
+            assert "script-src" in (await page.evaluate("window.__violations"))[0]
+        finally:
+            await rt.close()
+
+
+@contextmanager
+def framing_site(target: str) -> Iterator[str]:
+    """Another origin on loopback: `/` frames `target` and, as a control, a page of its own."""
+    pages = {
+        "/": f'<iframe id="tether" src="{target}"></iframe><iframe id="own" src="/own"></iframe>',
+        "/own": '<input id="token" value="a page that may be framed">',
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = pages.get(self.path, "").encode()
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    site = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=site.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{site.server_address[1]}"
+    finally:
+        site.shutdown()
+        site.server_close()
+        thread.join(timeout=10)
+
+
+async def test_the_web_view_cannot_be_framed_by_another_origin(
+    tmp_path: Path, browser: object
+) -> None:
+    from playwright.async_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    with serve(tmp_path, "--workers", "0") as server, framing_site(f"{server.url}/ui") as site:
+        page = await browser.new_page()
+        console: list[str] = []
+        page.on("console", lambda m: console.append(m.text))
+        await page.goto(site, wait_until="load")
+        # The control: the site's own page renders in its frame.
+        own = page.frame_locator("#own").locator("#token")
+        await expect(own).to_have_value("a page that may be framed", timeout=WAIT_MS)
+
+        # The web view does not: Chromium refuses it (frame-ancestors 'none', X-Frame-Options).
+        def refused() -> bool:
+            return any("frame-ancestors" in m or "X-Frame-Options" in m for m in console)
+
+        for _ in range(WAIT_MS // 100):
+            if refused():
+                break
+            await page.wait_for_timeout(100)
+        assert refused(), console
+        framed = page.frame_locator("#tether")
+        assert await framed.locator("#token").count() == 0
+        assert await framed.locator("button").count() == 0

@@ -9,45 +9,67 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
-from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Match, Route
 
 from tether.events import Event
 from tether.providers.base import Delta
 from tether.runtime.base import SessionRef
 from tether.runtime.local import LocalRuntime
 from tether.server.auth import Tokens
-from tether.server.errors import ApiError, classify, envelope
+from tether.server.errors import ApiError, envelope, error_response
 from tether.server.metrics import Metrics
 from tether.server.schemas import DecisionBody, MessageBody, StartBody, StopBody, openapi
+from tether.server.web import ASSETS, WebGuard, asset
 
 log = logging.getLogger("tether.server")
 B = TypeVar("B", bound=BaseModel)
 Handler = Callable[[Request, LocalRuntime], Awaitable[Response]]
 
 MAX_BODY = 1 << 20
-# The web view: one static page that talks to this API with the token it is given.
-UI_PAGE = (Path(__file__).parent / "ui.html").read_text(encoding="utf-8")
+FIRST = asyncio.FIRST_COMPLETED
 KEEPALIVE = 15.0  # seconds between SSE comments on a quiet stream, so proxies keep it open
+WEB_VIEW = tuple(ASSETS)  # the web view's page, script and style
+READY_TIMEOUT = 5.0  # seconds the store has to take /readyz's write and read
 
 
 class Api:
     def __init__(
-        self, runtime: LocalRuntime, tokens: Tokens | None, gateways: Iterable[Any] = ()
+        self,
+        runtime: LocalRuntime,
+        tokens: Tokens | None,
+        gateways: Iterable[Any] = (),
+        metrics_token: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.tokens = tokens  # None: no authentication, one unscoped tenant
         self.metrics = Metrics(runtime, gateways)
+        self.metrics_token = metrics_token  # None: /metrics names no tenant and no backend
+        self.queries: dict[str, tuple[str, ...]] = {}  # route name -> its query parameters
+        self._closing: asyncio.Future[None] | None = None
+
+    def close_streams(self) -> None:
+        """End every event stream now (the server is shutting down): each closes without an
+        `end` frame, so its client reconnects, to another server, from its last event id."""
+        closing = self.closing()
+        if not closing.done():
+            closing.set_result(None)
+
+    def closing(self) -> asyncio.Future[None]:
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_future()
+        return self._closing
 
     def scoped(self, request: Request) -> LocalRuntime:
         if self.tokens is None:
@@ -58,11 +80,13 @@ class Api:
                 "a token no tenant holds" if request.headers.get("authorization") else "no token"
             )
             raise ApiError("unauthorized", f"{given}: send Authorization: Bearer TOKEN")
-        return self.runtime.for_tenant(tenant)
+        return self.runtime.for_tenant(tenant, self.tokens.quota(tenant))
 
     def route(
         self, name: str, handler: Handler, *, auth: bool = True, query: tuple[str, ...] = ()
     ) -> Callable[[Request], Awaitable[Response]]:
+        self.queries[name] = query
+
         async def endpoint(request: Request) -> Response:
             try:
                 rt = self.scoped(request) if auth else self.runtime
@@ -77,10 +101,9 @@ class Api:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                code, message = classify(exc)
-                if code == "internal":
+                response = error_response(exc)
+                if response.status_code == 500:  # not a known failure: a bug to look at
                     log.exception("%s %s failed", request.method, request.url.path)
-                response = envelope(code, message)
             self.metrics.request(name, response.status_code)
             return response
 
@@ -103,7 +126,8 @@ class Api:
         return JSONResponse({"sessions": [s.to_json() for s in summaries]})
 
     async def ui(self, request: Request, rt: LocalRuntime) -> Response:
-        return HTMLResponse(UI_PAGE, headers={"Cache-Control": "no-store"})
+        """The web view: a static page, its script and its style (`web.ASSETS`)."""
+        return asset(request.url.path)
 
     async def poll(self, request: Request, rt: LocalRuntime) -> Response:
         return JSONResponse((await rt.poll(session_ref(request))).to_json())
@@ -155,7 +179,7 @@ class Api:
         after = int_param(request, "after_seq", 0, 0, None)
         last_id = request.headers.get("last-event-id")
         if last_id is not None:
-            if not last_id.strip().isdigit() or len(last_id.strip()) > 15:
+            if not _digits(last_id.strip()):
                 raise ApiError(
                     "invalid_request", f"Last-Event-ID must be a seq (digits), not {last_id[:40]!r}"
                 )
@@ -186,12 +210,16 @@ class Api:
             else rt.events(ref, after, timeout=timeout),
         )
         pending: asyncio.Future[Event | Delta] | None = None
+        closing = self.closing()
         try:
             yield b": tether event stream\n\n"
             while True:
                 pending = asyncio.ensure_future(anext(events))
-                while not (await asyncio.wait({pending}, timeout=KEEPALIVE))[0]:
+                either: set[asyncio.Future[Any]] = {pending, closing}
+                while not (await asyncio.wait(either, timeout=KEEPALIVE, return_when=FIRST))[0]:
                     yield b": keepalive\n\n"
+                if closing.done():
+                    return  # no `end` frame: the client reconnects from its last id
                 try:
                     event = pending.result()
                 except StopAsyncIteration:
@@ -219,11 +247,32 @@ class Api:
         return JSONResponse((await rt.capabilities()).to_json())
 
     async def health(self, request: Request, rt: LocalRuntime) -> Response:
-        await rt.store.last_seq("tether-health-check")  # the store answers
+        """The process answers; nothing else is touched (readiness: `ready`)."""
         return JSONResponse({"status": "ok"})
 
+    async def ready(self, request: Request, rt: LocalRuntime) -> Response:
+        """The store takes a write and a read now, or a 503 that says why not."""
+        try:
+            async with asyncio.timeout(READY_TIMEOUT):
+                await rt.store.ready()
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            raise ApiError(
+                "store_unavailable", f"the store did not answer within {READY_TIMEOUT:g} s"
+            ) from None
+        except Exception as exc:
+            reason = str(exc)[:300] or type(exc).__name__
+            raise ApiError("store_unavailable", f"the store is not ready: {reason}") from None
+        return JSONResponse({"status": "ready"})
+
     async def metrics_text(self, request: Request, rt: LocalRuntime) -> Response:
-        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
+        """Name-free totals for anyone; per-backend series only with the operator's token."""
+        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        names = self.metrics_token is not None and hmac.compare_digest(
+            given.encode(), self.metrics_token.encode()
+        )
+        return Response(self.metrics.render(names=names), media_type="text/plain; version=0.0.4")
 
     async def openapi_json(self, request: Request, rt: LocalRuntime) -> Response:
         return JSONResponse(openapi())
@@ -252,12 +301,20 @@ def idempotency_key(request: Request) -> str | None:
     return key
 
 
+def _digits(raw: str) -> bool:
+    """ASCII digits, at most 15 (`MAX_INT`): what `int` takes and the document says."""
+    return raw.isascii() and raw.isdigit() and len(raw) <= 15
+
+
+MAX_INT = 10**15 - 1
+
+
 def int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.strip().isdigit() or len(raw) > 15 or not low <= int(raw) <= (high or int(raw)):
-        bound = f"{low}..{high}" if high else f"{low} or more"
+    if not _digits(raw) or not low <= int(raw) <= (high or MAX_INT):
+        bound = f"{low}..{high or MAX_INT}"
         raise ApiError(
             "invalid_request",
             f"query parameter {name} must be an integer {bound}, not {raw[:40]!r}",
@@ -306,13 +363,14 @@ async def parse(request: Request, model: type[B], *, required: bool = True) -> B
         raw += chunk
         if len(raw) > MAX_BODY:
             raise ApiError("payload_too_large", f"the body is over the limit of {MAX_BODY} bytes")
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if raw and kind != "application/json":  # a form or text/plain never passes for JSON
+        given = repr(kind[:80]) if kind else "a body without Content-Type"
+        raise ApiError("unsupported_media_type", f"the body must be application/json, not {given}")
     if not raw.strip():
         if required:
             raise ApiError("invalid_request", f"a JSON body ({model.__name__}) is required")
         return model()
-    kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    if kind != "application/json":
-        raise ApiError("unsupported_media_type", f"the body must be application/json, not {kind!r}")
     try:
         data = json.loads(raw, parse_constant=_no_constants)
         json.dumps(data, ensure_ascii=False).encode()  # refuses lone surrogates
@@ -328,33 +386,51 @@ async def parse(request: Request, model: type[B], *, required: bool = True) -> B
 
 
 def create_app(
-    runtime: LocalRuntime, tokens: Tokens | None, *, gateways: Iterable[Any] = ()
+    runtime: LocalRuntime,
+    tokens: Tokens | None,
+    *,
+    gateways: Iterable[Any] = (),
+    metrics_token: str | None = None,
 ) -> Starlette:
-    """The app for `runtime`. `tokens=None` turns authentication off (one unscoped tenant)."""
-    api = Api(runtime, tokens, gateways)
+    """The app for `runtime`. `tokens=None` turns authentication off (one unscoped tenant),
+    and then only loopback requests from the server's own pages are served (`web`)."""
+    api = Api(runtime, tokens, gateways, metrics_token)
     r = api.route
     routes = [
-        Route("/healthz", r("health", api.health, auth=False)),
-        Route("/metrics", r("metrics", api.metrics_text, auth=False)),
-        Route("/openapi.json", r("openapi", api.openapi_json, auth=False)),
-        Route("/v1/capabilities", r("capabilities", api.capabilities)),
-        Route("/ui", r("ui", api.ui, auth=False)),
-        Route("/v1/sessions", r("start", api.start), methods=["POST"]),
-        Route("/v1/sessions", r("list", api.list_sessions, query=("limit",)), methods=["GET"]),
-        Route("/v1/sessions/{session_id}", r("poll", api.poll)),
-        Route("/v1/sessions/{session_id}/cancel", r("cancel", api.cancel), methods=["POST"]),
+        Route("/healthz", r("health", api.health, auth=False), name="health"),
+        Route("/readyz", r("ready", api.ready, auth=False), name="ready"),
+        Route("/metrics", r("metrics", api.metrics_text, auth=False), name="metrics"),
+        Route("/openapi.json", r("openapi", api.openapi_json, auth=False), name="openapi"),
+        Route("/v1/capabilities", r("capabilities", api.capabilities), name="capabilities"),
+        *(Route(path, r("ui", api.ui, auth=False), name="ui") for path in WEB_VIEW),
+        Route("/v1/sessions", r("start", api.start), methods=["POST"], name="start"),
         Route(
-            "/v1/sessions/{session_id}/interrupt", r("interrupt", api.interrupt), methods=["POST"]
+            "/v1/sessions",
+            r("list", api.list_sessions, query=("limit",)),
+            methods=["GET"],
+            name="list",
         ),
-        Route("/v1/sessions/{session_id}/messages", r("send", api.send), methods=["POST"]),
-        Route("/v1/sessions/{session_id}/decisions", r("decide", api.decide), methods=["POST"]),
+        Route("/v1/sessions/{session_id}", r("poll", api.poll), name="poll"),
+        *(
+            Route(
+                f"/v1/sessions/{{session_id}}/{verb}", r(name, handler), methods=["POST"], name=name
+            )
+            for verb, name, handler in (
+                ("cancel", "cancel", api.cancel),
+                ("interrupt", "interrupt", api.interrupt),
+                ("messages", "send", api.send),
+                ("decisions", "decide", api.decide),
+            )
+        ),
         Route(
             "/v1/sessions/{session_id}/events",
             r("events", api.events, query=("after_seq", "limit")),
+            name="events",
         ),
         Route(
             "/v1/sessions/{session_id}/stream",
             r("stream", api.stream, query=("after_seq", "timeout", "deltas")),
+            name="stream",
         ),
     ]
 
@@ -362,7 +438,12 @@ def create_app(
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         code = {404: "not_found", 405: "method_not_allowed"}.get(status, "invalid_request")
         message = f"{request.method} {request.url.path}: {code.replace('_', ' ')}"
-        return envelope(code, message) if status < 500 else envelope("internal", message)
+        if status >= 500:
+            return envelope("internal", message)
+        response = envelope(code, message)
+        if status == 405:
+            response.headers["Allow"] = ", ".join(allowed_methods(routes, request))
+        return response
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -370,7 +451,21 @@ def create_app(
             yield
 
     app = Starlette(
-        routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan
+        routes=routes,
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
+        middleware=[Middleware(WebGuard, loopback_only=tokens is None)],
     )
     app.state.api = api
     return app
+
+
+def allowed_methods(routes: Iterable[BaseRoute], request: Request) -> list[str]:
+    """Every method some route at this path takes (one path may have a route per method)."""
+    methods: set[str] = set()
+    for route in routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches(request.scope)
+            if match is not Match.NONE:
+                methods |= route.methods
+    return sorted(methods)

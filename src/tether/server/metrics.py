@@ -1,6 +1,7 @@
 """`GET /metrics`: the server's own counters and the figures of the model gateways (the
 runtime's own, one per backend its workers used, and any others it is given), in the
-Prometheus text format (0.0.4)."""
+Prometheus text format (0.0.4). Backends are named only to the operator (`names`): a backend
+is what a tenant chose, so its name is the tenant's business."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from tether.runtime.local import LocalRuntime
-from tether.scheduler.figures import render_prometheus
+from tether.scheduler.figures import _COUNTERS as COUNTERS
+from tether.scheduler.figures import GatewayFigures, render_prometheus
 
 
 class Metrics:
@@ -24,7 +26,9 @@ class Metrics:
     def request(self, route: str, status: int) -> None:
         self.requests[(route, status)] += 1
 
-    def render(self) -> str:
+    def render(self, *, names: bool = False) -> str:
+        """The server's own series and the gateways': per backend (`names`, for the operator),
+        else summed over all backends, so that no tenant's backend is named."""
         lines: list[str] = []
 
         def family(name: str, kind: str, help_text: str) -> str:
@@ -47,8 +51,33 @@ class Metrics:
              worker.failures if worker else 0),
         ):  # fmt: skip
             lines.append(f"{family(name, kind, help_text)} {value}")
-        text = "\n".join(lines) + "\n"
         figures = [*self.runtime.figures(), *(g.figures() for g in self.gateways)]
-        if figures:
+        if not names:
+            lines.extend(totals(figures))
+        text = "\n".join(lines) + "\n"
+        if figures and names:
             text += render_prometheus(figures)
         return text
+
+
+# What adds up over backends: counters, and the gauges that count requests.
+SUMMED = (
+    *((f"{name}_total", "counter", text, name) for name, text in COUNTERS),
+    ("queue_depth", "gauge", "requests waiting for their turn", "queue_depth"),
+    ("waiting_for_place", "gauge", "callers waiting for a place in a full queue", "waiting_for_place"),
+    ("in_flight", "gauge", "requests being answered now", "in_flight"),
+)  # fmt: skip
+
+
+def totals(figures: list[GatewayFigures]) -> list[str]:
+    """The model gateways' figures summed over every backend, with no label that names one."""
+    lines = [
+        "# HELP tether_gateways_backends model backends this process has a gateway for",
+        "# TYPE tether_gateways_backends gauge",
+        f"tether_gateways_backends {len(figures)}",
+    ]
+    for name, kind, help_text, field in SUMMED:
+        lines.append(f"# HELP tether_gateways_{name} {help_text}, over all backends")
+        lines.append(f"# TYPE tether_gateways_{name} {kind}")
+        lines.append(f"tether_gateways_{name} {sum(getattr(f, field) for f in figures)}")
+    return lines

@@ -219,18 +219,21 @@ IDEMPOTENCY_KEY = {
     "schema": {"type": "string", "minLength": 1, "maxLength": 200},
     "description": "The same key with the same body answers with what it made the first time.",
 }
+MAX_SEQ = 10**15 - 1  # the server reads at most 15 digits
 AFTER_SEQ = {
     "name": "after_seq",
     "in": "query",
     "required": False,
-    "schema": {"type": "integer", "minimum": 0, "default": 0},
+    "schema": {"type": "integer", "minimum": 0, "maximum": MAX_SEQ, "default": 0},
 }
 
 
 def _op(
     summary: str, ok: int, answer: type[BaseModel] | None, *errors: int, **extra: Any
 ) -> dict[str, Any]:
-    op: dict[str, Any] = {"summary": summary, "responses": _errors(401, *errors)}
+    # 401: no tenant's token; 403: a server without authentication refuses a Host that is
+    # not loopback, or a change from another origin.
+    op: dict[str, Any] = {"summary": summary, "responses": _errors(401, 403, *errors)}
     op["responses"][str(ok)] = {"description": summary}
     if answer is not None:
         op["responses"][str(ok)]["content"] = _json(answer)
@@ -278,13 +281,23 @@ def openapi() -> dict[str, Any]:
             "200": {"description": "id: seq, event: type, data: the event's JSON; with "
                                    "deltas, also event: delta, data: {kind, text, call_id}",
                     "content": {"text/event-stream": {"schema": SSE_FRAME}}},
-            **_errors(400, 401, 404, 422),
+            **_errors(400, 401, 403, 404, 422),
         },
     }  # fmt: skip
     paths: dict[str, Any] = {
-        "/healthz": {"get": {"summary": "liveness and store reachability", "security": [],
-                             "responses": {"200": {"description": "ok", "content": _json(HealthModel)},
-                                           **_errors(503)}}},
+        "/healthz": {"get": {"summary": "the process answers (touches nothing else)", "security": [],
+                             "responses": {"200": {"description": "ok", "content": _json(HealthModel)}}}},
+        "/readyz": {"get": {"summary": "the store takes a write and a read now", "security": [],
+                            "responses": {"200": {"description": "ready", "content": _json(HealthModel)},
+                                          **_errors(503)}}},
+        "/metrics": {"get": {
+            "summary": "Prometheus text: totals for anyone; per-backend series with the operator's "
+                       "metrics token as the bearer token", "security": [],
+            "responses": {"200": {"description": "the text exposition format 0.0.4",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        "/openapi.json": {"get": {"summary": "this document", "security": [], "responses": {
+            "200": {"description": "OpenAPI 3.1",
+                    "content": {"application/json": {"schema": {"type": "object"}}}}}}},
         "/v1/capabilities": {"get": _op("what this runtime can do", 200, CapabilitiesModel)},
         "/v1/sessions": {
             "post": _op("start a session", 201, StartedModel, 400, 409, 413, 415, 422,

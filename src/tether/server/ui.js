@@ -1,0 +1,209 @@
+"use strict";
+// The web view's script, served as /ui/app.js (the page's policy runs no inline script).
+// Everything shown comes from the API of the server that served this page; text is only ever
+// set with textContent, so nothing a model or a tool said can run here.
+const $ = (id) => document.getElementById(id);
+const tokenInput = $("token");
+tokenInput.value = localStorage.getItem("tether-token") || "";
+tokenInput.addEventListener("change", () => {
+  localStorage.setItem("tether-token", tokenInput.value.trim());
+  route();
+});
+
+function headers(extra) {
+  const h = Object.assign({}, extra || {});
+  const token = tokenInput.value.trim();
+  if (token) h["Authorization"] = "Bearer " + token;
+  return h;
+}
+
+async function api(method, path, body) {
+  const init = { method, headers: headers(body ? { "Content-Type": "application/json" } : {}) };
+  if (body) init.body = JSON.stringify(body);
+  const response = await fetch(path, init);
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    const message = (data.error && data.error.message) || response.statusText;
+    $("problem").textContent = message;
+    throw new Error(message);
+  }
+  $("problem").textContent = "";
+  return data;
+}
+
+function clip(text, n) {
+  text = String(text == null ? "" : text).replace(/\s+/g, " ");
+  return text.length > n ? text.slice(0, n - 1) + "…" : text;
+}
+
+let timer = null;
+let stream = null;
+
+function stopAll() {
+  if (timer) clearInterval(timer);
+  timer = null;
+  if (stream) stream.abort();
+  stream = null;
+}
+
+async function showList() {
+  $("list-view").hidden = false;
+  $("session-view").hidden = true;
+  const refresh = async () => {
+    const data = await api("GET", "/v1/sessions?limit=100").catch(() => null);
+    if (!data) return;
+    const body = $("sessions");
+    body.replaceChildren();
+    for (const s of data.sessions) {
+      const row = document.createElement("tr");
+      row.dataset.session = s.session_id;
+      for (const value of [s.session_id, s.state, s.stop_reason || "-", s.steps, s.updated, clip(s.last_output, 90)]) {
+        const cell = document.createElement("td");
+        cell.textContent = value;
+        row.appendChild(cell);
+      }
+      row.firstChild.className = "mono";
+      row.addEventListener("click", () => { location.hash = "#/s/" + s.session_id; });
+      body.appendChild(row);
+    }
+    $("empty").hidden = data.sessions.length > 0;
+  };
+  await refresh();
+  timer = setInterval(refresh, 2000);
+}
+
+function describe(event) {
+  const d = event.data || {};
+  switch (event.type) {
+    case "user.message": return "user: " + clip(text(d.message), 200);
+    case "model.requested": return d.model + ", ~" + d.input_tokens_estimate + " input tokens";
+    case "model.responded": {
+      const calls = (d.message.parts || []).filter((p) => p.type === "tool_call");
+      const said = text(d.message);
+      return (calls.length ? "asks for " + calls.map((c) => c.name + "(" + clip(JSON.stringify(c.arguments), 60) + ")").join(", ") + " " : "")
+        + (said ? clip(said, 200) : "") + " [" + d.stop + "]";
+    }
+    case "tool.started": return d.name + " [" + d.call_id + ", " + d.effect + "]";
+    case "tool.finished": return d.outcome + " [" + d.call_id + "] " + clip(d.content, 200);
+    case "approval.requested": return d.name + " waits for a decision [" + d.call_id + "]";
+    case "approval.decided": return (d.allow ? "allowed" : "denied") + " [" + d.call_id + "]";
+    case "cancel.requested": return d.scope;
+    case "turn.ended": return d.stop_reason + (d.detail ? " — " + clip(d.detail, 120) : "");
+    case "session.ended": return d.outcome;
+    case "model.failed": return d.error_class + ": " + clip(d.message, 160);
+    default: return clip(JSON.stringify(d), 160);
+  }
+}
+
+function text(message) {
+  return (message && message.parts || []).filter((p) => p.type === "text").map((p) => p.text).join("");
+}
+
+async function follow(sessionId) {
+  // fetch, not EventSource: the stream needs the Authorization header.
+  const controller = new AbortController();
+  stream = controller;
+  const list = $("timeline");
+  let after = 0;
+  let answered = true;
+  while (!controller.signal.aborted) {
+    try {
+      const response = await fetch("/v1/sessions/" + encodeURIComponent(sessionId) + "/stream?deltas=true",
+        { headers: headers({ "Last-Event-ID": String(after), "Accept": "text/event-stream" }), signal: controller.signal });
+      if (!response.ok) { $("problem").textContent = "stream: " + response.status; return; }
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const frame = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          let kind = "message", data = "";
+          for (const line of frame.split("\n")) {
+            if (line.startsWith("event:")) kind = line.slice(6).trim();
+            else if (line.startsWith("data:")) data += line.slice(5).trim();
+          }
+          if (!data) continue;
+          if (kind === "end") return;
+          if (kind === "delta") {
+            const delta = JSON.parse(data);
+            if (delta.kind !== "text") continue;
+            // A delta may come before the event that opened its request: the box starts
+            // over at the first piece after an answer, not at the request.
+            if (answered) { $("live").textContent = ""; answered = false; }
+            $("live").textContent += delta.text;
+            continue;
+          }
+          const event = JSON.parse(data);
+          if (event.seq <= after) continue;
+          after = event.seq;
+          if (event.type === "model.responded") answered = true;
+          const item = document.createElement("li");
+          item.dataset.type = event.type;
+          item.textContent = String(event.seq).padStart(4) + "  " + event.type.padEnd(18) + describe(event);
+          list.appendChild(item);
+        }
+      }
+    } catch (error) {
+      if (controller.signal.aborted) return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 500));  // dropped: resume after `after`
+  }
+}
+
+async function showSession(sessionId) {
+  $("list-view").hidden = true;
+  $("session-view").hidden = false;
+  $("session-id").textContent = sessionId;
+  $("timeline").replaceChildren();
+  $("live").textContent = "";
+  const path = "/v1/sessions/" + encodeURIComponent(sessionId);
+  const refresh = async () => {
+    const s = await api("GET", path).catch(() => null);
+    if (!s) return;
+    $("state").textContent = s.state;
+    $("stop").textContent = s.stop_reason || "-";
+    const cost = s.cost_usd == null ? "cost unknown" : "$" + s.cost_usd.toFixed(6);
+    $("figures").textContent = s.steps + " steps · " + s.usage.input_tokens + "+" + s.usage.output_tokens + " tokens · " + cost;
+    $("waiting").textContent = s.waiting_reason || "";
+    const box = $("approvals");
+    box.replaceChildren();
+    for (const callId of s.pending_approvals) {
+      const line = document.createElement("div");
+      line.dataset.call = callId;
+      line.append("call " + callId + " waits for a decision ");
+      for (const [label, allow] of [["Allow", true], ["Deny", false]]) {
+        const button = document.createElement("button");
+        button.textContent = label;
+        button.addEventListener("click", () => api("POST", path + "/decisions", { call_id: callId, allow }).then(refresh).catch(() => {}));
+        line.appendChild(button);
+      }
+      box.appendChild(line);
+    }
+    const ended = ["completed", "failed", "canceled"].includes(s.state);
+    for (const id of ["interrupt", "cancel", "send", "message"]) $(id).disabled = ended;
+  };
+  $("interrupt").onclick = () => api("POST", path + "/interrupt", {}).then(refresh).catch(() => {});
+  $("cancel").onclick = () => api("POST", path + "/cancel", {}).then(refresh).catch(() => {});
+  $("send").onclick = () => {
+    const message = $("message").value.trim();
+    if (!message) return;
+    api("POST", path + "/messages", { text: message }).then(() => { $("message").value = ""; refresh(); }).catch(() => {});
+  };
+  await refresh();
+  timer = setInterval(refresh, 1000);
+  follow(sessionId);
+}
+
+function route() {
+  stopAll();
+  const match = location.hash.match(/^#\/s\/(.+)$/);
+  if (match) showSession(decodeURIComponent(match[1]));
+  else showList();
+}
+window.addEventListener("hashchange", route);
+route();
