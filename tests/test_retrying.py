@@ -158,3 +158,14 @@ async def test_a_gateway_model_is_retried_by_the_gateway_alone_and_visibly() -> 
     assert (result.stop_reason, model.calls) == ("error", 2)
     failed = payloads(await read_checked(store, result.session_id), ModelFailed)
     assert [(f.attempt, f.retrying_in) for f in failed] == [(1, 0.0), (2, None)]
+
+
+def test_every_kind_of_gateway_model_counts_as_retried_by_its_gateway() -> None:
+    from tether.retrying import retried_by_gateway
+    from tether.runtime.gateways import SessionRouted
+
+    gateway = Gateway(Flaky())
+    assert retried_by_gateway(gateway)
+    assert retried_by_gateway(gateway.for_session(session_id="s1"))
+    assert retried_by_gateway(SessionRouted(gateway))  # a worker's model, routed per session
+    assert not retried_by_gateway(Flaky())
