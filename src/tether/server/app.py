@@ -2,7 +2,8 @@
 
 A thin adapter over `LocalRuntime` scoped to the caller's tenant: it authenticates, parses
 and validates, calls exactly what a library user calls, and answers JSON, an error envelope
-(`errors`) or a Server-Sent Events stream. Shapes and the OpenAPI document: `schemas`.
+(`errors`) or a Server-Sent Events stream. Shapes and the OpenAPI document: `schemas`;
+reading a request: `params`; headers and the loopback guard: `web`.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ import hmac
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
-from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -30,14 +30,21 @@ from tether.runtime.local import LocalRuntime
 from tether.server.auth import Tokens
 from tether.server.errors import ApiError, envelope, error_response
 from tether.server.metrics import Metrics
+from tether.server.params import (
+    bool_param,
+    digits,
+    float_param,
+    idempotency_key,
+    int_param,
+    parse,
+    session_ref,
+)
 from tether.server.schemas import DecisionBody, MessageBody, StartBody, StopBody, openapi
 from tether.server.web import ASSETS, WebGuard, asset
 
 log = logging.getLogger("tether.server")
-B = TypeVar("B", bound=BaseModel)
 Handler = Callable[[Request, LocalRuntime], Awaitable[Response]]
 
-MAX_BODY = 1 << 20
 FIRST = asyncio.FIRST_COMPLETED
 KEEPALIVE = 15.0  # seconds between SSE comments on a quiet stream, so proxies keep it open
 WEB_VIEW = tuple(ASSETS)  # the web view's page, script and style
@@ -179,7 +186,7 @@ class Api:
         after = int_param(request, "after_seq", 0, 0, None)
         last_id = request.headers.get("last-event-id")
         if last_id is not None:
-            if not _digits(last_id.strip()):
+            if not digits(last_id.strip()):
                 raise ApiError(
                     "invalid_request", f"Last-Event-ID must be a seq (digits), not {last_id[:40]!r}"
                 )
@@ -286,103 +293,6 @@ def delta_frame(delta: Delta) -> bytes:
     """No `id`: a delta is not in the log, so a reconnecting client resumes by event seq."""
     data = json.dumps({"kind": delta.kind, "text": delta.text, "call_id": delta.call_id})
     return f"event: delta\ndata: {data}\n\n".encode()
-
-
-def session_ref(request: Request) -> SessionRef:
-    return SessionRef(str(request.path_params["session_id"]))
-
-
-def idempotency_key(request: Request) -> str | None:
-    key = request.headers.get("idempotency-key")
-    if key is None:
-        return None
-    if not key.strip() or len(key) > 200:
-        raise ApiError("invalid_request", "Idempotency-Key must be 1-200 characters")
-    return key
-
-
-def _digits(raw: str) -> bool:
-    """ASCII digits, at most 15 (`MAX_INT`): what `int` takes and the document says."""
-    return raw.isascii() and raw.isdigit() and len(raw) <= 15
-
-
-MAX_INT = 10**15 - 1
-
-
-def int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if not _digits(raw) or not low <= int(raw) <= (high or MAX_INT):
-        bound = f"{low}..{high or MAX_INT}"
-        raise ApiError(
-            "invalid_request",
-            f"query parameter {name} must be an integer {bound}, not {raw[:40]!r}",
-        )
-    return int(raw)
-
-
-def float_param(request: Request, name: str, default: float | None, high: float) -> float | None:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= high:  # also refuses nan
-        raise ApiError(
-            "invalid_request",
-            f"query parameter {name} must be a number in (0, {high:g}], not {raw[:40]!r}",
-        )
-    return value
-
-
-def bool_param(request: Request, name: str) -> bool:
-    raw = request.query_params.get(name)
-    if raw is None or raw in ("false", "0"):
-        return False
-    if raw in ("true", "1"):
-        return True
-    raise ApiError(
-        "invalid_request", f"query parameter {name} must be true or false, not {raw[:40]!r}"
-    )
-
-
-def _no_constants(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
-
-
-async def parse(request: Request, model: type[B], *, required: bool = True) -> B:
-    """The body as `model`, or a 4xx naming what is wrong."""
-    size = request.headers.get("content-length")
-    if size is not None and size.isdigit() and int(size) > MAX_BODY:
-        raise ApiError("payload_too_large", f"the body has {size} bytes; the limit is {MAX_BODY}")
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_BODY:
-            raise ApiError("payload_too_large", f"the body is over the limit of {MAX_BODY} bytes")
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if raw and kind != "application/json":  # a form or text/plain never passes for JSON
-        given = repr(kind[:80]) if kind else "a body without Content-Type"
-        raise ApiError("unsupported_media_type", f"the body must be application/json, not {given}")
-    if not raw.strip():
-        if required:
-            raise ApiError("invalid_request", f"a JSON body ({model.__name__}) is required")
-        return model()
-    try:
-        data = json.loads(raw, parse_constant=_no_constants)
-        json.dumps(data, ensure_ascii=False).encode()  # refuses lone surrogates
-    except (ValueError, RecursionError, UnicodeError) as exc:
-        raise ApiError("invalid_json", f"the body is not valid JSON: {str(exc)[:200]}") from None
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        problems = [
-            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()[:5]
-        ]
-        raise ApiError("invalid_request", "; ".join(problems)) from None
 
 
 def create_app(

@@ -105,11 +105,8 @@ class WebGuard:
                 message = {**message, "headers": [*own, *SECURITY_HEADERS]}
             await send(message)
 
-        refusal = self.loopback_refusal(scope)
+        refusal = loopback_refusal(scope) if self.loopback_only else None
         if refusal is not None:
             await envelope(*refusal)(scope, receive, send_secured)
             return
         await self.app(scope, receive, send_secured)
-
-    def loopback_refusal(self, scope: Scope) -> tuple[str, str] | None:
-        return loopback_refusal(scope) if self.loopback_only else None
