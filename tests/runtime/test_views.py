@@ -1,0 +1,34 @@
+"""The runtime's views fold a session the first time page by page, never the whole log at
+once, and fold it exactly as a full fold does."""
+
+from __future__ import annotations
+
+from tether.events import Event, SessionCreated, UserMessage
+from tether.fold import fold
+from tether.messages import user
+from tether.runtime.sessions import PAGE, Views
+from tether.store import MemoryStore
+from tether.testing.store_conformance import make_events
+
+
+class CountingStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[int] = []
+
+    async def read(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        events = await super().read(session_id, after_seq, limit)
+        self.reads.append(len(events))
+        return events
+
+
+async def test_a_long_session_is_folded_a_page_at_a_time() -> None:
+    store = CountingStore()
+    payloads = [SessionCreated(model="m"), *(UserMessage(user(f"m{i}")) for i in range(4 * PAGE))]
+    await store.append("s", make_events("s", 1, payloads), 0)
+    folder = await Views(store).get("s")
+    assert max(store.reads) == PAGE and sum(store.reads) == 4 * PAGE + 1
+    transcript, view = fold(await store.read("s"))
+    assert folder.transcript() == transcript and folder.view() == view
