@@ -1,33 +1,49 @@
-# One entry point for the README and CI. Every target installs what it needs first.
+# One entry point for the README and CI. Every target installs what it needs first, and no more:
+# the demo needs the package alone; the tests, lint and types add the dev extra; docs the docs
+# extra. All go into the one virtualenv, each step marked by a stamp newer than pyproject.toml.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-stamp
+PIP := $(PY) -m pip install -q --disable-pip-version-check
+BASE := $(VENV)/.stamp-base
+DEV := $(VENV)/.stamp-dev
+DOCS := $(VENV)/.stamp-docs
 
-.PHONY: demo test lint typecheck check bench clean
+.PHONY: demo test lint typecheck check docs bench clean
 
-$(STAMP): pyproject.toml
+$(BASE): pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	$(PIP) -e .
+	touch $@
 
-demo: $(STAMP)
+$(DEV): $(BASE)
+	$(PIP) -e '.[dev]'
+	touch $@
+
+$(DOCS): $(BASE)
+	$(PIP) -e '.[docs]'
+	touch $@
+
+demo: $(BASE)
 	$(VENV)/bin/tether demo
 
-test: $(STAMP)
+test: $(DEV)
 	$(PY) -m pytest -q
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+lint: $(DEV)
+	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff format --check src tests bench examples
 
-typecheck: $(STAMP)
+typecheck: $(DEV)
 	$(VENV)/bin/mypy
 
 check: lint typecheck test
 
-bench: $(STAMP)
+# The documentation site, into site/; --strict (in mkdocs.yml too) fails on any warning.
+docs: $(DOCS)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+bench: $(DEV)
 	for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache tether.db*
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache tether.db*
