@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether import control
 from tether.context import ContextSetting, make_context
@@ -33,6 +33,10 @@ from tether.state import SessionView
 from tether.store.base import DEFAULT_STORE_URL, Lease, Store, open_store
 from tether.tools.base import Tool, Toolbox
 from tether.watch import Watched, Watcher
+
+if TYPE_CHECKING:
+    import httpx
+
 
 # The model's streamed output with the session it belongs to.
 SessionDeltaObserver = Callable[[str, Delta], None]
@@ -63,7 +67,9 @@ class RunResult:
         )
 
 
-def resolve_model(model: Model | str) -> Model:
+def resolve_model(model: Model | str, http_client: httpx.AsyncClient | None = None) -> Model:
+    """A model object, or one built from a model string; `http_client` is the client a
+    provider model makes its requests with (default: one of its own)."""
     if not isinstance(model, str):
         return model
     if model.startswith("python:"):
@@ -78,7 +84,7 @@ def resolve_model(model: Model | str) -> Model:
         from tether.providers.registry import model_from_string
     except ImportError as exc:
         raise UsageError(f"unknown model {model!r}: no provider registry is installed") from exc
-    return model_from_string(model)
+    return model_from_string(model, http_client=http_client)
 
 
 def _model_from_python(spec: str) -> Model:
@@ -93,15 +99,18 @@ def _model_from_python(spec: str) -> Model:
     value = getattr(module, attr, None)
     # A class passes the Protocol check by its attributes alone: it is a factory, like a
     # function, and its instance is the model.
-    if value is not None and (inspect.isclass(value) or not isinstance(value, Model)):
-        if callable(value):
-            try:
-                value = value()
-            except Exception as exc:
-                raise UsageError(
-                    f"python:{spec} could not be called to make a model: "
-                    f"{type(exc).__name__}: {str(exc)[:200]}"
-                ) from exc
+    if (
+        value is not None
+        and (inspect.isclass(value) or not isinstance(value, Model))
+        and callable(value)
+    ):
+        try:
+            value = value()
+        except Exception as exc:
+            raise UsageError(
+                f"python:{spec} could not be called to make a model: "
+                f"{type(exc).__name__}: {str(exc)[:200]}"
+            ) from exc
     if inspect.isclass(value) or not isinstance(value, Model) or not isinstance(value.name, str):
         raise UsageError(f"python:{spec} is not a model (it needs .name and async .complete)")
     return value

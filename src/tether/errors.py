@@ -14,6 +14,7 @@ these at the adapter boundary (provider codecs, stores), nowhere else.
     │   ├── BadRequest           400 / 404 / 422: never retried
     │   ├── ServerError          5xx: retried
     │   ├── ConnectionFailed     no answer from the host: retried
+    │   ├── EndpointBlocked      the endpoint policy refused the connection: never retried
     │   ├── GatewayBusy          the model gateway's queue is full: not sent, never retried
     │   └── ScriptExhausted      the scripted test model has no reply left
     ├── LimitExceeded            a limit was reached where a stop reason cannot be used
@@ -108,6 +109,13 @@ class ServerError(ProviderError):
 class ConnectionFailed(ProviderError):
     kind = "connection_failed"
     retryable = True
+
+
+class EndpointBlocked(ProviderError):
+    """A guarded model client refused to connect: the host resolves to an address the
+    operator did not allow (see `tether.providers.endpoints`)."""
+
+    kind = "endpoint_blocked"
 
 
 class GatewayBusy(ProviderError):

@@ -149,6 +149,24 @@ class EndpointPolicy:
                     "an operator who means it allows that address itself with --allow-endpoint"
                 )
 
+    def addresses(self, host: str, port: int) -> list[str]:
+        """Where a connection to `host:port` may go, looked up now: the host as named when
+        the operator named it (a trusted prefix of that host and port), else its addresses,
+        every one public. Raises `EndpointRefused`."""
+        host = host.strip("[]").rstrip(".").lower()
+        for prefix, trusted in self._prefixes:
+            if trusted and (prefix.host, prefix.port) == (host, port):
+                return [host]
+        found = list(self.resolve(host, port))
+        for address in found:
+            if _not_public(address):
+                raise EndpointRefused(
+                    f"{host} resolves to {address} now, which is not a public address"
+                )
+        if not found:
+            raise EndpointRefused(f"{host} resolves to no address")
+        return found
+
 
 def configured_endpoints(env: Mapping[str, str], defaults: Iterable[str]) -> tuple[str, ...]:
     """The base URLs the server's own provider set-up points at: the public defaults of the

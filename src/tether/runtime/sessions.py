@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tether.agent import resolve_model
 from tether.control import KEYED, Known
@@ -26,6 +27,9 @@ from tether.scheduler.queue import Priority
 from tether.session_log import new_event_id, new_session_id
 from tether.store.base import Store
 from tether.tools.base import Tool
+
+if TYPE_CHECKING:
+    import httpx
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +75,13 @@ def load_tool_specs(specs: tuple[str, ...]) -> list[Tool]:
         raise UsageError(str(exc).replace("--tools ", "tool ")) from exc
 
 
-def build_runner(model: str, tools: tuple[str, ...]) -> tuple[Model, list[Tool]]:
-    """Resolve the model string and load the tools, or say clearly which one is wrong."""
+def build_runner(
+    model: str, tools: tuple[str, ...], http_client: httpx.AsyncClient | None = None
+) -> tuple[Model, list[Tool]]:
+    """Resolve the model string (a provider model making its requests with `http_client`)
+    and load the tools, or say clearly which one is wrong."""
     try:
-        resolved = resolve_model(model)
+        resolved = resolve_model(model, http_client)
     except TetherError as exc:
         raise UsageError(f"model {model!r}: {exc}") from exc
     except Exception as exc:  # a model factory of the user's that raised

@@ -34,6 +34,8 @@ from tether.state import TERMINAL_STATES
 from tether.store.base import Lease, Store, Wakeup
 
 if TYPE_CHECKING:
+    import httpx
+
     from tether.store.postgres import Claimed, PostgresStore
 
 log = logging.getLogger("tether.worker")
@@ -99,6 +101,7 @@ class Worker:
         self.owner = worker_id()
         self.park_after = park_after
         self.endpoints = endpoints
+        self._http: httpx.AsyncClient | None = None  # guarded, made at the first model
         self.turns_run = 0
         self.failures = 0
         self.parked = 0
@@ -164,6 +167,9 @@ class Worker:
         for task in tasks:
             task.cancel()  # what was not in a run yet, or is not handed over
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
 
     async def dispatch(self) -> int:
         """Start a task for each runnable session there is room for; how many started."""
@@ -325,7 +331,7 @@ class Worker:
         if agent is not None:
             self._agents.move_to_end(key)
             return agent
-        model, tools = build_runner(runner.model, runner.tools)
+        model, tools = build_runner(runner.model, runner.tools, self._model_client())
         url = getattr(model, "endpoint_url", None)
         if self.endpoints is not None and isinstance(url, str):
             self.endpoints.check(url)  # a session written by an older or laxer server
@@ -345,6 +351,17 @@ class Worker:
             # still running a session keeps it until its run returns.
             self._agents.popitem(last=False)
         return agent
+
+    def _model_client(self) -> httpx.AsyncClient | None:
+        """Under an endpoint policy, one client for every provider model here, whose every
+        connection the policy allows (`tether.providers.guard`)."""
+        if self.endpoints is None:
+            return None
+        if self._http is None:
+            from tether.providers.guard import guarded_client
+
+            self._http = guarded_client(self.endpoints)
+        return self._http
 
     async def _under_lease(self, session_id: str, lease: Lease | None = None) -> SessionLog | None:
         """The session's log under `lease`, or under a lease claimed now (None: it is held)."""
