@@ -54,7 +54,11 @@ async def main() -> int:
         limits=Limits(max_steps=3),
     )
     try:
-        report = await run_experiment(agent, "Saturday's weather in Lisbon?", runs=20)
+        # One run at a time keeps the seeded draws in order, so the report is the same each
+        # time; against a real model, raise `concurrency` (4 by default).
+        report = await run_experiment(
+            agent, "Saturday's weather in Lisbon?", runs=20, concurrency=1
+        )
     finally:
         await agent.close()
     print(render_report(report))

@@ -45,7 +45,11 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "answer: In Lisbon it is",
         "stop reason: end_turn",
     ),
-    "experiment.py": ("ended    end_turn", "turn_limit", "sessions ses_"),
+    "experiment.py": (
+        "ended    end_turn           18/20",
+        "turn_limit          2/20",
+        "sessions ses_",
+    ),
 }
 
 
