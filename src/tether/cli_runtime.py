@@ -132,8 +132,6 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
 def endpoint_policy(args: argparse.Namespace) -> EndpointPolicy:
     """The model URLs this process may call for a spec: `--allow-endpoint`,
     `TETHER_ALLOW_ENDPOINTS`, and the providers configured here."""
-    import os
-
     from tether.providers.endpoints import EndpointPolicy, configured_endpoints
     from tether.providers.registry import HOSTED_BASE_URLS
 
