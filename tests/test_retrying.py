@@ -23,7 +23,7 @@ from tether.errors import (
 )
 from tether.events import ModelFailed, ModelRequested, ModelResponded
 from tether.messages import Message, Text
-from tether.providers.base import ModelRequest, ModelResponse
+from tether.providers.base import Delta, ModelRequest, ModelResponse
 from tether.scheduler import Gateway, GatewayConfig, RetryPolicy
 from tether.store import MemoryStore
 
@@ -31,11 +31,13 @@ NO_WAIT = RetryPolicy(max_attempts=3, base_delay=0.0)
 
 
 class Flaky:
-    """Raises each of `errors` in turn, then answers: one answer per call, counted."""
+    """Raises each of `errors` in turn, then answers: one answer per call, counted. With
+    `stream_first`, each failing call streams a piece of text before it fails."""
 
-    def __init__(self, *errors: ProviderError) -> None:
+    def __init__(self, *errors: ProviderError, stream_first: bool = False) -> None:
         self.errors = list(errors)
         self.calls = 0
+        self.stream_first = stream_first
 
     @property
     def name(self) -> str:
@@ -44,6 +46,8 @@ class Flaky:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         self.calls += 1
         if self.errors:
+            if self.stream_first and request.on_delta is not None:
+                request.on_delta(Delta("text", "The weather "))
             raise self.errors.pop(0)
         return ModelResponse(Message("assistant", (Text("fine"),)))
 
@@ -169,3 +173,29 @@ def test_every_kind_of_gateway_model_counts_as_retried_by_its_gateway() -> None:
     assert retried_by_gateway(gateway.for_session(session_id="s1"))
     assert retried_by_gateway(SessionRouted(gateway))  # a worker's model, routed per session
     assert not retried_by_gateway(Flaky())
+
+
+async def test_an_error_after_streamed_output_was_shown_is_not_retried() -> None:
+    shown: list[Delta] = []
+    model = Flaky(Overloaded("overloaded_error", status=200), stream_first=True)
+    agent = Agent(model, store="memory:", retry=NO_WAIT, on_delta=shown.append)
+    result = await agent.run("hi")
+    assert (result.stop_reason, model.calls, len(shown)) == ("error", 1, 1)
+
+    # The same error before any output, or with nobody watching the stream, is retried.
+    before_output = Flaky(Overloaded("busy", status=529))
+    result = await Agent(before_output, store="memory:", retry=NO_WAIT, on_delta=shown.append).run(
+        "hi"
+    )
+    assert (result.stop_reason, before_output.calls) == ("end_turn", 2)
+    unwatched = Flaky(Overloaded("overloaded_error", status=200), stream_first=True)
+    result = await Agent(unwatched, store="memory:", retry=NO_WAIT).run("hi")
+    assert (result.stop_reason, unwatched.calls) == ("end_turn", 2)
+
+
+async def test_the_gateway_does_not_retry_after_streamed_output_was_shown_either() -> None:
+    shown: list[Delta] = []
+    model = Flaky(Overloaded("overloaded_error", status=200), stream_first=True)
+    gateway = Gateway(model, GatewayConfig(retry=NO_WAIT))
+    result = await Agent(gateway, store="memory:", on_delta=shown.append).run("hi")
+    assert (result.stop_reason, model.calls, len(shown)) == ("error", 1, 1)

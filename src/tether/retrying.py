@@ -1,7 +1,8 @@
 """Every model call of an agent under one retry policy, the model gateway's `RetryPolicy`:
-a failed attempt the policy retries is reported to the request's `on_retry` (the loop records
-it as `model.failed` with `retrying_in`) and sent again after the wait. A model behind a
-`Gateway` is retried by that gateway alone, which reports its retries the same way.
+a failed attempt the policy retries, and whose streamed output reached no observer yet, is
+reported to the request's `on_retry` (the loop records it as `model.failed` with
+`retrying_in`) and sent again after the wait. A model behind a `Gateway` is retried by that
+gateway alone, which reports its retries the same way.
 
 Owns the attempts and the waits between them; what is retried and how long to wait is
 `tether.scheduler.retry`.
@@ -16,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from tether.errors import ProviderError
 from tether.providers.base import Model, ModelRequest, ModelResponse
 from tether.scheduler.gateway import Gateway
-from tether.scheduler.retry import RetryPolicy
+from tether.scheduler.retry import OutputWatch, RetryPolicy
 
 # What an `Agent` retries with unless told otherwise: the gateway's own default.
 DEFAULT_RETRY = RetryPolicy()
@@ -43,12 +44,13 @@ async def complete(
     of that task cuts them short."""
     if policy is None or retried_by_gateway(model):
         return await model.complete(request)
+    watch = OutputWatch(request)
     attempt = 1
     while True:
         try:
-            return await model.complete(request)
+            return await model.complete(watch.request)
         except ProviderError as exc:
-            delay = policy.delay(exc, attempt, rng)
+            delay = None if watch.seen else policy.delay(exc, attempt, rng)
             if delay is None:
                 exc.attempts = attempt
                 raise

@@ -33,7 +33,7 @@ from tether.scheduler.estimate import estimate_request_tokens
 from tether.scheduler.figures import Counters, GatewayFigures, wait_figures
 from tether.scheduler.limits import AIMDLimit, CircuitBreaker, TokenBucket
 from tether.scheduler.queue import PRIORITIES, Entry, FairQueue, Priority
-from tether.scheduler.retry import RetryPolicy
+from tether.scheduler.retry import OutputWatch, RetryPolicy
 from tether.scheduler.status import GatewayStatus, StatusKind
 
 
@@ -169,6 +169,7 @@ class Gateway:
         seq = next(self._seq)
         track = _Track("waiting", now)
         self._tracks[ticket.session_id] = track
+        watch = OutputWatch(request)
         attempt = 0
         try:
             while True:
@@ -177,9 +178,9 @@ class Gateway:
                 lease = await self._acquire(ticket, seq, reservation, track, first=attempt == 1)
                 track.kind, track.since = "sending", self._clock.now()
                 try:
-                    response = await self.model.complete(request)
+                    response = await self.model.complete(watch.request)
                 except ProviderError as exc:
-                    delay = self._settle_failure(lease, exc, attempt)
+                    delay = self._settle_failure(lease, exc, attempt, watch.seen)
                     if delay is None:
                         exc.attempts = attempt
                         self._counters.failed += 1
@@ -389,9 +390,12 @@ class Gateway:
         self._counters.succeeded += 1
         self._release(lease, now)
 
-    def _settle_failure(self, lease: _Lease, error: ProviderError, attempt: int) -> float | None:
-        """Book a failed attempt; the wait before the next one, or None to give up. A failed
-        attempt keeps its reservation: the backend may have counted it."""
+    def _settle_failure(
+        self, lease: _Lease, error: ProviderError, attempt: int, output_seen: bool = False
+    ) -> float | None:
+        """Book a failed attempt; the wait before the next one, or None to give up (always,
+        once some of its streamed output was shown). A failed attempt keeps its
+        reservation: the backend may have counted it."""
         now = self._clock.now()
         counters = self._counters
         congested = isinstance(error, RateLimited | Overloaded)
@@ -413,7 +417,7 @@ class Gateway:
                 counters.circuit_opened += 1
         else:
             self._circuit.on_success(lease.probe)  # it answered: it is up
-        delay = self.config.retry.delay(error, attempt, self._rng)
+        delay = None if output_seen else self.config.retry.delay(error, attempt, self._rng)
         if delay is not None:
             counters.retries += 1
         self._release(lease, now)

@@ -1,11 +1,13 @@
 """When a failed model call is tried again, and after how long: exponential backoff with full
 jitter, a server's `retry-after` as a floor, a bounded number of attempts. Quota exhaustion,
 bad requests, authentication errors and context overflow are never retried, whatever flag
-an error carries. Pure: the caller passes the random source, so a seed replays the waits.
+an error carries, and neither is a call whose streamed output already reached its observer.
+Pure: the caller passes the random source, so a seed replays the waits.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -17,6 +19,7 @@ from tether.errors import (
     ProviderError,
     QuotaExhausted,
 )
+from tether.providers.base import Delta, ModelRequest
 
 NEVER_RETRIED: tuple[type[ProviderError], ...] = (
     QuotaExhausted,
@@ -66,3 +69,23 @@ class RetryPolicy:
         if error.retry_after is not None:
             wait = max(wait, error.retry_after)
         return wait
+
+
+class OutputWatch:
+    """Whether any streamed output of a request reached its observer. Once some has, a
+    failed call is not tried again: the observer would be shown a second answer after the
+    start of the first. Send `watch.request`, which tells the original observer too."""
+
+    def __init__(self, request: ModelRequest) -> None:
+        self.seen = False
+        self._observer = request.on_delta
+        self.request = (
+            request
+            if request.on_delta is None
+            else dataclasses.replace(request, on_delta=self._observe)
+        )
+
+    def _observe(self, delta: Delta) -> None:
+        self.seen = True
+        if self._observer is not None:
+            self._observer(delta)
