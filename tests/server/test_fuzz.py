@@ -70,6 +70,14 @@ def check_refusal(response: Any) -> None:
     assert len(error["message"]) >= 10, error
 
 
+def _valid_timeout(value: object) -> bool:
+    """What the server takes as a stream's `timeout`: a number in (0, 3600]."""
+    try:
+        return 0 < float(str(value)) <= 3600
+    except ValueError:
+        return False
+
+
 def _has_inputs(operation: Any) -> bool:
     return bool(list(operation.iter_parameters())) or bool(operation.body)
 
@@ -104,8 +112,10 @@ def test_the_api_refuses_bad_input_with_a_4xx_and_changes_nothing(
         before = fingerprint(server.store)
         headers = dict(case.headers or {})
         headers.setdefault("Authorization", f"Bearer {ACME}")
-        if "stream" in operation.path:
-            case.query = {**(case.query or {}), "timeout": 0.5}  # a stream must end in a test
+        if "stream" in operation.path and _valid_timeout((case.query or {}).get("timeout", 1)):
+            # A stream must end in a test. An invalid timeout is left alone: replacing it would
+            # make the request valid, and the server answer 200 to what the fuzzer calls invalid.
+            case.query = {**(case.query or {}), "timeout": 0.5}
         response = case.call_and_validate(
             base_url=server.url, headers=headers, checks=CHECKS, timeout=30
         )

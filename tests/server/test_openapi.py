@@ -111,3 +111,25 @@ async def test_after_seq_takes_what_the_document_says_and_nothing_more(
             for bad in ("²".encode("latin-1"), b"1" * 16, b"x"):
                 refused = await client.get(url, headers={"Last-Event-ID": bad})
                 assert refused.status_code == 422, (bad, refused.text)
+
+
+async def test_a_streams_timeout_takes_the_numbers_the_document_allows_and_nothing_more(
+    server: Server, document: dict[str, Any]
+) -> None:
+    op = document["paths"]["/v1/sessions/{session_id}/stream"]["get"]
+    schema = next(p["schema"] for p in op["parameters"] if p["name"] == "timeout")
+    assert (schema["type"], schema["exclusiveMinimum"], schema["maximum"]) == ("number", 0, 3600)
+    rt = HttpRuntime(server.url, ACME)
+    try:
+        ref = await rt.start(spec("note 1", end_after_turn=True))
+        await Observer(rt, ref).until("the end", lambda s: s.terminal)
+    finally:
+        await rt.close()
+    url = f"/v1/sessions/{ref.session_id}/stream"
+    async with httpx.AsyncClient(base_url=server.url, headers=AUTH) as client:
+        for good in ("0.5", "5e-1", "3600", "3600.0"):
+            taken = await client.get(url, params={"timeout": good})
+            assert taken.status_code == 200, (good, taken.text)
+        for bad in ("0", "-1", "3600.5", " 5", "1_0", "nan", "inf", "1e400", "0x10", "٣"):
+            refused = await client.get(url, params={"timeout": bad})
+            assert refused.status_code == 422, (bad, refused.text)

@@ -5,6 +5,7 @@ Each refusal is an `ApiError` that names the problem; what the request then does
 from __future__ import annotations
 
 import json
+import re
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -16,6 +17,7 @@ from tether.server.schemas import MAX_SEQ
 
 B = TypeVar("B", bound=BaseModel)
 MAX_BODY = 1 << 20
+NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?", re.ASCII)
 
 
 def session_ref(request: Request) -> SessionRef:
@@ -53,11 +55,9 @@ def float_param(request: Request, name: str, default: float | None, high: float)
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= high:  # also refuses nan
+    # A number as the document writes one: not ' 5', '1_0', 'nan' or 'inf', which float() takes.
+    value = float(raw) if NUMBER.fullmatch(raw) else -1.0
+    if not 0 < value <= high:
         raise ApiError(
             "invalid_request",
             f"query parameter {name} must be a number in (0, {high:g}], not {raw[:40]!r}",
