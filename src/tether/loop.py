@@ -21,15 +21,13 @@ from tether.events import (
     ModelRequested,
     ModelResponded,
     Payload,
-    SessionEnded,
     ToolFinished,
     ToolStarted,
-    TurnEnded,
 )
 from tether.limits import Limits, Stop, StopCondition, check_before_request, estimate_input_tokens
 from tether.messages import ToolCall
 from tether.providers.base import DeltaObserver, Model, ModelRequest
-from tether.recovery import Decision, decide_calls, decide_open_calls
+from tether.recovery import Decision, closing, decide_calls, decide_open_calls
 from tether.retrying import complete
 from tether.scheduler.retry import RetryPolicy
 from tether.session_log import SessionLog
@@ -267,13 +265,11 @@ async def _end(ctx: TurnContext, stop: Stop) -> None:
     await ctx.log.append(*_closing(ctx, stop.reason, stop.detail))
 
 
-def _closing(ctx: TurnContext, reason: str, detail: str | None = None) -> tuple[Payload, ...]:
+def _closing(ctx: TurnContext, reason: str, detail: str | None = None) -> list[Payload]:
     """`turn.ended`, and with `end_after_turn` a final turn's `session.ended` in the same
     batch, so no observer ever sees the session idle in between."""
-    outcome = session_outcome(reason) if ctx.end_after_turn else None
-    if outcome is None:
-        return (TurnEnded(reason, detail),)
-    return TurnEnded(reason, detail), SessionEnded(outcome, detail or reason)
+    end = session_outcome(reason) if ctx.end_after_turn else None
+    return closing(ctx.log.folder, reason, detail, end=end)
 
 
 async def _close_cancelled(ctx: TurnContext) -> None:
@@ -302,16 +298,13 @@ async def close_canceled_turn(
     session_wide = end_session or folder.cancel_scope == "session"
     if turns_before is not None and folder.turns > turns_before and not session_wide:
         return
-    if folder.turn_open:
-        # Listed before any is answered: the last answer completes the tool message, and the
-        # fold then no longer says which calls had results.
-        unanswered = [call for call in folder.open_calls if call.id not in folder.results]
-        for call in unanswered:
-            if call.id in folder.started:
-                text = "The call was canceled while it ran: the turn was interrupted. Its effects may be partial."
-            else:
-                text = "The call was canceled before it ran: the turn was interrupted."
-            await log.append(ToolFinished(call.id, "canceled", text))
-        await log.append(TurnEnded(reason, f"the turn was stopped: {reason}"))
-    if session_wide:
-        await log.append(SessionEnded("canceled", "canceled by request"))
+    batch = closing(
+        folder,
+        reason,
+        f"the turn was stopped: {reason}",
+        calls="canceled",
+        end="canceled" if session_wide else None,
+        end_detail="canceled by request",
+    )
+    if batch:
+        await log.append(*batch)

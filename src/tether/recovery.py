@@ -1,8 +1,11 @@
-"""What to do with each unanswered call of the last assistant message.
+"""What to do with what a session leaves open: each unanswered call of the last assistant
+message (`decide_calls`), and the one batch that closes a turn or a session (`closing`).
 
-Pure: from the session view and the tool's properties to one decision per call. The loop
+Pure: from the session's fold and the tools' properties to decisions and payloads. The loop
 uses it at every step, so the same rules serve a running session, one resumed after an
-approval and one taken over after a crash.
+approval and one taken over after a crash; and every closer (a turn's natural end, a cancel,
+a worker that cannot run a session, a poisoned session) appends what `closing` returns, in
+one batch, so no observer and no crash ever sees a session half closed.
 """
 
 from __future__ import annotations
@@ -11,11 +14,24 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from tether.events import EndOutcome, Payload, SessionEnded, ToolFinished, TurnEnded
+from tether.fold import Folder
 from tether.messages import ToolCall
 from tether.state import SessionView
 from tether.tools.base import Tool, Toolbox
 
 Action = Literal["run", "answer", "request_approval", "await_approval"]
+
+# How `closing` answers the calls a closed turn leaves unanswered: "keep" leaves them (a turn
+# that stops to wait for approvals); "canceled", the run was stopped (a call that was running
+# was cancelled with it); "abandoned", nobody runs the session any more (a call started by a
+# runner that is gone has unknown effects).
+OpenCalls = Literal["keep", "canceled", "abandoned"]
+
+CANCELED_RUNNING = (
+    "The call was canceled while it ran: the turn was interrupted. Its effects may be partial."
+)
+CANCELED_BEFORE = "The call was canceled before it ran: the turn was interrupted."
 
 UNKNOWN_EFFECT = (
     "The run stopped while this call was running, so its effects are unknown: it may or may "
@@ -75,3 +91,41 @@ def _approval(call: ToolCall, decision: object, requested: bool) -> Decision:
         why = f": {reason}" if reason else ""
         return Decision(call, "answer", "denied", f"The user denied this call{why}")
     return Decision(call, "await_approval" if requested else "request_approval")
+
+
+def closing(
+    folder: Folder,
+    stop: str,
+    detail: str | None = None,
+    *,
+    calls: OpenCalls = "keep",
+    end: EndOutcome | None = None,
+    end_detail: str | None = None,
+) -> list[Payload]:
+    """The payloads that close what `folder` has open, to append as ONE batch: with an open
+    turn, an answer for each unanswered call (as `calls` says) and `turn.ended` (`stop`,
+    `detail`); then, with `end`, `session.ended` (`end_detail`, else `detail`, else `stop`).
+    Empty for a session that has ended already."""
+    if folder.terminal:
+        return []
+    batch: list[Payload] = []
+    if folder.turn_open:
+        if calls != "keep":
+            # Listed from the fold before any is answered: the answers land in one batch.
+            batch.extend(
+                _answer(call, call.id in folder.started, calls, detail or stop)
+                for call in folder.open_calls
+                if call.id not in folder.results
+            )
+        batch.append(TurnEnded(stop, detail))
+    if end is not None:
+        batch.append(SessionEnded(end, end_detail or detail or stop))
+    return batch
+
+
+def _answer(call: ToolCall, started: bool, calls: OpenCalls, why: str) -> ToolFinished:
+    if calls == "canceled":
+        return ToolFinished(call.id, "canceled", CANCELED_RUNNING if started else CANCELED_BEFORE)
+    if started:
+        return ToolFinished(call.id, "unknown_effect", UNKNOWN_EFFECT)
+    return ToolFinished(call.id, "canceled", f"The call never ran: {why}")

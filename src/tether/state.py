@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tether.errors import TetherError
+from tether.events import EndOutcome
 from tether.messages import JSONObject, JSONValue, ToolCall, Usage
 
 State = Literal[
@@ -43,7 +44,7 @@ STOP_REASONS: frozenset[str] = frozenset(
 NOT_FINAL_STOPS: frozenset[str] = frozenset({"awaiting_approval", "interrupted"})
 
 
-def session_outcome(stop_reason: str) -> str | None:
+def session_outcome(stop_reason: str) -> EndOutcome | None:
     """How a session that ends with its turn ends: `completed` after `end_turn` or a custom
     stop condition, `failed` after an error or a limit, None when the turn is not final."""
     if stop_reason in NOT_FINAL_STOPS:

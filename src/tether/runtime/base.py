@@ -18,7 +18,7 @@ from tether.limits import Limits
 from tether.messages import JSONObject, JSONValue, Usage, part_from_json
 from tether.providers.base import Delta
 from tether.scheduler.queue import PRIORITIES, Priority
-from tether.state import STOP_REASONS, TERMINAL_STATES, SessionView
+from tether.state import TERMINAL_STATES, SessionView
 
 # Metadata keys the runtime writes into session.created; a spec may not set them.
 RESERVED_METADATA = frozenset({"runner", "tenant", "idempotency"})
@@ -325,12 +325,6 @@ def view_from_json(data: Mapping[str, Any]) -> SessionView:
         cancel_scope=data.get("cancel_scope"),
         model_request_open=bool(data.get("model_request_open", False)),
     )
-
-
-# Stop reasons after which a session with `end_after_turn` stays open: it is waiting for a
-# decision, or someone interrupted it and may go on.
-NOT_FINAL = frozenset({"awaiting_approval", "interrupted"})
-FAILED_STOPS = STOP_REASONS - {"end_turn"} - NOT_FINAL
 
 
 class Runtime(Protocol):

@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from tether.agent import Agent, SessionDeltaObserver
 from tether.eager import shielded
 from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
-from tether.events import Event, SessionCreated, SessionEnded, ToolFinished, TurnEnded
+from tether.events import Event, SessionCreated
 from tether.lease import parked_owner, worker_id
 from tether.providers.endpoints import EndpointPolicy
-from tether.runtime.base import FAILED_STOPS, NOT_FINAL
+from tether.recovery import closing
 from tether.runtime.gateways import Gateways
 from tether.runtime.sessions import Runner, build_runner
 from tether.scheduler import GatewayConfig
 from tether.session_log import SessionLog
-from tether.state import TERMINAL_STATES
+from tether.state import TERMINAL_STATES, session_outcome
 from tether.store.base import Lease, Store, Wakeup
 
 if TYPE_CHECKING:
@@ -384,10 +384,14 @@ class Worker:
             return
         try:
             f = session_log.folder
-            if f.terminal or f.turn_open or f.stop_reason in NOT_FINAL or f.stop_reason is None:
+            if f.turn_open or f.stop_reason is None:
                 return
-            outcome = "failed" if f.stop_reason in FAILED_STOPS else "completed"
-            await session_log.append(SessionEnded(outcome, f.stop_detail or f.stop_reason))
+            end = session_outcome(f.stop_reason)
+            batch = (
+                [] if end is None else closing(f, f.stop_reason, end=end, end_detail=f.stop_detail)
+            )
+            if batch:
+                await session_log.append(*batch)
         finally:
             await self._release(session_log)
 
@@ -397,17 +401,10 @@ class Worker:
         if session_log is None:
             return
         try:
-            f = session_log.folder
-            if f.terminal:
-                return
-            if f.turn_open:
-                for call in f.view().open_calls:
-                    await session_log.append(
-                        ToolFinished(call.id, "canceled", f"The call never ran: {detail}")
-                    )
-                await session_log.append(TurnEnded("error", detail))
-            await session_log.append(SessionEnded("failed", detail))
-            log.warning("session %s failed: %s", session_id, detail)
+            batch = closing(session_log.folder, "error", detail, calls="abandoned", end="failed")
+            if batch:
+                await session_log.append(*batch)
+                log.warning("session %s failed: %s", session_id, detail)
         finally:
             await self._release(session_log)
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tether.events import SessionEnded, ToolFinished, TurnEnded
-from tether.recovery import UNKNOWN_EFFECT
+from tether.recovery import closing
 from tether.session_log import SessionLog
 from tether.store.postgres import Claimed, PostgresStore
 
@@ -58,18 +57,11 @@ async def park(store: PostgresStore, item: Claimed, reason: str) -> None:
     log = await SessionLog.load(store, item.lease.session_id)
     log.lease = item.lease
     try:
-        folder = log.folder
         # A session whose turn had ended was not what killed its workers: nothing to end.
-        if folder.turn_open and not folder.terminal:
-            for call in folder.view().open_calls:
-                if call.id in folder.started:
-                    await log.append(ToolFinished(call.id, "unknown_effect", UNKNOWN_EFFECT))
-                else:
-                    await log.append(
-                        ToolFinished(call.id, "canceled", f"The call never ran: {reason}")
-                    )
-            await log.append(TurnEnded("error", reason))
-            await log.append(SessionEnded("failed", reason))
+        if log.folder.turn_open:
+            batch = closing(log.folder, "error", reason, calls="abandoned", end="failed")
+            if batch:
+                await log.append(*batch)
         await store.clear_runnable(item.wakeup)
     finally:
         await asyncio.shield(store.release(item.lease))
