@@ -90,14 +90,14 @@ class ToolStarted:
     type: ClassVar[str] = "tool.started"
     call_id: str
     name: str
-    effect: str = "write"
+    effect: Effect = "write"
 
 
 @dataclass(frozen=True, slots=True)
 class ToolFinished:
     type: ClassVar[str] = "tool.finished"
     call_id: str
-    outcome: str
+    outcome: Outcome
     content: str
     duration_ms: float = 0.0
 
@@ -172,7 +172,7 @@ class TurnEnded:
 @dataclass(frozen=True, slots=True)
 class SessionEnded:
     type: ClassVar[str] = "session.ended"
-    outcome: str
+    outcome: EndOutcome
     detail: str | None = None
 
 

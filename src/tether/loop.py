@@ -237,8 +237,8 @@ async def _settle_calls(
                 batch.append(ToolStarted(d.call.id, d.call.name, tool.effect))
             if kwargs is not None:
                 bound[d.call.id] = kwargs
-        elif d.action == "answer":
-            batch.append(ToolFinished(d.call.id, d.outcome, d.content))
+        elif d.answer is not None:  # action "answer"
+            batch.append(d.answer)
         elif d.action == "request_approval":
             batch.append(ApprovalRequested(d.call.id, d.call.name, d.call.arguments))
             waiting = True

@@ -41,10 +41,11 @@ UNKNOWN_EFFECT = (
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """What to do with one call; for action "answer", the result it is answered with."""
+
     call: ToolCall
     action: Action
-    outcome: str = ""  # for action "answer"
-    content: str = ""
+    answer: ToolFinished | None = None
 
 
 def decide_open_calls(view: SessionView, toolbox: Toolbox) -> list[Decision]:
@@ -80,7 +81,7 @@ def _started_before(call: ToolCall, tool: Tool) -> Decision:
     # A call started by an earlier runner that never finished it: repeat only what is safe.
     if tool.effect in ("read", "idempotent"):
         return Decision(call, "run")
-    return Decision(call, "answer", "unknown_effect", UNKNOWN_EFFECT)
+    return Decision(call, "answer", ToolFinished(call.id, "unknown_effect", UNKNOWN_EFFECT))
 
 
 def _approval(call: ToolCall, decision: object, requested: bool) -> Decision:
@@ -89,7 +90,9 @@ def _approval(call: ToolCall, decision: object, requested: bool) -> Decision:
             return Decision(call, "run")
         reason = decision.get("reason")
         why = f": {reason}" if reason else ""
-        return Decision(call, "answer", "denied", f"The user denied this call{why}")
+        return Decision(
+            call, "answer", ToolFinished(call.id, "denied", f"The user denied this call{why}")
+        )
     return Decision(call, "await_approval" if requested else "request_approval")
 
 

@@ -9,16 +9,16 @@ import hashlib
 import inspect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import Any, overload
 
 from pydantic import BaseModel
 
 from tether.errors import UsageError
+from tether.events import Effect
 from tether.messages import canonical_json
 from tether.providers.base import ToolSpec
 from tether.tools.schema import build_validator, json_schema, parse_docstring
 
-Effect = Literal["read", "idempotent", "write"]
 EFFECTS: tuple[str, ...] = ("read", "idempotent", "write")
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_OUTPUT_CAP = 100_000  # characters the model sees of one result

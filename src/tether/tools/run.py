@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from tether import eager
+from tether.events import Outcome
 from tether.messages import ToolCall
 from tether.tools.base import Tool, Toolbox
 from tether.tools.schema import ToolContext
@@ -30,7 +31,7 @@ _SYNC_TOOL_THREADS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="teth
 
 @dataclass(frozen=True, slots=True)
 class CallOutcome:
-    outcome: str  # ok | error | timeout | canceled | denied | unknown_effect | invalid_input | unknown_tool
+    outcome: Outcome
     content: str
     duration_ms: float = 0.0
     # The whole output when `content` was cut at the cap: the caller keeps it as a blob.
@@ -101,7 +102,7 @@ async def execute(
     Never raises for what the tool or the model did wrong; re-raises a cancel."""
     started = time.perf_counter()
 
-    def done(outcome: str, content: str) -> CallOutcome:
+    def done(outcome: Outcome, content: str) -> CallOutcome:
         return CallOutcome(outcome, content, round((time.perf_counter() - started) * 1000, 3))
 
     if kwargs is None:

@@ -18,7 +18,8 @@ from typing import Any, TextIO
 
 from mcp import types as mcp_types
 
-from tether.tools.base import Effect, Tool
+from tether.events import Effect
+from tether.tools.base import Tool
 from tether.tools.mcp.config import McpServerConfig, servers_by_name
 from tether.tools.mcp.connection import McpConnection, ProgressFn
 from tether.tools.mcp.errors import McpToolFailed
