@@ -3,26 +3,15 @@ turn still run; a decision appended to the log lets the next run allow or deny t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from invariants import kinds, payloads, read_checked
 from tether import Agent, fold, tool
 from tether.events import ApprovalDecided, ApprovalRequested, ToolFinished, ToolStarted, TurnEnded
 from tether.session_log import SessionLog
-from tether.store import MemoryStore, SQLiteStore, Store
+from tether.store import Store
 from tether.testing import ScriptedModel, call
 from tether.tools import Tool
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: object) -> AsyncIterator[Store]:
-    made: Store = (
-        MemoryStore() if request.param == "memory" else SQLiteStore(f"{tmp_path}/tether.db")
-    )
-    yield made
-    await made.close()
 
 
 class Bank:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -20,21 +20,12 @@ from tether.events import (
     ToolStarted,
     TurnEnded,
 )
-from tether.store import MemoryStore, SQLiteStore, Store
+from tether.store import Store
 from tether.testing import ScriptedModel, call
 from tether.testing.scripted import Hang, Reply
 from tether.tools import Tool
 
 FORECASTS = {"Paris": "light rain, 14 °C", "Lisbon": "sunny, 22 °C"}
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: object) -> AsyncIterator[Store]:
-    made: Store = (
-        MemoryStore() if request.param == "memory" else SQLiteStore(f"{tmp_path}/tether.db")
-    )
-    yield made
-    await made.close()
 
 
 @tool(effect="read")

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from tether.runtime import LocalRuntime
-from tether.store import MemoryStore, SQLiteStore, Store
+from tether.store import Store
 from tether.testing import RUNTIME_CHECKS
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LocalRuntime]:
-    store: Store = (
-        MemoryStore() if request.param == "memory" else SQLiteStore(str(tmp_path / "t.db"))
-    )
+@pytest.fixture
+async def runtime(store: Store) -> AsyncIterator[LocalRuntime]:
     async with LocalRuntime(store, workers=4, poll_interval=0.05, watch_interval=0.05) as rt:
         yield rt
-    await store.close()
 
 
 @pytest.mark.parametrize("check", RUNTIME_CHECKS, ids=lambda c: c.__name__)

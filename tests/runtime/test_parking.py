@@ -6,10 +6,7 @@ poll says it is parked and until when; a cancel ends it at once."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable, Sequence
-from pathlib import Path
-
-import pytest
+from collections.abc import Callable, Sequence
 
 from invariants import kinds
 from tether.errors import RateLimited
@@ -18,7 +15,7 @@ from tether.runtime import LocalRuntime
 from tether.runtime.base import SessionSpec, SessionStatus
 from tether.scheduler import GatewayConfig
 from tether.server.schemas import StatusModel
-from tether.store import MemoryStore, SQLiteStore, Store
+from tether.store import Store
 from tether.testing import Fail, ScriptedModel
 from tether.testing.runtime_conformance import Observer, spec
 from tether.testing.scripted import Reply
@@ -47,15 +44,6 @@ def throttled_for_thirty() -> ScriptedModel:
         repeat_last=True,
         name="scripted:throttled-thirty",
     )
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made: Store = (
-        MemoryStore() if request.param == "memory" else SQLiteStore(str(tmp_path / "t.db"))
-    )
-    yield made
-    await made.close()
 
 
 def at_gateway(kind: str) -> Callable[[SessionStatus], bool]:
