@@ -27,8 +27,9 @@ from tether.providers.registry import model_from_string
 from tether.scheduler.clock import run_virtual
 from tether.scheduler.gateway import Gateway, GatewayConfig
 from tether.scheduler.queue import Priority
-from tether.scheduler.sim_server import LoopbackServer
-from tether.scheduler.simulate import (
+from tether.store import MemoryStore
+from tether.testing.sim_server import LoopbackServer
+from tether.testing.simulate import (
     Answer,
     BackendMeter,
     Capacity,
@@ -36,7 +37,6 @@ from tether.scheduler.simulate import (
     MeterTotals,
     SimulatedBackend,
 )
-from tether.store import MemoryStore
 
 WEIGHTS = {"a": 1.0, "b": 1.0, "c": 2.0}
 

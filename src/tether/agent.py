@@ -30,7 +30,8 @@ from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
 from tether.session_log import Clock, EventObserver, SessionLog, new_session_id
 from tether.state import SessionView
-from tether.store.base import DEFAULT_STORE_URL, Lease, Store, open_store
+from tether.store.base import Lease, Store
+from tether.store.open import DEFAULT_STORE_URL, open_store
 from tether.tools.base import Tool, Toolbox
 from tether.watch import Watched, Watcher
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import importlib
 import json
 import os
 import sys
@@ -28,8 +27,10 @@ from tether.providers.base import Model
 from tether.render import Timeline, render_runner, render_transcript, render_view, runner_json
 from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
-from tether.store.base import DEFAULT_STORE_URL, Store, open_store
-from tether.tools.base import Tool, make_tool
+from tether.store.base import Store
+from tether.store.open import DEFAULT_STORE_URL, open_store
+from tether.tools import load
+from tether.tools.base import Tool
 
 
 class CliError(Exception):
@@ -59,32 +60,11 @@ def exit_code(stop_reason: str) -> int:
 
 
 def load_tools(specs: Sequence[str]) -> list[Tool]:
-    """`module:attr` (a tool, a function, or a list of them) or `module` (its `tools`)."""
-    loaded: list[Tool] = []
-    for spec in specs:
-        module_name, _, attr = spec.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:
-            raise CliError(
-                f"--tools {spec}: cannot import {module_name}: {type(exc).__name__}: {exc}"
-            ) from exc
-        attr = attr or "tools"
-        if not hasattr(module, attr):
-            raise CliError(f"--tools {spec}: module {module_name} has no attribute {attr!r}")
-        value: Any = getattr(module, attr)
-        items = value if isinstance(value, list | tuple) else [value]
-        for item in items:
-            if isinstance(item, Tool):
-                loaded.append(item)
-            elif callable(item):
-                try:
-                    loaded.append(make_tool(item))
-                except UsageError as exc:
-                    raise CliError(f"--tools {spec}: {exc}") from exc
-            else:
-                raise CliError(f"--tools {spec}: {item!r} is not a tool or a function")
-    return loaded
+    """`--tools` specs (see `tether.tools.load`), a bad one as a one-line `CliError`."""
+    try:
+        return load.load_tools(specs, label="--tools")
+    except UsageError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def retry_policy(retries: int | None) -> RetryPolicy | None:

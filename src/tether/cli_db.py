@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from tether.store.base import DEFAULT_STORE_URL
+from tether.store.open import DEFAULT_STORE_URL
 
 
 def add_db_commands(sub: Any, store_help: str) -> None:

@@ -26,9 +26,9 @@ from tether.fold import Folder
 from tether.lease import worker_id
 from tether.limits import Limits
 from tether.messages import Message, user
+from tether.runtime.claims import take_work
 from tether.session_log import SessionLog, new_session_id
 from tether.store.base import Lease
-from tether.store.pg_work import take_work
 from tether.store.postgres import Claimed, PostgresStore
 from tether.testing import Delay, ScriptedModel, call
 from tether.tools import Toolbox, ToolContext, tool

@@ -18,7 +18,7 @@ from tether.messages import user
 from tether.providers.base import ModelRequest
 from tether.providers.registry import model_from_string
 from tether.scheduler.gateway import Gateway, GatewayConfig
-from tether.store.pg_limits import SharedLimits
+from tether.scheduler.shared_limits import SharedLimits
 from tether.store.postgres import PostgresStore
 
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from runtime import test_parking as parking  # the module, so pytest collects nothing twice
-from tether.store.pg_work import take_work
+from tether.runtime.claims import take_work
 from tether.store.postgres import PostgresStore
 
 

@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from tether.scheduler.sim_server import LoopbackServer
-from tether.scheduler.simulate import Capacity
-from tether.store.pg_limits import SharedBucket
+from tether.scheduler.shared_limits import SharedBucket
 from tether.store.postgres import PostgresStore
+from tether.testing.sim_server import LoopbackServer
+from tether.testing.simulate import Capacity
 
 ROOT = Path(__file__).resolve().parents[2]
 RPM = 240  # a full minute's burst, then 4 a second, like the gateway's own buckets

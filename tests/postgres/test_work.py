@@ -11,8 +11,8 @@ import pytest
 from tether.events import ModelResponded, SessionCreated, ToolStarted, UserMessage
 from tether.fold import Folder
 from tether.messages import Message, ToolCall, user
+from tether.runtime.claims import take_work
 from tether.session_log import SessionLog
-from tether.store.pg_work import take_work
 from tether.store.postgres import PostgresStore
 
 

@@ -11,8 +11,8 @@ from tether.errors import Parked, RateLimited
 from tether.providers.base import Model
 from tether.scheduler.clock import run_virtual
 from tether.scheduler.gateway import Gateway, GatewayConfig, Ticket
-from tether.scheduler.simulate import Capacity, Latency, SimulatedBackend
 from tether.testing import Delay, Fail, ScriptedModel
+from tether.testing.simulate import Capacity, Latency, SimulatedBackend
 
 from .support import in_order, logged, request
 

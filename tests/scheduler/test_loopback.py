@@ -11,8 +11,8 @@ import pytest
 from tether.errors import RateLimited
 from tether.providers.registry import model_from_string
 from tether.scheduler.gateway import Gateway, GatewayConfig
-from tether.scheduler.sim_server import LoopbackServer
-from tether.scheduler.simulate import Capacity, Latency
+from tether.testing.sim_server import LoopbackServer
+from tether.testing.simulate import Capacity, Latency
 
 from .support import request
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tether.providers.rate_limits import parse_rate_limits
-from tether.scheduler.simulate import BackendMeter, Capacity, format_duration
+from tether.testing.simulate import BackendMeter, Capacity, format_duration
 
 
 def test_the_meter_refuses_past_each_limit_with_the_time_to_wait() -> None:

@@ -12,6 +12,7 @@ import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -20,8 +21,11 @@ from hypothesis import strategies as st
 from tether.events import (
     PAYLOAD_TYPES,
     ContextCompacted,
+    Effect,
+    EndOutcome,
     Event,
     ModelResponded,
+    Outcome,
     Payload,
     SessionCreated,
     ToolFinished,
@@ -88,6 +92,10 @@ def payloads(
         ),
         "Usage": st.builds(Usage, big_ints, big_ints, big_ints, big_ints, big_ints),
         "tuple[str, ...]": st.lists(text, max_size=3).map(tuple),
+        # Closed sets: a row holds what was written, and old logs may hold any string.
+        "Effect": st.sampled_from(get_args(Effect)) | text,
+        "Outcome": st.sampled_from(get_args(Outcome)) | text,
+        "EndOutcome": st.sampled_from(get_args(EndOutcome)) | text,
     }
     return st.one_of(
         *[

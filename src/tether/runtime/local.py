@@ -40,7 +40,8 @@ from tether.runtime.quotas import Quota, TenantLoad
 from tether.runtime.sessions import Views, build_runner, create_session, created_event
 from tether.runtime.worker import Worker
 from tether.scheduler import GatewayConfig, GatewayFigures
-from tether.store.base import Store, open_store
+from tether.store.base import Store
+from tether.store.open import open_store
 from tether.tools.base import Tool
 
 BUILT = 256  # resolved (model, tools) pairs kept for starting sessions

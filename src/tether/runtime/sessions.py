@@ -27,6 +27,7 @@ from tether.scheduler.queue import Priority
 from tether.session_log import new_event_id, new_session_id
 from tether.store.base import Store
 from tether.tools.base import Tool
+from tether.tools.load import load_tools
 
 if TYPE_CHECKING:
     import httpx
@@ -66,15 +67,6 @@ class Runner:
         return Limits(**{k: v for k, v in self.limits.items() if v is not None})  # type: ignore[arg-type]
 
 
-def load_tool_specs(specs: tuple[str, ...]) -> list[Tool]:
-    from tether.cli import CliError, load_tools
-
-    try:
-        return load_tools(specs)
-    except CliError as exc:
-        raise UsageError(str(exc).replace("--tools ", "tool ")) from exc
-
-
 def build_runner(
     model: str, tools: tuple[str, ...], http_client: httpx.AsyncClient | None = None
 ) -> tuple[Model, list[Tool]]:
@@ -86,7 +78,7 @@ def build_runner(
         raise UsageError(f"model {model!r}: {exc}") from exc
     except Exception as exc:  # a model factory of the user's that raised
         raise UsageError(f"model {model!r}: {type(exc).__name__}: {exc}") from exc
-    return resolved, load_tool_specs(tools)
+    return resolved, load_tools(tools)
 
 
 def fingerprint(spec: SessionSpec) -> str:

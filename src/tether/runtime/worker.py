@@ -192,7 +192,7 @@ class Worker:
 
     async def _dispatch_claimed(self, free: int) -> int:
         """Claim up to `free` sessions in one statement; the store parks poisoned ones."""
-        from tether.store.pg_work import DEFAULT_MAX_CLAIMS, take_work
+        from tether.runtime.claims import DEFAULT_MAX_CLAIMS, take_work
 
         claimed = await take_work(
             cast("PostgresStore", self.store),

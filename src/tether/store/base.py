@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tether.errors import ConfigError, LeaseLost, UsageError
+from tether.errors import LeaseLost, UsageError
 from tether.events import PAYLOAD_TYPES, Event, Payload, payload_to_json
 from tether.messages import Message, Usage, canonical_json
 
@@ -263,36 +263,3 @@ def redact_url(url: str) -> str:
         return url
     user = userinfo.split(":", 1)[0]
     return f"{scheme}://{user}:***@{host}"
-
-
-DEFAULT_STORE_URL = "sqlite:///tether.db"
-
-
-def open_store(url: str) -> Store:
-    """`memory:` (tests), `sqlite:///PATH` or a path ending in .db/.sqlite (the default),
-    `postgresql://…` (many workers on many machines)."""
-    from tether.store.memory import MemoryStore
-    from tether.store.sqlite import SQLiteStore
-
-    if url in ("memory:", "memory://"):
-        return MemoryStore()
-    if url.startswith(("postgresql://", "postgres://")):
-        try:
-            from tether.store.postgres import PostgresStore
-        except ImportError as exc:
-            raise ConfigError(
-                f"{url.split(':')[0]} stores need: pip install 'tether[postgres]'"
-            ) from exc
-        return PostgresStore(url)
-    if url.startswith("sqlite://"):
-        path = url.removeprefix("sqlite://")
-        path = path[1:] if path.startswith("/") and not path.startswith("//") else path
-        if not path:
-            raise ConfigError(f"store URL {url!r} names no file (try sqlite:///tether.db)")
-        return SQLiteStore(path if path != ":memory:" else ":memory:")
-    if url.endswith((".db", ".sqlite", ".sqlite3")) and "://" not in url:
-        return SQLiteStore(url)
-    raise ConfigError(
-        f"cannot open store {url!r}: use memory:, sqlite:///PATH, a path ending in .db "
-        "or postgresql://USER:PASSWORD@HOST/DB"
-    )

@@ -3,7 +3,7 @@ turns notifications into wake-ups.
 
 Owns connecting (with a deadline), migrating once per store, handing connections out and
 taking back only clean ones, and translating psycopg's errors into `StoreError`. It knows no
-table: `postgres` and `pg_limits` write the queries.
+table: `postgres` and `tether.scheduler.shared_limits` write the queries.
 """
 
 from __future__ import annotations

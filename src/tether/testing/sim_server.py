@@ -13,7 +13,7 @@ import random
 from types import TracebackType
 
 from tether.messages import JSONObject, JSONValue
-from tether.scheduler.simulate import (
+from tether.testing.simulate import (
     Answer,
     BackendMeter,
     Capacity,

@@ -1,0 +1,38 @@
+"""Opening a store from its URL: the one place that knows every backend (the protocol in
+`base` knows none)."""
+
+from __future__ import annotations
+
+from tether.errors import ConfigError
+from tether.store.base import Store
+from tether.store.memory import MemoryStore
+from tether.store.sqlite import SQLiteStore
+
+DEFAULT_STORE_URL = "sqlite:///tether.db"
+
+
+def open_store(url: str) -> Store:
+    """`memory:` (tests), `sqlite:///PATH` or a path ending in .db/.sqlite (the default),
+    `postgresql://…` (many workers on many machines)."""
+    if url in ("memory:", "memory://"):
+        return MemoryStore()
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from tether.store.postgres import PostgresStore
+        except ImportError as exc:
+            raise ConfigError(
+                f"{url.split(':')[0]} stores need: pip install 'tether[postgres]'"
+            ) from exc
+        return PostgresStore(url)
+    if url.startswith("sqlite://"):
+        path = url.removeprefix("sqlite://")
+        path = path[1:] if path.startswith("/") and not path.startswith("//") else path
+        if not path:
+            raise ConfigError(f"store URL {url!r} names no file (try sqlite:///tether.db)")
+        return SQLiteStore(path if path != ":memory:" else ":memory:")
+    if url.endswith((".db", ".sqlite", ".sqlite3")) and "://" not in url:
+        return SQLiteStore(url)
+    raise ConfigError(
+        f"cannot open store {url!r}: use memory:, sqlite:///PATH, a path ending in .db "
+        "or postgresql://USER:PASSWORD@HOST/DB"
+    )
