@@ -311,7 +311,11 @@ def test_a_cancel_while_a_dead_worker_holds_the_lease_is_honoured_by_whoever_res
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "tether.db"
-    dead = run_worker(db, "crash", "start", env={kit.CRASH_CALL_ENV: "call_2_0:after"})
+    # A lease long enough that the cancel below, a fresh process on a loaded machine, still
+    # finds it held (with the default 1 s it could expire first: then nobody runs it).
+    dead = run_worker(
+        db, "crash", "start", env={kit.CRASH_CALL_ENV: "call_2_0:after", "WORKER_TTL": "8"}
+    )
     assert dead.returncode < 0
     sid, _ = read_session(db)
     cancel = tether("sessions", "cancel", sid, "--store", url(tmp_path), cwd=tmp_path)
