@@ -271,14 +271,8 @@ class Worker:
         request is asked again, as after a crash)."""
         self.parked += 1
         log.info("worker %s: session %s %s", self.owner, session_id, parked)
-        # A store that counts claims to find sessions that kill workers (PostgreSQL) holds
-        # without counting one; elsewhere a claim is a hold.
-        hold = getattr(self.store, "hold", None)
         with contextlib.suppress(LeaseHeld, StoreError):  # taken meanwhile: it runs anyway
-            if callable(hold):
-                await hold(session_id, parked_owner(self.owner), parked.seconds)
-            else:
-                await self.store.claim(session_id, parked_owner(self.owner), parked.seconds)
+            await self.store.hold(session_id, parked_owner(self.owner), parked.seconds)
 
     def _failed(self, session_id: str) -> float:
         """Note a failed run (a store hiccup or a bug); the delay before the next try, longer

@@ -71,6 +71,12 @@ class Store(Protocol):
         """Take the session's lease if it is free or expired (`LeaseHeld` otherwise)."""
         ...
 
+    async def hold(self, session_id: str, owner: str, ttl: float) -> Lease:
+        """Take the lease only to keep every worker off the session for `ttl` (a parked
+        session): nobody runs it under this lease, so a store that counts claims to find
+        sessions that kill their workers counts none for it."""
+        ...
+
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         """Extend a lease still held (`LeaseLost` otherwise)."""
         ...

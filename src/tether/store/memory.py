@@ -86,6 +86,9 @@ class MemoryStore:
         self._leases[session_id] = lease
         return lease
 
+    async def hold(self, session_id: str, owner: str, ttl: float) -> Lease:
+        return await self.claim(session_id, owner, ttl)  # no claims are counted here
+
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         check_ttl(ttl)
         refusal = lease_refusal(lease.session_id, self._leases.get(lease.session_id), lease)

@@ -418,6 +418,9 @@ class SQLiteStore:
 
         return await self._submit(body)
 
+    async def hold(self, session_id: str, owner: str, ttl: float) -> Lease:
+        return await self.claim(session_id, owner, ttl)  # no claims are counted here
+
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         check_ttl(ttl)
 
