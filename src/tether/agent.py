@@ -250,11 +250,11 @@ class Agent:
         finally:
             if log.lease is not None:
                 await shielded(self.store.release(log.lease))
-        if ctx.handed_over:
+        if ctx.stop_cause == "handed_over":
             raise HandedOver(
                 f"session {log.session_id}: handed over; its turn stays open for the next runner"
             )
-        if ctx.lease_lost:
+        if ctx.stop_cause == "lease_lost":
             raise LeaseLost(
                 f"session {log.session_id}: another worker took the session over; "
                 "this run stopped without writing"
@@ -304,7 +304,7 @@ class Agent:
 
         def on_lease_lost() -> None:
             # The stale lease stays on the log, so any append still in flight is refused.
-            ctx.lease_lost = True
+            ctx.stop("lease_lost")
             inner.cancel()
 
         watcher = self._get_watcher()
@@ -316,12 +316,7 @@ class Agent:
                 # A turn cancelled before its first step never ran run_turn's own close;
                 # for one that did, this finds the turn closed and does nothing.
                 await asyncio.shield(
-                    close_canceled_turn(
-                        ctx.log,
-                        ctx.stop_cause,
-                        ctx.end_session_on_stop,
-                        turns_before=ctx.turns_before,
-                    )
+                    close_canceled_turn(ctx.log, ctx.stop_cause, turns_before=ctx.turns_before)
                 )
             watcher.unwatch(sid)
             self._running.pop(sid, None)
@@ -342,7 +337,7 @@ class Agent:
 
             def expire() -> None:
                 if not inner.done():
-                    ctx.stop_cause = "time_limit"
+                    ctx.stop("time_limit")
                     inner.cancel()
 
             timer = asyncio.get_running_loop().call_later(deadline, expire)
@@ -383,7 +378,7 @@ class Agent:
         if not folder.terminal and (folder.turn_open or scope == "session"):
             # With the turn already ended, the run honours a session cancel as it finishes.
             await ctx.log.append(CancelRequested(scope))
-        ctx.stop_cause = "interrupted"
+        ctx.stop("interrupted")
         inner.cancel()
         await asyncio.gather(inner, return_exceptions=True)
 
@@ -397,7 +392,7 @@ class Agent:
         if running is None:
             return False
         inner, ctx = running
-        ctx.handed_over = True
+        ctx.stop("handed_over")
         inner.cancel()
         await asyncio.gather(inner, return_exceptions=True)
         return True

@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from tether.context.blobs import keep_output
 from tether.context.manager import ContextManager
@@ -35,6 +35,11 @@ from tether.state import session_outcome
 from tether.tools.base import Toolbox
 from tether.tools.run import CallOutcome, bind_arguments, run_calls
 
+# Why a run is stopped from outside its turn: the first two close the turn by that name;
+# after the last two the run writes nothing more (another worker has the session, or will).
+StopCause = Literal["interrupted", "time_limit", "lease_lost", "handed_over"]
+WRITES_NOTHING: frozenset[StopCause] = frozenset({"lease_lost", "handed_over"})
+
 
 @dataclass
 class TurnContext:
@@ -47,16 +52,10 @@ class TurnContext:
     # Retries of a failed model call (None: one attempt); a gateway's model is retried there.
     retry: RetryPolicy | None = None
     started_at: float = field(default_factory=time.monotonic)
-    # Why the turn is being cancelled, set by whoever cancels it (interrupt, time limit).
-    stop_cause: str = "interrupted"
-    end_session_on_stop: bool = False
+    # Why the run was stopped (`stop`); "interrupted" until someone says otherwise.
+    stop_cause: StopCause = "interrupted"
     # End the session with a final turn (a one-shot task): see `_closing`.
     end_after_turn: bool = False
-    # Set when another worker took the session over: this runner must write nothing more.
-    lease_lost: bool = False
-    # Set when this runner hands the session over (its worker is stopping): it stops
-    # writing, and the turn stays open for whoever runs the session next.
-    handed_over: bool = False
     # Tokens the model counted for its last request and answer: the next request holds
     # both, so it is a floor under the character estimate when the budget is checked.
     last_request_tokens: int = 0
@@ -70,10 +69,17 @@ class TurnContext:
         if self.turns_before is None:
             self.turns_before = self.log.folder.turns
 
+    def stop(self, cause: StopCause) -> None:
+        """Record why the run is being stopped; the caller then cancels its task. A run that
+        must write nothing more keeps that cause whatever comes after it."""
+        if not self.writes_nothing:
+            self.stop_cause = cause
+
     @property
     def writes_nothing(self) -> bool:
-        """The runner stopped for good: its lease is lost, or it handed the session over."""
-        return self.lease_lost or self.handed_over
+        """The runner stopped for good: its lease is lost, or it handed the session over
+        (the turn stays open for whoever runs the session next)."""
+        return self.stop_cause in WRITES_NOTHING
 
 
 async def run_turn(ctx: TurnContext) -> None:
@@ -275,9 +281,7 @@ def _closing(ctx: TurnContext, reason: str, detail: str | None = None) -> list[P
 async def _close_cancelled(ctx: TurnContext) -> None:
     if ctx.writes_nothing:
         return
-    await close_canceled_turn(
-        ctx.log, ctx.stop_cause, ctx.end_session_on_stop, turns_before=ctx.turns_before
-    )
+    await close_canceled_turn(ctx.log, ctx.stop_cause, turns_before=ctx.turns_before)
 
 
 async def close_canceled_turn(
