@@ -1,4 +1,4 @@
-"""A session whose model call must wait long for its backend is parked (DESIGN §1: a worker
+"""A session whose model call must wait long for its backend is parked (docs/architecture.md: a worker
 never sleeps inside a call holding a lease): its run stops unwritten, its slot and lease are
 let go, every worker leaves it alone until the wait is over, and then one runs it again. A
 poll says it is parked and until when; a cancel ends it at once."""

@@ -3,7 +3,7 @@
 
 Used in-process by `LocalRuntime` and on its own by `tether worker`, so serving and running
 scale apart. Leases keep two workers off one session; a worker that dies leaves its mark,
-and another takes the session over once the lease expires (recovery: DESIGN §4). A store
+and another takes the session over once the lease expires (the recovery rules: `tether.recovery`, docs/architecture.md). A store
 that claims work itself (PostgreSQL: SKIP LOCKED, poisoned sessions parked) and pushes news
 (NOTIFY) is used that way; the others are polled for runnable sessions, then claimed.
 """
@@ -151,7 +151,7 @@ class Worker:
         """Let running turns finish for up to `drain` seconds, then hand the rest over:
         each run stops writing and lets its lease go, its turn left open and its session
         marked, so another worker (or this process, started again) goes on with it (the
-        recovery rules of DESIGN §4 settle the calls that were running). With
+        recovery rules of `tether.recovery` settle the calls that were running). With
         `hand_over=False`, their turns close as interrupted instead."""
         tasks = list(self._running.values())
         if tasks and drain > 0:

@@ -1,8 +1,8 @@
 """The event store protocol and the rules every backend shares.
 
-Owns `Store`, `SessionInfo`, `Lease`, batch validation and `open_store(url)`. It does no I/O
-itself: the backends (memory, SQLite; PostgreSQL later) do, and all pass `tether.testing`'s
-suite.
+Owns `Store`, `SessionInfo`, `Lease` and batch validation. It does no I/O and knows no
+backend: the backends (memory, SQLite, PostgreSQL) do the I/O, `store.open` opens one by URL,
+and all pass `tether.testing`'s suite.
 """
 
 from __future__ import annotations

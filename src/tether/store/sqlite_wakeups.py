@@ -1,4 +1,4 @@
-"""The SQLite side of wakeups: which sessions have work for a runner (DESIGN §1, runtime).
+"""The SQLite side of wakeups: which sessions have work for a runner (docs/architecture.md: the store protocol).
 
 A row per marked session, with a token bumped by every mark and the time of its first mark
 (which orders the queue). Workers read it instead of folding every log; see `Store.runnable`.
