@@ -7,6 +7,9 @@
 # Works as root (CI: the server then runs as the `postgres` user, since initdb refuses root)
 # and as a developer's own user. Settings: TETHER_PG_DIR (data), TETHER_PG_PORT.
 set -euo pipefail
+# Every path below is absolute; the server's tools run as `postgres`, who may not be able to
+# enter the caller's directory (a private temporary clone), and would say so on every call.
+cd /
 
 PGDIR="${TETHER_PG_DIR:-/tmp/tether-postgres}"
 PORT="${TETHER_PG_PORT:-55432}"
