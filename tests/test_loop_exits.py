@@ -5,25 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Sequence
 
 import pytest
 
 from invariants import kinds, payloads, read_checked
 from tether import Agent, Event, Limits, Message, ToolContext, control, fold, tool
+from tether.agent import RunResult
 from tether.errors import UsageError
 from tether.events import (
     CancelRequested,
+    Effect,
     ModelRequested,
     SessionEnded,
     ToolFinished,
     ToolStarted,
     TurnEnded,
 )
+from tether.recovery import ABANDONED, CANCELED_RUNNING
 from tether.store import Store
 from tether.testing import ScriptedModel, call
 from tether.testing.scripted import Hang, Reply
 from tether.tools import Tool
+from tether.tools.run import SYNC_GRACE
 
 FORECASTS = {"Paris": "light rain, 14 °C", "Lisbon": "sunny, 22 °C"}
 
@@ -317,31 +322,66 @@ async def test_no_model_request_follows_an_interrupt(store: Store) -> None:
     assert not payloads(events, ToolStarted)
 
 
-async def test_an_interrupted_blocking_tool_is_answered_once_even_when_its_thread_returns_late(
-    store: Store,
-) -> None:
-    # A thread cannot be cancelled: the turn must close without waiting for it, and the
-    # late return must not add a second answer.
+async def _interrupt_a_blocking_call(
+    store: Store, effect: Effect, seconds: float
+) -> tuple[RunResult, list[Event], float, threading.Event]:
+    """Run a sync tool that blocks its thread for `seconds` (or until released), interrupt
+    it as soon as it runs: the run's result, its log, and how long the interrupt took."""
     release = threading.Event()
     entered = threading.Event()
     session_ids: list[str] = []
 
-    @tool
+    @tool(effect=effect)
     def grind(ctx: ToolContext) -> str:
         session_ids.append(ctx.session_id)
         entered.set()
-        release.wait(10)
+        release.wait(seconds)
         return "ground"
 
     agent = Agent(ScriptedModel([call("grind"), "next"]), tools=[grind], store=store)
     running = asyncio.create_task(agent.run("grind"))
     assert await asyncio.to_thread(entered.wait, 5), "the tool never started"
+    asked = time.monotonic()
     await agent.interrupt(session_ids[0])
     result = await asyncio.wait_for(running, 5)
+    took = time.monotonic() - asked
+    return result, await read_checked(store, result.session_id), took, release
+
+
+async def test_an_interrupted_blocking_write_is_abandoned_after_the_grace_as_unknown_effect(
+    store: Store,
+) -> None:
+    # A thread cannot be stopped: the turn closes once the grace is over, the call answered
+    # by the recovery rules with its real duration, and the late return adds no answer.
+    result, _, took, release = await _interrupt_a_blocking_call(store, "write", 10)
     release.set()
     await asyncio.sleep(0.05)  # give a late result every chance to sneak in
 
     assert result.stop_reason == "interrupted"
+    assert SYNC_GRACE <= took < SYNC_GRACE + 2
     events = await read_checked(store, result.session_id)
-    assert [f.outcome for f in payloads(events, ToolFinished)] == ["canceled"]
+    (finished,) = payloads(events, ToolFinished)
+    assert (finished.outcome, finished.content) == ("unknown_effect", ABANDONED)
+    assert finished.duration_ms >= SYNC_GRACE * 1000
     assert kinds(events)[-1] == "turn.ended"
+
+
+async def test_an_interrupted_blocking_read_is_abandoned_as_canceled(store: Store) -> None:
+    result, events, _, release = await _interrupt_a_blocking_call(store, "read", 10)
+    release.set()
+    assert result.stop_reason == "interrupted"
+    (finished,) = payloads(events, ToolFinished)
+    assert (finished.outcome, finished.content) == ("canceled", CANCELED_RUNNING)
+    assert finished.duration_ms >= SYNC_GRACE * 1000
+
+
+async def test_a_blocking_call_that_ends_within_the_grace_keeps_its_real_result(
+    store: Store,
+) -> None:
+    result, events, took, _ = await _interrupt_a_blocking_call(store, "write", 0.3)
+    assert result.stop_reason == "interrupted" and took < SYNC_GRACE
+    (finished,) = payloads(events, ToolFinished)
+    assert (finished.outcome, finished.content) == ("ok", "ground")
+    assert 250 <= finished.duration_ms < SYNC_GRACE * 1000
+    assert kinds(events)[-2:] == ["tool.finished", "turn.ended"]
+    assert "model.requested" not in kinds(events)[kinds(events).index("tool.finished") :]

@@ -68,9 +68,12 @@ class RunResult:
         )
 
 
-def resolve_model(model: Model | str, http_client: httpx.AsyncClient | None = None) -> Model:
+def resolve_model(
+    model: Model | str, http_client: httpx.AsyncClient | None = None, *, stream: bool = False
+) -> Model:
     """A model object, or one built from a model string; `http_client` is the client a
-    provider model makes its requests with (default: one of its own)."""
+    provider model makes its requests with (default: one of its own); with `stream`, a
+    provider model streams its answers (its observers see the text as it comes)."""
     if not isinstance(model, str):
         return model
     if model.startswith("python:"):
@@ -85,7 +88,7 @@ def resolve_model(model: Model | str, http_client: httpx.AsyncClient | None = No
         from tether.providers.registry import model_from_string
     except ImportError as exc:
         raise UsageError(f"unknown model {model!r}: no provider registry is installed") from exc
-    return model_from_string(model, http_client=http_client)
+    return model_from_string(model, http_client=http_client, stream=stream)
 
 
 def _model_from_python(spec: str) -> Model:

@@ -18,7 +18,9 @@ from typing import Any
 
 from tether import __version__
 from tether.agent import Agent, RunResult, resolve_model
-from tether.errors import SessionNotFound, TetherError, UsageError
+from tether.cli_interrupts import Interrupts
+from tether.cli_live import LiveView, Style
+from tether.errors import LeaseHeld, SessionNotFound, TetherError, UsageError
 from tether.events import Event
 from tether.fold import fold
 from tether.limits import Limits
@@ -102,6 +104,14 @@ def _sqlite_file(url: str) -> str | None:
     return None
 
 
+def error_text(exc: Exception) -> str:
+    """One line: a lease another worker holds also says how to wait for it."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, LeaseHeld):
+        text += "; to wait for it, pass --lease-wait SECONDS"
+    return text
+
+
 def tool_specs(text: str) -> list[str]:
     """One `--tools` value: `MODULE:ATTR`, or several separated by commas."""
     return [spec.strip() for spec in text.split(",") if spec.strip()]
@@ -134,7 +144,7 @@ async def cmd_run(
 ) -> int:
     # Everything the user named is checked before the store is touched.
     try:
-        resolved = resolve_model(model)
+        resolved = resolve_model(model, stream=output_mode(args) == "live")
     except TetherError as exc:
         raise CliError(f"--model {model}: {exc}") from exc
     tools = load_tools(tool_specs)
@@ -171,6 +181,14 @@ async def load_mcp_tools(path: str, taken: Sequence[str]) -> tuple[Any, list[Too
         raise
 
 
+def output_mode(args: argparse.Namespace) -> str:
+    """`json`: the result alone; `timeline`: one line per event, then the answer; `live`:
+    the turn as it happens, the model's text as it streams (`cli_live`)."""
+    if args.json:
+        return "json"
+    return "timeline" if getattr(args, "timeline", False) else "live"
+
+
 async def _run_agent(
     args: argparse.Namespace, task: str | None, resolved: Model, tools: list[Tool]
 ) -> int:
@@ -182,10 +200,17 @@ async def _run_agent(
         max_seconds=getattr(args, "max_seconds", None),
     )
     store = _store(args.store)
+    mode = output_mode(args)
     timeline = Timeline()
+    view = LiveView(sys.stdout, Style.for_stream(sys.stdout))
+    interrupts: Interrupts = getattr(args, "interrupts", None) or Interrupts()
 
     def show(event: Event) -> None:
-        print(timeline.line(event), flush=True)
+        interrupts.session_id = event.session_id
+        if mode == "timeline":
+            print(timeline.line(event), flush=True)
+        elif mode == "live":
+            view.on_event(event)
 
     agent = Agent(
         resolved,
@@ -193,7 +218,8 @@ async def _run_agent(
         system=args.system,
         limits=limits,
         store=store,
-        on_event=None if args.json else show,
+        on_event=show,
+        on_delta=view.on_delta if mode == "live" else None,
         metadata=getattr(args, "metadata", None),
         retry=retry_policy(getattr(args, "retries", None)),
     )
@@ -205,20 +231,26 @@ async def _run_agent(
             result = await agent.run(task, session_id=session_id, lease_wait=args.lease_wait)
         waiting = (await agent.view(result.session_id)).pending_approvals
     finally:
+        view.end()
         await agent.close()
-    if args.json:
+    if mode == "json":
         print(json.dumps(_result_json(result), ensure_ascii=False))
     else:
-        cost = "unknown" if result.cost_usd is None else f"${result.cost_usd:.6f}"
-        print(f"\n{result.output}\n")
-        print(
-            f"session {result.session_id} · {result.state} · stop: {result.stop_reason} · "
-            f"{result.steps} steps · {result.usage.input_tokens}+{result.usage.output_tokens} tokens · cost {cost}"
-        )
-        print(f"store {store.url}")
+        if mode == "timeline":
+            print(f"\n{result.output}\n")
+        print(view.style(f"\n{result_line(result)}\nstore {store.url}", "dim"))
     if result.stop_reason == "awaiting_approval":
         _print_approval_hint(result.session_id, waiting, args.store)
     return exit_code(result.stop_reason)
+
+
+def result_line(result: RunResult) -> str:
+    cost = "unknown" if result.cost_usd is None else f"${result.cost_usd:.6f}"
+    usage = result.usage
+    return (
+        f"session {result.session_id} · {result.state} · stop: {result.stop_reason} · "
+        f"{result.steps} steps · {usage.input_tokens}+{usage.output_tokens} tokens · cost {cost}"
+    )
 
 
 def _print_approval_hint(session_id: str, calls: Sequence[str], store_arg: str | None) -> None:
@@ -308,6 +340,8 @@ def _print_events(events: list[Event], as_json: bool) -> None:
         print(timeline.line(event))
 
 
+TIMELINE_HELP = "print one line per event as it is committed, then the answer"
+
 # `--tools` takes one value per flag (repeat it, or separate specs with commas), so the
 # task after it is never taken for a tools module.
 TOOLS_ARGUMENT: dict[str, Any] = {
@@ -352,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"retries of a failed model call (default {DEFAULT_RETRY.max_attempts - 1}; 0: none)",
     )
     run.add_argument("--json", action="store_true")
+    run.add_argument("--timeline", action="store_true", help=TIMELINE_HELP)
 
     demo = sub.add_parser("demo", help="run the demo session (scripted model, no API key)")
     demo.add_argument("--store", default=None, help=store_help)
@@ -397,7 +432,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from tether.demo import DEMO_TASK
 
-        args.system, args.max_steps = "You plan picnics.", 10
+        # The demo shows the log itself: every event as it is committed.
+        args.system, args.max_steps, args.timeline = "You plan picnics.", 10, True
         return await cmd_run(
             args, task=DEMO_TASK, model="scripted:demo", tool_specs=["tether.demo:tools"]
         )
@@ -427,18 +463,28 @@ async def cmd_blob(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _main(args: argparse.Namespace) -> int:
+    task = asyncio.current_task()
+    if args.command not in RUNTIME_COMMANDS and task is not None:
+        args.interrupts.install(task)
+    return await _dispatch(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.interrupts = Interrupts()
     import_from_cwd()
     configure_gc()
     try:
-        return asyncio.run(_dispatch(args))
+        return asyncio.run(_main(args))
     except (CliError, TetherError) as exc:
-        print(f"tether: error: {exc}", file=sys.stderr)
+        print(f"tether: error: {error_text(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("tether: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        # The first Ctrl-C cancelled the command, which closed what it ran (the second one
+        # exits at once, in `Interrupts`).
+        print(args.interrupts.summary(), file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`tether sessions events ID | head`): not an error of ours.
         sys.stderr.close()

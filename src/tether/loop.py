@@ -254,6 +254,8 @@ async def _settle_calls(
         await log.append(*batch)
 
     async def on_finish(call: ToolCall, outcome: CallOutcome) -> None:
+        if ctx.writes_nothing:  # a call answered as its run hands over or loses the lease
+            return
         if outcome.full_output is not None:  # cut at the cap: kept whole, the marker names it
             await keep_output(log.store, outcome.full_output)
         await log.append_shielded(

@@ -14,7 +14,15 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from tether.events import EndOutcome, Payload, SessionEnded, ToolFinished, TurnEnded
+from tether.events import (
+    Effect,
+    EndOutcome,
+    Outcome,
+    Payload,
+    SessionEnded,
+    ToolFinished,
+    TurnEnded,
+)
 from tether.fold import Folder
 from tether.messages import ToolCall
 from tether.state import SessionView
@@ -36,6 +44,12 @@ CANCELED_BEFORE = "The call was canceled before it ran: the turn was interrupted
 UNKNOWN_EFFECT = (
     "The run stopped while this call was running, so its effects are unknown: it may or may "
     "not have happened. It was not repeated. Inspect the current state before repeating it."
+)
+ABANDONED = (
+    "The turn was stopped while this call was running on a thread, which cannot be stopped: "
+    "it was left running, so its effects are unknown: it may or may not have happened, or "
+    "may still be happening. It was not repeated. Inspect the current state before "
+    "repeating it."
 )
 
 
@@ -82,6 +96,16 @@ def _started_before(call: ToolCall, tool: Tool) -> Decision:
     if tool.effect in ("read", "idempotent"):
         return Decision(call, "run")
     return Decision(call, "answer", ToolFinished(call.id, "unknown_effect", UNKNOWN_EFFECT))
+
+
+def abandoned(effect: Effect) -> tuple[Outcome, str]:
+    """How a call is answered that was still running when its turn was stopped and was left
+    running (a sync tool's thread): by the rule for a call a gone runner started
+    (`_started_before`), except that nobody runs it again in this turn. A write's effects
+    are unknown; a read or an idempotent call was merely canceled."""
+    if effect == "write":
+        return "unknown_effect", ABANDONED
+    return "canceled", CANCELED_RUNNING
 
 
 def _approval(call: ToolCall, decision: object, requested: bool) -> Decision:

@@ -36,6 +36,10 @@ class Reply:
     chunks: list[bytes] | None = None
     # Close the connection after the chunks without the final empty chunk.
     cut: bool = False
+    # Before writing chunk number `hold_at`, wait for `resume`: the stream stays open, half
+    # sent, until the test lets it go on (at most a minute).
+    hold_at: int | None = None
+    resume: asyncio.Event | None = None
 
 
 Handler = Callable[[Received], Reply]
@@ -110,7 +114,9 @@ class FakeServer:
         if reply.chunks is None:
             writer.write(reply.body)
         else:
-            for chunk in reply.chunks:
+            for i, chunk in enumerate(reply.chunks):
+                if i == reply.hold_at and reply.resume is not None:
+                    await asyncio.wait_for(reply.resume.wait(), 60)
                 writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 await writer.drain()
                 await asyncio.sleep(0)

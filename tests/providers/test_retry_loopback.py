@@ -18,6 +18,7 @@ from tether.store import SQLiteStore
 
 from .conftest import wire_bytes
 from .fake_servers import FakeServer, Received, Reply
+from .toy_dialects import ToyModel, anthropic_handler
 
 MODEL = "anthropic:claude-sonnet-4-5"
 UNAUTHORIZED = json.dumps(
@@ -38,6 +39,8 @@ class Limited:
         if len(self.arrivals) <= self.refusals:
             body = wire_bytes("anthropic-error-429-rate-limit.json")
             return Reply(429, body, {"retry-after": "1", "content-type": "application/json"})
+        if request.json().get("stream"):  # `tether run` streams, unless --json
+            return anthropic_handler(ToyModel([]))(request)
         body = wire_bytes("anthropic-response-end-turn.json")
         return Reply(200, body, {"content-type": "application/json"})
 
@@ -111,11 +114,18 @@ async def test_tether_run_rides_out_two_429s_and_logs_them(tmp_path: Path) -> No
     assert sum(isinstance(e.payload, ModelResponded) for e in events) == 1
 
 
-async def test_the_timeline_shows_each_retry(tmp_path: Path) -> None:
+async def test_the_output_and_the_timeline_show_each_retry(tmp_path: Path) -> None:
     async with FakeServer(Limited(refusals=1)) as server:
         code, out, err = await run_cli(
             "run", "weather?", "--model", MODEL, "--store", f"sqlite:///{tmp_path / 't.db'}",
             base_url=server.url, cwd=tmp_path,
+        )  # fmt: skip
+    assert code == 0, err
+    assert "rate_limited (429)" in out and "attempt 1, retrying in" in out
+    async with FakeServer(Limited(refusals=1)) as server:
+        code, out, err = await run_cli(
+            "run", "weather?", "--model", MODEL, "--store", f"sqlite:///{tmp_path / 't.db'}",
+            "--timeline", base_url=server.url, cwd=tmp_path,
         )  # fmt: skip
     assert code == 0, err
     assert "model.failed" in out and "retrying in" in out

@@ -7,12 +7,13 @@ Owns what happens between a call and its result. Committing `tool.started` and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,12 +22,18 @@ from pydantic import BaseModel, ValidationError
 from tether import eager
 from tether.events import Outcome
 from tether.messages import ToolCall
+from tether.recovery import CANCELED_BEFORE, CANCELED_RUNNING, abandoned
 from tether.tools.base import Tool, Toolbox
 from tether.tools.schema import ToolContext
+from tether.tools.threads import DaemonThreads
 
 # Sync tools get threads of their own: the default executor has only a few on small
-# machines, which would serialise a turn of parallel blocking calls.
-_SYNC_TOOL_THREADS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="tether-tool")
+# machines, which would serialise a turn of parallel blocking calls. Daemon threads: a call
+# left running when its turn stopped never keeps the process from exiting.
+_SYNC_TOOL_THREADS = DaemonThreads(64, "tether-tool")
+# How long a sync call may go on to finish once its turn is stopped; then it is abandoned
+# (its thread cannot be stopped) and answered by the recovery rules (`recovery.abandoned`).
+SYNC_GRACE = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +43,16 @@ class CallOutcome:
     duration_ms: float = 0.0
     # The whole output when `content` was cut at the cap: the caller keeps it as a blob.
     full_output: str | None = None
+
+
+class CallCanceled(asyncio.CancelledError):
+    """The cancel of a running call, with what the call is answered: `canceled` for an async
+    call (cancelled at once), the real result of a sync one that finished within its grace,
+    or the recovery rule's answer for one left running. Still a cancel: it propagates."""
+
+    def __init__(self, outcome: CallOutcome) -> None:
+        super().__init__()
+        self.outcome = outcome
 
 
 def render_output(value: object, cap: int) -> str:
@@ -113,6 +130,7 @@ async def execute(
     if tool.context_param:
         kwargs[tool.context_param] = ToolContext(session_id, call.id)
     deadline: asyncio.Timeout | None = None
+    thread: Future[Any] | None = None
     try:
         if tool.is_async:
             # Inline until the tool first suspends: one that never does needs no timer.
@@ -123,19 +141,40 @@ async def execute(
             else:
                 value = begun
         else:
-            loop = asyncio.get_running_loop()
+            thread = _SYNC_TOOL_THREADS.submit(functools.partial(tool.fn, **kwargs))
             async with _deadline(tool, started) as deadline:
-                value = await loop.run_in_executor(
-                    _SYNC_TOOL_THREADS, functools.partial(tool.fn, **kwargs)
-                )
+                value = await asyncio.wrap_future(thread)
     except TimeoutError:
         if deadline is not None and deadline.expired():
             return done("timeout", f"tool {tool.name} did not finish within {tool.timeout:g} s")
         return done("error", f"tool {tool.name} raised TimeoutError")
     except asyncio.CancelledError:
-        raise
+        if thread is None:  # an async call saw the cancel itself
+            raise CallCanceled(done("canceled", CANCELED_RUNNING)) from None
+        raise CallCanceled(await _after_grace(tool, thread, done)) from None
     except Exception as exc:
         return done("error", f"tool {tool.name} raised {type(exc).__name__}: {exc}")
+    return _result(tool, value, done)
+
+
+async def _after_grace(
+    tool: Tool, thread: Future[Any], done: Callable[[Outcome, str], CallOutcome]
+) -> CallOutcome:
+    """A sync call whose turn was stopped: its result if its thread ends within
+    `SYNC_GRACE`, else it is left running and answered by the recovery rules."""
+    if thread.cancelled():  # its thread had not taken it up yet: it never ran
+        return done("canceled", CANCELED_BEFORE)
+    try:
+        async with asyncio.timeout(SYNC_GRACE):
+            value = await asyncio.wrap_future(thread)
+    except TimeoutError:
+        return done(*abandoned(tool.effect))
+    except Exception as exc:
+        return done("error", f"tool {tool.name} raised {type(exc).__name__}: {exc}")
+    return _result(tool, value, done)
+
+
+def _result(tool: Tool, value: object, done: Callable[[Outcome, str], CallOutcome]) -> CallOutcome:
     text = output_text(value)
     finished = done("ok", cap_output(text, tool.output_cap))
     if len(text) <= tool.output_cap:
@@ -169,8 +208,9 @@ async def run_calls(
     """Run a turn's calls in parallel; `on_finish` commits each result as its call returns,
     and the fold puts results in call order. `bound` holds arguments the caller validated
     already, by call id. On cancel every running call is cancelled and the cancel
-    propagates: answering the interrupted calls is the caller's job, since only it knows
-    what is committed."""
+    propagates, once each call that was running is answered through `on_finish` (see
+    `CallCanceled`); answering calls that never started is the caller's job, since only it
+    knows what is committed."""
 
     async def one(call: ToolCall) -> None:
         tool = toolbox.get(call.name)
@@ -178,7 +218,15 @@ async def run_calls(
             await on_finish(call, unknown_tool(call, toolbox))
             return
         kwargs = bound.get(call.id) if bound is not None else None
-        await on_finish(call, await execute(tool, call, session_id, kwargs))
+        try:
+            outcome = await execute(tool, call, session_id, kwargs)
+        except CallCanceled as canceled:
+            # Answered here, with its real duration, while the cancel goes on; should the
+            # commit fail, the turn's closer answers the call as for any cancel.
+            with contextlib.suppress(Exception):
+                await on_finish(call, canceled.outcome)
+            raise
+        await on_finish(call, outcome)
 
     if len(calls) == 1:
         await one(calls[0])  # no task group for the common single call
