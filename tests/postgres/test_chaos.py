@@ -89,8 +89,10 @@ class Fleet:
         self.pids[name] = proc.pid
         self.procs.append(proc)
 
-    async def tend(self, rng: random.Random, chaos: bool) -> None:
-        """Replace dead workers, wake zombies whose time is up, and maybe do harm."""
+    async def tend(self, rng: random.Random, chaos: bool, busy: set[int]) -> None:
+        """Replace dead workers, wake zombies whose time is up, and maybe do harm: to a
+        worker that holds sessions (`busy`: their pids) when there is one, so that every
+        blow forces takeovers however slowly a loaded machine starts its workers."""
         now = time.monotonic()
         for proc in list(self.procs):
             if proc.returncode is not None:
@@ -104,7 +106,8 @@ class Fleet:
         live = [p for p in self.procs if p.returncode is None and p.pid not in self.stopped]
         if not chaos or not live:
             return
-        victim = rng.choice(live)
+        holding = [p for p in live if p.pid in busy]
+        victim = rng.choice(holding or live)
         if self.kills <= self.stops and self.kills < KILLS:
             victim.kill()
             self.kills += 1
@@ -135,6 +138,14 @@ async def _start_sessions(store: PostgresStore, tasks: list[str]) -> list[str]:
     return [ref.session_id for ref in refs]
 
 
+async def _holders(store: PostgresStore) -> set[int]:
+    """The pids of the workers holding an unexpired lease (an owner is host:pid:random)."""
+    rows = await store.fetch_all(
+        "SELECT DISTINCT owner FROM tether_leases WHERE expires > extract(epoch FROM now())", ()
+    )
+    return {int(str(o).rsplit(":", 2)[1]) for (o,) in rows if str(o).count(":") >= 2}
+
+
 async def _settled(store: PostgresStore, ids: list[str]) -> bool:
     rows = await store.fetch_all(
         "SELECT count(*) FROM tether_sessions WHERE session_id = ANY(%s) "
@@ -162,7 +173,7 @@ async def test_workers_killed_and_stopped_at_random_lose_and_repeat_nothing(
         started = time.monotonic()
         while not await _settled(store, ids):
             assert time.monotonic() - started < DEADLINE, "sessions did not settle in time"
-            await fleet.tend(rng, chaos=True)
+            await fleet.tend(rng, chaos=True, busy=await _holders(store))
             await asyncio.sleep(CHAOS_EVERY)
     finally:
         await fleet.close()
