@@ -168,11 +168,16 @@ async def run_experiment(
     *,
     concurrency: int = 4,
     confidence: float = 0.95,
+    on_progress: Callable[[Report], None] | None = None,
 ) -> Report:
     """Run `task` `runs` times on `agent`, each in a new session, at most `concurrency` at
     once; the sessions carry `metadata.experiment` (its id and task), so the agent should run
     nothing else meanwhile. A run that raises (a store failure) fails the experiment: a
-    report must not be quietly about fewer runs than asked for."""
+    report must not be quietly about fewer runs than asked for.
+
+    `on_progress` is told, as each run ends, the report of the runs ended so far (in the
+    order they ended): a running tally, and what is left to report should the experiment be
+    cancelled (its unfinished runs end `interrupted` and are not in it)."""
     if runs < 1:
         raise UsageError(f"an experiment needs at least 1 run, not {runs}")
     if concurrency < 1:
@@ -182,13 +187,14 @@ async def run_experiment(
     saved = agent.metadata
     agent.metadata = {**saved, "experiment": {"id": experiment_id, "task": task}}
     gate = asyncio.Semaphore(concurrency)
+    ended: list[RunRecord] = []
 
     async def one() -> RunRecord:
         async with gate:
             started = time.perf_counter()
             result = await agent.run(task)
             usage = result.usage
-            return RunRecord(
+            record = RunRecord(
                 result.session_id,
                 result.stop_reason or "-",
                 result.steps,
@@ -196,12 +202,22 @@ async def run_experiment(
                 result.cost_usd,
                 time.perf_counter() - started,
             )
+        ended.append(record)
+        if on_progress is not None:
+            on_progress(Report(experiment_id, task, agent.model.name, confidence, tuple(ended)))
+        return record
 
     try:
-        records = await asyncio.gather(*(one() for _ in range(runs)))
+        # A task group, not gather: cancelled, it returns only once every run has closed
+        # its turn, so the caller may close the agent's store then.
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one()) for _ in range(runs)]
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None  # the first run that raised, as itself
     finally:
         agent.metadata = saved
-    return Report(experiment_id, task, agent.model.name, confidence, tuple(records))
+    records = tuple(t.result() for t in tasks)
+    return Report(experiment_id, task, agent.model.name, confidence, records)
 
 
 def render_report(report: Report) -> str:
