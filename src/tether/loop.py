@@ -149,10 +149,11 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     folder = ctx.log.folder
     max_output = ctx.limits.max_output_tokens
     # The context policy's decisions are events: the request below is built from them.
-    if ctx.context is not None and not await ctx.context.before_request(
-        ctx.log, ctx.toolbox, max_output
-    ):
-        return False  # the policy failed; the turn ended with its error
+    if ctx.context is not None:
+        failed = await ctx.context.before_request(ctx.log, ctx.toolbox, max_output)
+        if failed is not None:  # the turn ends with the policy's error, by name
+            await ctx.log.append(*_closing(ctx, "error", failed))
+            return False
     await ctx.log.append(
         ModelRequested(ctx.model.name, _request_hash(ctx, max_output), _input_estimate(ctx))
     )

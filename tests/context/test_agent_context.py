@@ -83,6 +83,23 @@ async def test_a_failing_policy_ends_the_turn_by_name() -> None:
     assert payloads(events, TurnEnded)[-1].stop_reason == "error"
 
 
+async def test_a_failing_policy_ends_a_one_shot_session_in_the_same_batch() -> None:
+    """The policy's failure closes the turn like any other stop: with `end_session`, the
+    session ends in the batch that ends the turn, never idle in between."""
+
+    def broken(view: ContextView) -> list[ContextCompacted]:
+        raise RuntimeError("no idea")
+
+    model = WindowedModel(window=16_000, steps=3, first=user(FIRST))
+    store = MemoryStore()
+    result = await _agent(model, broken, store).run(FIRST, end_session=True)
+    assert (result.state, result.stop_reason) == ("failed", "error")
+    events = await read_checked(store, result.session_id)
+    turn, end = events[-2], events[-1]
+    assert (turn.type, end.type) == ("turn.ended", "session.ended")
+    assert turn.time == end.time  # one batch: one stamp
+
+
 async def test_a_policy_breaking_a_request_is_refused_before_anything_is_appended() -> None:
     def swallow_the_task(view: ContextView) -> list[ContextCompacted]:
         return [ContextCompacted(view.seqs[0], view.seqs[0], "gone")]

@@ -22,7 +22,7 @@ from tether.context.tokens import (
 )
 from tether.context.view import ContextPolicy, ContextView, check_events
 from tether.errors import ContextOverflow, UsageError
-from tether.events import ContextCompacted, ModelFailed, TurnEnded
+from tether.events import ContextCompacted, ModelFailed
 from tether.messages import canonical_json
 from tether.providers.base import Model
 from tether.session_log import SessionLog
@@ -104,23 +104,21 @@ class ContextManager:
 
     async def before_request(
         self, log: SessionLog, toolbox: Toolbox, max_output: int | None
-    ) -> bool:
-        """Append what the policy decides for the next request, if anything. False when the
-        policy failed: the turn is then ended here with its error, by name."""
+    ) -> str | None:
+        """Append what the policy decides for the next request, if anything. When the policy
+        failed, nothing is appended and the answer is why: the caller ends the turn with it,
+        by name (a bug in a custom policy must still end the turn, never the loop)."""
         if self._idle:
-            return True
+            return None
         try:
             events = await self.decide(await self.view(log, toolbox, max_output))
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
-        except Exception as exc:  # a bug in a custom policy must still end the turn by name
-            await log.append(
-                TurnEnded("error", f"context policy failed: {type(exc).__name__}: {exc}")
-            )
-            return False
+        except Exception as exc:
+            return f"context policy failed: {type(exc).__name__}: {exc}"
         if events:
             await log.append(*events)
-        return True
+        return None
 
     async def after_overflow(
         self, log: SessionLog, toolbox: Toolbox, max_output: int | None, error: ContextOverflow
