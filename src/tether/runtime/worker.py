@@ -289,8 +289,8 @@ class Worker:
     async def _run_session(self, wakeup: Wakeup, lease: Lease | None = None) -> None:
         """Run the session's turn; with `lease`, under that lease (claimed with the wakeup)."""
         sid = wakeup.session_id
-        events = await self.store.read(sid)
-        created = events[0].payload if events else None
+        first = await self.store.read(sid, 0, limit=1)  # session.created: what to run
+        created = first[0].payload if first else None
         runner = Runner.from_created(created) if isinstance(created, SessionCreated) else None
         if runner is None:
             # Not a runtime session (or gone): nothing here can run it.
