@@ -25,7 +25,7 @@ from tether.lease import claim_lease, worker_id
 from tether.limits import Limits, StopCondition
 from tether.loop import TurnContext, close_canceled_turn, run_turn
 from tether.messages import JSONValue, Message, Usage, user
-from tether.providers.base import Delta, DeltaObserver, Model
+from tether.providers.base import Caller, Delta, DeltaObserver, Model
 from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
 from tether.session_log import Clock, EventObserver, SessionLog, new_session_id
@@ -201,6 +201,7 @@ class Agent:
         lease_wait: float = 0.0,
         lease: Lease | None = None,
         end_session: bool = False,
+        caller: Caller | None = None,
     ) -> RunResult:
         """Run one turn: a new session for `task`, or `task` sent to session `session_id`.
         With `task=None`, continue the session's open turn (after an approval or a crash).
@@ -210,7 +211,8 @@ class Agent:
         The run holds the session's lease: if another worker holds it, wait up to
         `lease_wait` seconds for it to be released or to expire, then raise `LeaseHeld`.
         A worker that claimed the session already (e.g. `claim_runnable`) passes its `lease`:
-        the run uses it, and releases it at the end as its own."""
+        the run uses it, and releases it at the end as its own. `caller` goes with every
+        model request of the run (a runtime's shared gateway orders and parks by it)."""
         if session_id is not None and session_id in self._running:
             raise UsageError(f"session {session_id} is already running in this agent")
         log = await self._open_log(session_id)
@@ -248,6 +250,7 @@ class Agent:
                 started_at=time.monotonic(),
                 context=self.context,
                 end_after_turn=end_session,
+                caller=caller,
             )
             await self._drive(ctx)
         finally:

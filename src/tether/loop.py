@@ -26,7 +26,7 @@ from tether.events import (
 )
 from tether.limits import Limits, Stop, StopCondition, check_before_request, estimate_input_tokens
 from tether.messages import ToolCall
-from tether.providers.base import DeltaObserver, Model, ModelRequest
+from tether.providers.base import Caller, DeltaObserver, Model, ModelRequest
 from tether.recovery import Decision, closing, decide_calls, decide_open_calls
 from tether.retrying import complete
 from tether.scheduler.retry import RetryPolicy
@@ -56,6 +56,8 @@ class TurnContext:
     stop_cause: StopCause = "interrupted"
     # End the session with a final turn (a one-shot task): see `_closing`.
     end_after_turn: bool = False
+    # Whose requests these are, for a model shared by many sessions (a runtime's gateway).
+    caller: Caller | None = None
     # Tokens the model counted for its last request and answer: the next request holds
     # both, so it is a floor under the character estimate when the budget is checked.
     last_request_tokens: int = 0
@@ -150,7 +152,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     max_output = ctx.limits.max_output_tokens
     # The context policy's decisions are events: the request below is built from them.
     if ctx.context is not None:
-        failed = await ctx.context.before_request(ctx.log, ctx.toolbox, max_output)
+        failed = await ctx.context.before_request(ctx.log, ctx.toolbox, max_output, ctx.caller)
         if failed is not None:  # the turn ends with the policy's error, by name
             await ctx.log.append(*_closing(ctx, "error", failed))
             return False
@@ -165,6 +167,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
         max_output_tokens=max_output,
         on_delta=ctx.on_delta,
         on_retry=lambda error, attempt, wait: _record_retry(ctx, error, attempt, wait),
+        caller=ctx.caller,
     )
     started = time.perf_counter()
     try:
@@ -174,7 +177,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
             isinstance(exc, ContextOverflow)
             and ctx.context is not None
             and not after_overflow
-            and await ctx.context.after_overflow(ctx.log, ctx.toolbox, max_output, exc)
+            and await ctx.context.after_overflow(ctx.log, ctx.toolbox, max_output, exc, ctx.caller)
         ):
             return await _step(ctx, after_overflow=True)  # compacted: one more attempt
         await ctx.log.append(

@@ -24,7 +24,7 @@ from tether.context.view import ContextPolicy, ContextView, check_events
 from tether.errors import ContextOverflow, UsageError
 from tether.events import ContextCompacted, ModelFailed
 from tether.messages import canonical_json
-from tether.providers.base import Model
+from tether.providers.base import Caller, Model
 from tether.session_log import SessionLog
 from tether.tools.base import Toolbox
 
@@ -77,7 +77,12 @@ class ContextManager:
         return max(1, self.window - reserve)
 
     async def view(
-        self, log: SessionLog, toolbox: Toolbox, max_output: int | None, overflowed: bool = False
+        self,
+        log: SessionLog,
+        toolbox: Toolbox,
+        max_output: int | None,
+        overflowed: bool = False,
+        caller: Caller | None = None,
     ) -> ContextView:
         folder = log.folder
         estimator = await self._ready_estimator()
@@ -93,6 +98,7 @@ class ContextManager:
             budget=self.budget(max_output),
             sizer=sizer,
             overflowed=overflowed,
+            caller=caller,
         )
 
     async def decide(self, view: ContextView) -> list[ContextCompacted]:
@@ -103,7 +109,11 @@ class ContextManager:
         return events
 
     async def before_request(
-        self, log: SessionLog, toolbox: Toolbox, max_output: int | None
+        self,
+        log: SessionLog,
+        toolbox: Toolbox,
+        max_output: int | None,
+        caller: Caller | None = None,
     ) -> str | None:
         """Append what the policy decides for the next request, if anything. When the policy
         failed, nothing is appended and the answer is why: the caller ends the turn with it,
@@ -111,7 +121,7 @@ class ContextManager:
         if self._idle:
             return None
         try:
-            events = await self.decide(await self.view(log, toolbox, max_output))
+            events = await self.decide(await self.view(log, toolbox, max_output, caller=caller))
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:
@@ -121,13 +131,19 @@ class ContextManager:
         return None
 
     async def after_overflow(
-        self, log: SessionLog, toolbox: Toolbox, max_output: int | None, error: ContextOverflow
+        self,
+        log: SessionLog,
+        toolbox: Toolbox,
+        max_output: int | None,
+        error: ContextOverflow,
+        caller: Caller | None = None,
     ) -> bool:
         """The provider refused the request as too large: record the failure with what the
         policy compacts, and say whether one more attempt is worth making. A policy that
         fails here leaves the turn to end with the provider's error."""
         try:
-            events = await self.decide(await self.view(log, toolbox, max_output, overflowed=True))
+            view = await self.view(log, toolbox, max_output, overflowed=True, caller=caller)
+            events = await self.decide(view)
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
         except Exception:

@@ -88,7 +88,12 @@ class DefaultPolicy:
         replaced = [draft.messages[i] for i in range(start, end)]
         budget = view.budget if view.budget is not None else goal
         summary = await summarize(
-            self.summarizer, replaced, view.sizer, max(budget // 2, allowance), allowance
+            self.summarizer,
+            replaced,
+            view.sizer,
+            max(budget // 2, allowance),
+            allowance,
+            caller=view.caller,
         )
         message = summary_message(summary.text, end - start)
         draft.messages[start] = message

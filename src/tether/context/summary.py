@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from tether.context.tokens import Sizer
 from tether.errors import ProviderError
 from tether.messages import Message, Text, ToolCall, ToolResult, Usage, canonical_json, user
-from tether.providers.base import Model, ModelRequest
+from tether.providers.base import Caller, Model, ModelRequest
 
 SUMMARY_SYSTEM = (
     "You compact an agent's conversation so that it fits the model's context window. "
@@ -67,7 +67,13 @@ def fit(text: str, sizer: Sizer, max_tokens: int) -> str:
 
 
 async def summarize(
-    model: Model, messages: Sequence[Message], sizer: Sizer, max_input: int, max_output: int
+    model: Model,
+    messages: Sequence[Message],
+    sizer: Sizer,
+    max_input: int,
+    max_output: int,
+    *,
+    caller: Caller | None = None,
 ) -> Summary:
     """A summary of `messages` of at most about `max_output` tokens. When the model call fails,
     a plain note of what was removed stands in for it, so the session can go on."""
@@ -77,6 +83,7 @@ async def summarize(
         system=SUMMARY_SYSTEM,
         messages=(user(conversation),),
         max_output_tokens=max_output,
+        caller=caller,
     )
     try:
         response = await model.complete(request)

@@ -12,6 +12,7 @@ from tether.context.tokens import Sizer
 from tether.errors import UsageError
 from tether.events import ContextCompacted
 from tether.messages import Message
+from tether.providers.base import Caller
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,8 @@ class ContextView:
     budget: int | None
     sizer: Sizer
     overflowed: bool = False
+    # The session's caller, for the policy's own model calls (a summary) to be its too.
+    caller: Caller | None = None
 
     def first_user_index(self) -> int:
         """The first user message: kept in every request, like the system prompt."""

@@ -43,11 +43,25 @@ DeltaObserver = Callable[[Delta], None]
 RetryObserver = Callable[["ProviderError", int, float], Awaitable[None]]
 
 
+Priority = Literal["interactive", "batch"]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Whose request it is, for a model shared by many sessions (a runtime's gateway): its
+    session, its tenant (fairness is between tenants) and its priority in the queue."""
+
+    session_id: str
+    tenant: str = "default"
+    priority: Priority = "interactive"
+
+
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """`messages` is the transcript as the loop holds it; a model must not change it.
     `on_retry`: whoever retries the request (the agent, or the model gateway) reports each
-    failed attempt it will try again there."""
+    failed attempt it will try again there. `caller`: the session the request is for, when
+    the runner knows it (None: a model used by one caller needs none)."""
 
     model: str
     system: str | None
@@ -56,6 +70,7 @@ class ModelRequest:
     max_output_tokens: int | None = None
     on_delta: DeltaObserver | None = None
     on_retry: RetryObserver | None = None
+    caller: Caller | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,24 +1,16 @@
 """The model gateways of one worker: one `tether.scheduler.Gateway` per backend (the model's
-identity: provider, model, URL and credentials; never its name alone), which every model call of the sessions it runs passes, bound to the session's tenant, id and
-priority; plus reading them back (what a session waits for, the figures).
+identity: provider, model, URL and credentials; never its name alone), which every model call
+of the sessions it runs passes, queued and parked as the request's caller (its tenant,
+session and priority); plus reading them back (what a session waits for, the figures).
 
 It queues and limits nothing itself (the scheduler does) and writes no events.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from contextvars import ContextVar
-
 from tether.providers.base import Model, ModelRequest, ModelResponse
 from tether.scheduler import Gateway, GatewayConfig, GatewayFigures, GatewayStatus, Ticket
 from tether.scheduler.queue import PRIORITIES, Priority
-
-# The session whose turn runs in this task. The worker shares one Agent (and its watcher)
-# among all sessions of a runner, so the per-session binding that `Gateway.for_session`
-# makes travels with the turn's task instead: `run_turn`'s task copies it when created.
-_TICKET: ContextVar[Ticket | None] = ContextVar("tether_gateway_ticket", default=None)
 
 
 def priority_of(value: object) -> Priority:
@@ -30,21 +22,24 @@ def priority_of(value: object) -> Priority:
 
 
 class SessionRouted:
-    """A `Model` for an Agent shared by many sessions: each call goes through the gateway as
-    `gateway.for_session(...)` of the session bound to the calling task (`Gateways.bound`),
-    or as the gateway's default ticket outside any."""
+    """A `Model` for an Agent shared by many sessions: each call goes through the gateway
+    as its request's caller (`ModelRequest.caller`), or as the gateway's default ticket
+    when it names none. A call that would wait `park_after` seconds or more for the backend
+    raises `Parked`, so the worker can let the session go meanwhile."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, park_after: float | None = None) -> None:
         self.gateway = gateway
+        self.park_after = park_after
 
     @property
     def name(self) -> str:
         return self.gateway.name
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        ticket = _TICKET.get()
-        if ticket is None:
+        caller = request.caller
+        if caller is None:
             return await self.gateway.complete(request)
+        ticket = Ticket(caller.tenant, caller.session_id, caller.priority, self.park_after)
         return await self.gateway.submit(request, ticket)
 
 
@@ -59,12 +54,16 @@ def model_identity(model: Model, spec: str) -> str:
 
 
 class Gateways:
-    """`Gateways(GatewayConfig(...))`: every backend gets a gateway with this configuration
-    the first time a session uses it, keyed by the model's identity (`model_identity`): one
-    backend has one owner of its limits, and only sessions of that very backend share it."""
+    """`Gateways(GatewayConfig(...), park_after=...)`: every backend gets a gateway with this
+    configuration the first time a session uses it, keyed by the model's identity
+    (`model_identity`): one backend has one owner of its limits, and only sessions of that
+    very backend share it."""
 
-    def __init__(self, config: GatewayConfig | None = None) -> None:
+    def __init__(
+        self, config: GatewayConfig | None = None, *, park_after: float | None = None
+    ) -> None:
         self.config = config or GatewayConfig()
+        self.park_after = park_after
         self._by_identity: dict[str, Gateway] = {}
 
     def route(self, model: Model, spec: str) -> SessionRouted:
@@ -73,20 +72,7 @@ class Gateways:
         gateway = self._by_identity.get(identity)
         if gateway is None:
             gateway = self._by_identity[identity] = Gateway(model, self.config)
-        return SessionRouted(gateway)
-
-    @staticmethod
-    @contextlib.contextmanager
-    def bound(
-        tenant: str | None, session_id: str, priority: Priority, park_after: float | None = None
-    ) -> Iterator[None]:
-        """Model calls made in this block (and tasks it starts) are this session's; one that
-        would wait `park_after` seconds or more for the backend raises `Parked`."""
-        token = _TICKET.set(Ticket(tenant or "default", session_id, priority, park_after))
-        try:
-            yield
-        finally:
-            _TICKET.reset(token)
+        return SessionRouted(gateway, self.park_after)
 
     def status(self, session_id: str) -> GatewayStatus | None:
         """What the session's model call is doing at a gateway here; None when it has none."""

@@ -24,6 +24,7 @@ from tether.eager import shielded
 from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
 from tether.events import Event, SessionCreated
 from tether.lease import parked_owner, worker_id
+from tether.providers.base import Caller
 from tether.providers.endpoints import EndpointPolicy
 from tether.recovery import closing
 from tether.runtime.gateways import Gateways
@@ -111,7 +112,7 @@ class Worker:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._agents: OrderedDict[str, Agent] = OrderedDict()
         self._runs: dict[str, Agent] = {}  # session id -> the agent running its turn now
-        self.gateways = Gateways(gateway)
+        self.gateways = Gateways(gateway, park_after=park_after)
         self._retry_at: dict[str, tuple[float, int]] = {}
 
     @property
@@ -305,10 +306,10 @@ class Worker:
         ended = False
         self._runs[sid] = agent
         try:
-            with self.gateways.bound(runner.tenant, sid, runner.priority, self.park_after):
-                result = await agent.run(
-                    None, session_id=sid, lease=lease, end_session=runner.end_after_turn
-                )
+            caller = Caller(sid, runner.tenant or "default", runner.priority)
+            result = await agent.run(
+                None, session_id=sid, lease=lease, end_session=runner.end_after_turn, caller=caller
+            )
             self.turns_run += 1
             ended = result.state in TERMINAL_STATES
         except UsageError:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar
+from typing import Generic, TypeVar
 
-Priority = Literal["interactive", "batch"]
+from tether.providers.base import Priority as Priority  # the queue's classes, re-exported
+
 PRIORITIES: tuple[Priority, ...] = ("interactive", "batch")
 
 T = TypeVar("T")
