@@ -5,28 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from counting import CountingStore
 from tether import control
 from tether.errors import IdempotencyConflict, UsageError
-from tether.events import ApprovalRequested, Event, SessionCreated, UserMessage
+from tether.events import ApprovalRequested, SessionCreated, UserMessage
 from tether.messages import user
 from tether.runtime.sessions import Views
 from tether.store import MemoryStore
 from tether.testing.store_conformance import make_events
-
-
-class CountingStore(MemoryStore):
-    """A memory store that counts the events its reads returned."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.events_read = 0
-
-    async def read(
-        self, session_id: str, after_seq: int = 0, limit: int | None = None
-    ) -> list[Event]:
-        events = await super().read(session_id, after_seq, limit)
-        self.events_read += len(events)
-        return events
 
 
 async def _long_session(store: MemoryStore, messages: int = 3_000) -> None:
@@ -39,11 +25,11 @@ async def test_a_send_with_a_current_fold_reads_no_log() -> None:
     await _long_session(store)
     views = Views(store)
     await views.get("s")
-    store.events_read = 0
+    store.reads.clear()
     assert await control.send_message(store, "s", "hello", "k1", known=views.known("s"))
     assert store.events_read == 0
     assert (await views.get("s")).last_seq == 3_002
-    store.events_read = 0
+    store.reads.clear()
     # The retry finds its key in the fold's keyed events, and still reads nothing.
     assert not await control.send_message(store, "s", "hello", "k1", known=views.known("s"))
     with pytest.raises(IdempotencyConflict):
@@ -59,7 +45,7 @@ async def test_a_send_with_a_stale_fold_reads_only_the_news_and_finds_its_key_th
     await views.get("s")
     stale = views.known("s")
     assert await control.send_message(store, "s", "hello", "k1")  # another process, say
-    store.events_read = 0
+    store.reads.clear()
     assert not await control.send_message(store, "s", "hello", "k1", known=stale)
     assert store.events_read == 1
     assert await store.last_seq("s") == 3_002
@@ -84,7 +70,7 @@ async def test_a_decision_with_a_stale_fold_sees_the_call_asked_for_since() -> N
     await views.get("s")
     stale = views.known("s")
     await store.append("s", make_events("s", 5, [ApprovalRequested("c1", "rm")], tag="w"), 4)
-    store.events_read = 0
+    store.reads.clear()
     await control.decide(store, "s", "c1", True, known=stale)
     assert store.events_read == 1  # the approval request, and nothing before it
     assert (await views.get("s")).decisions == {"c1": {"allow": True, "reason": None}}

@@ -5,26 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+from counting import CountingStore
 from tether.events import Event, SessionEnded, UserMessage
 from tether.messages import user
 from tether.runtime.hub import BUFFER, PAGE, EventHub, stream_events
 from tether.store import MemoryStore
 from tether.testing.store_conformance import make_events
-
-
-class CountingStore(MemoryStore):
-    """A memory store that remembers how many events each read returned."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads: list[int] = []
-
-    async def read(
-        self, session_id: str, after_seq: int = 0, limit: int | None = None
-    ) -> list[Event]:
-        events = await super().read(session_id, after_seq, limit)
-        self.reads.append(len(events))
-        return events
 
 
 async def _fill(store: MemoryStore, count: int, first: int = 1, *, end: bool = False) -> None:

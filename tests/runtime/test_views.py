@@ -3,25 +3,12 @@ once, and fold it exactly as a full fold does."""
 
 from __future__ import annotations
 
-from tether.events import Event, SessionCreated, UserMessage
+from counting import CountingStore
+from tether.events import SessionCreated, UserMessage
 from tether.fold import fold
 from tether.messages import user
 from tether.runtime.sessions import PAGE, Views
-from tether.store import MemoryStore
 from tether.testing.store_conformance import make_events
-
-
-class CountingStore(MemoryStore):
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads: list[int] = []
-
-    async def read(
-        self, session_id: str, after_seq: int = 0, limit: int | None = None
-    ) -> list[Event]:
-        events = await super().read(session_id, after_seq, limit)
-        self.reads.append(len(events))
-        return events
 
 
 async def test_a_long_session_is_folded_a_page_at_a_time() -> None:
