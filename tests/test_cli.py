@@ -232,8 +232,11 @@ def test_version_comes_from_the_package_metadata(tmp_path: Path) -> None:
         ["sessions", "approve", "ses_x", "call_1"],
         ["sessions", "interrupt", "ses_x"],
         ["sessions", "resume", "ses_x"],
+        ["sessions", "send", "ses_x", "hi"],
+        ["sessions", "send", "ses_x", "hi", "--no-run"],
+        ["chat", "--session", "ses_x"],
     ],
-    ids=lambda a: " ".join(a[:2]),
+    ids=lambda a: " ".join(a[:2] + a[4:]),
 )
 def test_commands_on_stored_sessions_never_create_a_store(tmp_path: Path, args: list[str]) -> None:
     out = tether(*args, "--store", "sqlite:///tehter.db", cwd=tmp_path)

@@ -412,6 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true")
     add_db_commands(sub, store_help)
     add_experiment_command(sub, store_help)
+    add_chat_command(sub, store_help)
     return parser
 
 
@@ -429,6 +430,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
         return await cmd_db(args)
     if args.command == "experiment":
         return await cmd_experiment(args)
+    if args.command == "chat":
+        return await cmd_chat(args)
     if args.command == "demo":
         from tether.demo import DEMO_TASK
 
@@ -491,6 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+from tether.cli_chat import add_chat_command, cmd_chat  # noqa: E402
 from tether.cli_db import add_db_commands, cmd_db  # noqa: E402
 from tether.cli_experiment import add_experiment_command, cmd_experiment  # noqa: E402
 from tether.cli_runtime import RUNTIME_COMMANDS, add_runtime_commands  # noqa: E402

@@ -1,34 +1,48 @@
-"""`tether sessions resume|approve|deny|cancel|interrupt`: steering a session from any
-process. Thin adapters over `Agent.resume` and `tether.control`."""
+"""`tether sessions resume|send|approve|deny|cancel|interrupt`: steering a session from any
+process. Thin adapters over `Agent.run` and `tether.control`."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tether import control
 from tether.errors import SessionNotFound
 from tether.events import SessionCreated
+from tether.store.base import Store
 
 
 def add_steering_commands(ssub: Any) -> None:
-    from tether.cli import TOOLS_ARGUMENT
+    from tether.cli import TIMELINE_HELP, TOOLS_ARGUMENT
 
     resume = ssub.add_parser("resume", help="continue a session from its log in this process")
-    resume.add_argument("id")
-    resume.add_argument("--model", default=None, help="default: the model the session ran with")
-    resume.add_argument("--tools", **{**TOOLS_ARGUMENT, "default": None})
-    resume.add_argument("--mcp", default=None, metavar="FILE")
-    resume.add_argument("--max-steps", type=int, default=50)
-    resume.add_argument(
-        "--lease-wait",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait this long for another worker's lease to be released or expire",
+    send = ssub.add_parser(
+        "send", help="add a message to a session and run its turn here (--no-run: only add it)"
     )
+    send.add_argument("id")
+    send.add_argument("text")
+    send.add_argument(
+        "--no-run",
+        action="store_true",
+        help="only add the message: a worker, or a later resume, runs the turn",
+    )
+    resume.add_argument("id")
+    for p in (resume, send):
+        p.add_argument("--model", default=None, help="default: the model the session ran with")
+        p.add_argument("--tools", **{**TOOLS_ARGUMENT, "default": None})
+        p.add_argument("--mcp", default=None, metavar="FILE")
+        p.add_argument("--max-steps", type=int, default=50)
+        p.add_argument(
+            "--lease-wait",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="wait this long for another worker's lease to be released or expire",
+        )
+        p.add_argument("--timeline", action="store_true", help=TIMELINE_HELP)
     for name, text in (
         ("approve", "allow a call that waits for approval"),
         ("deny", "deny a call that waits for approval"),
@@ -48,29 +62,68 @@ def add_steering_commands(ssub: Any) -> None:
 
 
 async def cmd_resume(args: argparse.Namespace) -> int:
+    return await continue_session(args, None)
+
+
+async def cmd_send(args: argparse.Namespace) -> int:
+    """By default the turn runs here, as `resume` runs it; `--no-run` only adds the message
+    (for a session that `tether worker` processes run, or to resume later)."""
+    if not args.no_run:
+        return await continue_session(args, args.text)
+
+    async def send(store: Any) -> str:
+        sent = await control.send_message(store, args.id, args.text)
+        return "message sent" if sent else "sent already"
+
+    return await _steer(args, send)
+
+
+async def continue_session(args: argparse.Namespace, task: str | None) -> int:
+    """Run session `args.id` here with `task` as its next message (None: its open turn),
+    with the model and tools it ran with unless `args` names others."""
     from tether.cli import cmd_run, existing_store
 
     store = existing_store(args.store)
     try:
-        events = await store.read(args.id, after_seq=0)
+        setup = await stored_setup(store, args.id)
     finally:
         await store.close()
-    if not events:
-        raise SessionNotFound(args.id)
-    created = events[0].payload
-    recorded: dict[str, Any] = {}
-    if isinstance(created, SessionCreated) and isinstance(created.metadata.get("cli"), dict):
-        recorded = dict(created.metadata["cli"])  # type: ignore[arg-type]
-    model = (
-        args.model
-        or recorded.get("model")
-        or (created.model if isinstance(created, SessionCreated) else "")
-    )
-    tools = args.tools if args.tools is not None else list(recorded.get("tools") or [])
-    args.mcp = args.mcp or recorded.get("mcp")
-    args.system = created.system if isinstance(created, SessionCreated) else None
+    model = args.model or setup.model
+    tools = args.tools if args.tools is not None else setup.tools
+    args.mcp = args.mcp or setup.mcp
+    args.system = setup.system
     args.session_id = args.id
-    return await cmd_run(args, task=None, model=model, tool_specs=tools)
+    return await cmd_run(args, task=task, model=model, tool_specs=tools)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSetup:
+    """What a session ran with, as `session.created` recorded it: the model string and
+    tools specs the command line gave (`metadata.cli`), else the model's name."""
+
+    model: str
+    tools: list[str]
+    mcp: str | None
+    system: str | None
+
+
+async def stored_setup(store: Store, session_id: str) -> StoredSetup:
+    events = await store.read(session_id, after_seq=0, limit=1)
+    if not events:
+        raise SessionNotFound(session_id)
+    created = events[0].payload
+    if not isinstance(created, SessionCreated):
+        return StoredSetup("", [], None, None)
+    recorded: dict[str, Any] = {}
+    if isinstance(created.metadata.get("cli"), dict):
+        recorded = dict(created.metadata["cli"])  # type: ignore[arg-type]
+    mcp = recorded.get("mcp")
+    return StoredSetup(
+        str(recorded.get("model") or created.model),
+        [str(t) for t in recorded.get("tools") or []],
+        str(mcp) if mcp else None,
+        created.system,
+    )
 
 
 async def _steer(
@@ -111,6 +164,7 @@ async def cmd_interrupt(args: argparse.Namespace) -> int:
 
 STEERING_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "resume": cmd_resume,
+    "send": cmd_send,
     "approve": cmd_approve,
     "deny": cmd_deny,
     "cancel": cmd_cancel,
