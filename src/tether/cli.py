@@ -30,7 +30,7 @@ from tether.render import Timeline, render_runner, render_transcript, render_vie
 from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
 from tether.store.base import Store
-from tether.store.open import DEFAULT_STORE_URL, open_store
+from tether.store.open import DEFAULT_STORE_URL, open_store, sqlite_path
 from tether.tools import load
 from tether.tools.base import Tool
 
@@ -95,18 +95,13 @@ def existing_store(url: str | None) -> Store:
 
 def _sqlite_file(url: str) -> str | None:
     """The file a SQLite store URL names, as `open_store` reads it; None for other stores."""
-    if url.startswith("sqlite://"):
-        path = url.removeprefix("sqlite://")
-        path = path[1:] if path.startswith("/") and not path.startswith("//") else path
-        return path if path not in ("", ":memory:") else None
-    if url.endswith((".db", ".sqlite", ".sqlite3")) and "://" not in url:
-        return url
-    return None
+    path = sqlite_path(url)
+    return path if path not in ("", ":memory:") else None
 
 
 def error_text(exc: Exception) -> str:
     """One line: a lease another worker holds also says how to wait for it."""
-    text = " ".join(str(exc).split())
+    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
     if isinstance(exc, LeaseHeld):
         text += "; to wait for it, pass --lease-wait SECONDS"
     return text

@@ -32,6 +32,9 @@ these at the adapter boundary (provider codecs, stores), nowhere else.
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
+
 
 class TetherError(Exception):
     """Root of every error tether raises."""
@@ -184,8 +187,11 @@ class LeaseHeld(StoreError):
     """Another worker holds an unexpired lease on the session."""
 
     def __init__(self, session_id: str, owner: str, expires: float) -> None:
+        until = datetime.fromtimestamp(expires, UTC).strftime("%H:%M:%S UTC")
+        left = max(0.0, expires - time.time())
         super().__init__(
-            f"session {session_id} is being run by {owner} (lease until {expires:.3f})"
+            f"session {session_id} is being run by {owner}: its lease runs until {until} "
+            f"(in {left:.0f} s), unless that worker lets it go sooner"
         )
         self.session_id = session_id
         self.owner = owner

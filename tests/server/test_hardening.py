@@ -144,6 +144,7 @@ async def test_an_oversized_field_is_refused_by_name_and_nothing_is_appended(
 @pytest.mark.parametrize(
     ("method", "path", "headers", "status"),
     [
+        ("GET", "/", {}, 302),
         ("GET", "/ui", {}, 200),
         ("GET", "/ui/app.js", {}, 200),
         ("GET", "/ui/app.css", {}, 200),
@@ -165,6 +166,14 @@ async def test_every_answer_carries_the_security_headers(
         response = await client.request(method, path, headers=headers, content=b"{}")
     assert response.status_code == status, response.text
     assert {name: response.headers.get(name) for name in SECURITY} == SECURITY
+
+
+async def test_the_root_leads_to_the_web_view(server: Server) -> None:
+    async with httpx.AsyncClient(base_url=server.url, follow_redirects=True) as client:
+        page = await client.get("/")
+    assert [r.headers["location"] for r in page.history] == ["/ui"]
+    assert page.status_code == 200 and page.url.path == "/ui"
+    assert page.headers["content-type"].startswith("text/html")
 
 
 async def test_the_web_view_has_no_inline_script_or_style_and_its_files_say_what_they_are(

@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, Route
 
 from tether.events import Event
@@ -47,7 +47,8 @@ Handler = Callable[[Request, LocalRuntime], Awaitable[Response]]
 
 FIRST = asyncio.FIRST_COMPLETED
 KEEPALIVE = 15.0  # seconds between SSE comments on a quiet stream, so proxies keep it open
-WEB_VIEW = tuple(ASSETS)  # the web view's page, script and style
+# The web view's page, script and style; `/` leads to the page (pages, not API operations).
+WEB_VIEW = ("/", *ASSETS)
 READY_TIMEOUT = 5.0  # seconds the store has to take /readyz's write and read
 
 
@@ -133,7 +134,10 @@ class Api:
         return JSONResponse({"sessions": [s.to_json() for s in summaries]})
 
     async def ui(self, request: Request, rt: LocalRuntime) -> Response:
-        """The web view: a static page, its script and its style (`web.ASSETS`)."""
+        """The web view: a static page, its script and its style (`web.ASSETS`); `/`
+        redirects to the page."""
+        if request.url.path == "/":
+            return RedirectResponse("/ui", status_code=302)
         return asset(request.url.path)
 
     async def poll(self, request: Request, rt: LocalRuntime) -> Response:

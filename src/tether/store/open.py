@@ -24,15 +24,24 @@ def open_store(url: str) -> Store:
                 f"{url.split(':')[0]} stores need: pip install 'tether[postgres]'"
             ) from exc
         return PostgresStore(url)
-    if url.startswith("sqlite://"):
-        path = url.removeprefix("sqlite://")
-        path = path[1:] if path.startswith("/") and not path.startswith("//") else path
+    path = sqlite_path(url)
+    if path is not None:
         if not path:
             raise ConfigError(f"store URL {url!r} names no file (try sqlite:///tether.db)")
-        return SQLiteStore(path if path != ":memory:" else ":memory:")
-    if url.endswith((".db", ".sqlite", ".sqlite3")) and "://" not in url:
-        return SQLiteStore(url)
+        return SQLiteStore(path)
     raise ConfigError(
         f"cannot open store {url!r}: use memory:, sqlite:///PATH, a path ending in .db "
         "or postgresql://USER:PASSWORD@HOST/DB"
     )
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file a SQLite store URL names (SQLAlchemy's convention: `sqlite:///` and the path,
+    so three slashes for a relative path, four for an absolute one), or a bare path ending
+    in .db, .sqlite or .sqlite3; None for a URL of another store. Empty: no file named."""
+    if url.startswith("sqlite://"):
+        path = url.removeprefix("sqlite://")
+        return path.removeprefix("/")
+    if url.endswith((".db", ".sqlite", ".sqlite3")) and "://" not in url:
+        return url
+    return None

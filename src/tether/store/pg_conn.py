@@ -36,7 +36,12 @@ async def connect(url: str) -> Conn:
                 url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT)
             )
     except (psycopg.Error, TimeoutError) as exc:
-        raise StoreError(f"cannot connect to {redact_url(url)}: {exc}") from exc
+        raise StoreError(f"cannot connect to {redact_url(url)}: {one_line(exc)}") from exc
+
+
+def one_line(exc: BaseException) -> str:
+    """libpq's messages run over several lines (the error, then a hint): one line of them."""
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
 class Pool:
@@ -83,7 +88,7 @@ class Pool:
                 yield conn
                 clean = True
             except psycopg.Error as exc:
-                raise StoreError(f"store {redact_url(self.url)}: {exc}") from exc
+                raise StoreError(f"store {redact_url(self.url)}: {one_line(exc)}") from exc
             except Exception:
                 clean = True  # our own refusal (a conflict, a lost lease): the connection is fine
                 raise
