@@ -223,6 +223,8 @@ async def _run_agent(
         if session_id is None:
             result = await agent.run(task)
         else:
+            if task is None and mode == "live":  # a turn that goes on: its calls' arguments
+                view.know((await agent.view(session_id)).open_calls)
             result = await agent.run(task, session_id=session_id, lease_wait=args.lease_wait)
         waiting = (await agent.view(result.session_id)).pending_approvals
     finally:

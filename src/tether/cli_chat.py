@@ -268,10 +268,11 @@ class Chat:
             self._error(str(exc))
             return
         self._say(f"· {call_id} {'allowed' if allow else 'denied'}")
-        waiting = (await self.agent.view(self.session_id)).pending_approvals
-        if waiting:
-            self._say(f"· still waiting for a decision: {', '.join(waiting)}")
+        now = await self.agent.view(self.session_id)
+        if now.pending_approvals:
+            self._say(f"· still waiting for a decision: {', '.join(now.pending_approvals)}")
         else:
+            self.view.know(now.open_calls)
             await self._run(None)  # the turn goes on with the decisions
 
     def goodbye(self, store_url: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from typing import TextIO
 
 from tether.events import (
@@ -85,6 +86,11 @@ class LiveView:
         self._calls: dict[str, ToolCall] = {}
         self._streamed = False  # some text of the current answer was shown as it came
         self._open_line = False  # the last write did not end its line
+
+    def know(self, calls: Iterable[ToolCall]) -> None:
+        """Calls an earlier answer asked for (a turn that goes on after a decision), so their
+        starts show their arguments."""
+        self._calls.update((call.id, call) for call in calls)
 
     def on_delta(self, delta: Delta) -> None:
         if delta.kind == "text" and delta.text:
