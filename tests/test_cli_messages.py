@@ -49,7 +49,8 @@ def test_a_lease_held_elsewhere_says_until_when_and_how_to_wait(tmp_path: Path) 
 
     line = one_error_line(tether("sessions", "send", session_id, "more", cwd=tmp_path))
     assert f"session {session_id} is being run by otherhost:4242:abc" in line
-    assert re.search(r"its lease runs until \d\d:\d\d:\d\d UTC \(in (59|60) s\)", line), line
+    left = re.search(r"its lease runs until \d\d:\d\d:\d\d UTC \(in (\d+) s\)", line)
+    assert left is not None and 30 <= int(left.group(1)) <= 60, line
     assert line.endswith("; to wait for it, pass --lease-wait SECONDS")
     assert not re.search(r"\d{10}", line), "a raw epoch"
 
