@@ -3,9 +3,6 @@
 The session is an append-only log of typed events; the transcript is a pure fold of it.
 """
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _version
-
 from tether.agent import Agent, RunResult
 from tether.errors import TetherError
 from tether.events import SCHEMA_VERSION, Event
@@ -17,10 +14,19 @@ from tether.state import SessionView, validate_observation
 from tether.store import open_store
 from tether.tools import ToolContext, tool
 
-try:
-    __version__ = _version("tether")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    """`tether.__version__`, read from the package metadata when first asked: reading it
+    parses the metadata file, which every process would otherwise pay for at import."""
+    if name != "__version__":
+        raise AttributeError(f"module 'tether' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tether")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
 
 __all__ = [
     "SCHEMA_VERSION",

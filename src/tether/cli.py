@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tether import __version__
+import tether
 from tether.agent import Agent, RunResult, resolve_model
 from tether.cli_interrupts import Interrupts
 from tether.cli_live import LiveView, Style
@@ -352,7 +352,7 @@ TOOLS_ARGUMENT: dict[str, Any] = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tether", description="A durable agent runtime.")
-    parser.add_argument("--version", action="version", version=f"tether {__version__}")
+    parser.add_argument("--version", action="version", version=f"tether {tether.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     store_help = f"event store URL (default: $TETHER_STORE or {DEFAULT_STORE_URL})"
 
