@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.cli import exit_code
+from tether.cli.common import exit_code
 from tether.store import SQLiteStore
 
 SCENARIOS = """

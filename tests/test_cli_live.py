@@ -17,7 +17,7 @@ from pathlib import Path
 from providers.fake_servers import FakeServer, Received, Reply
 from providers.toy_dialects import ToyModel, anthropic_handler
 from tether import Agent
-from tether.cli_live import LiveView, Style
+from tether.cli.live import LiveView, Style
 from tether.testing import ScriptedModel
 
 MODEL = "anthropic:claude-sonnet-4-5"

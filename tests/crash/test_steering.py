@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from invariants import assert_log_invariants, kinds, payloads
-from tether.cli import exit_code
+from tether.cli.common import exit_code
 from tether.control import send_message
 from tether.events import (
     ApprovalDecided,

@@ -15,6 +15,7 @@ import time
 from typing import Any, TextIO
 
 from tether.agent import Agent, resolve_model
+from tether.cli.common import TOOLS_ARGUMENT, CliError, load_tools, store_from
 from tether.errors import TetherError
 from tether.experiment import Report, render_report
 from tether.limits import Limits
@@ -61,7 +62,6 @@ class Progress:
 
 
 def add_experiment_command(sub: Any, store_help: str) -> None:
-    from tether.cli import TOOLS_ARGUMENT
 
     p = sub.add_parser("experiment", help="run a task many times and report with intervals")
     p.add_argument("task")
@@ -77,7 +77,6 @@ def add_experiment_command(sub: Any, store_help: str) -> None:
 
 
 async def cmd_experiment(args: argparse.Namespace) -> int:
-    from tether.cli import CliError, _store, load_tools
     from tether.experiment import run_experiment
 
     # Everything the user named is checked before the store is touched.
@@ -93,7 +92,7 @@ async def cmd_experiment(args: argparse.Namespace) -> int:
     except TetherError as exc:
         raise CliError(f"--model {args.model}: {exc}") from exc
     tools = load_tools(args.tools)
-    store = _store(args.store)
+    store = store_from(args.store)
     agent = Agent(
         model,
         tools=tools,

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from tether.cli.common import store_from
 from tether.errors import UsageError
 from tether.store.base import redact_url
 
@@ -198,7 +199,6 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(
             f"tether serve needs the server extra (pip install 'tether[server]'): {exc}"
         ) from exc
-    from tether.cli import _store
     from tether.runtime.local import LocalRuntime
 
     _positive("workers", args.workers, allow_zero=True)
@@ -225,7 +225,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         sock.bind((args.host, args.port))
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
-    store = _store(args.store)
+    store = store_from(args.store)
     runtime = LocalRuntime(
         store,
         workers=args.workers,
@@ -276,7 +276,6 @@ async def cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def cmd_worker(args: argparse.Namespace) -> int:
-    from tether.cli import _store
     from tether.runtime.worker import Worker
 
     _positive("concurrency", args.concurrency)
@@ -286,7 +285,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     gateway = gateway_config(args)
     endpoints = endpoint_policy(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    store = _store(args.store)
+    store = store_from(args.store)
     worker = Worker(
         store,
         concurrency=args.concurrency,

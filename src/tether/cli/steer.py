@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether import control
+from tether.cli.common import TIMELINE_HELP, TOOLS_ARGUMENT, existing_store
 from tether.errors import SessionNotFound
 from tether.events import SessionCreated
 from tether.store.base import Store
 
 
 def add_steering_commands(ssub: Any) -> None:
-    from tether.cli import TIMELINE_HELP, TOOLS_ARGUMENT
 
     resume = ssub.add_parser("resume", help="continue a session from its log in this process")
     send = ssub.add_parser(
@@ -81,7 +81,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
 async def continue_session(args: argparse.Namespace, task: str | None) -> int:
     """Run session `args.id` here with `task` as its next message (None: its open turn),
     with the model and tools it ran with unless `args` names others."""
-    from tether.cli import cmd_run, existing_store
+    from tether.cli.main import cmd_run
 
     store = existing_store(args.store)
     try:
@@ -129,7 +129,6 @@ async def stored_setup(store: Store, session_id: str) -> StoredSetup:
 async def _steer(
     args: argparse.Namespace, act: Callable[[Any], Awaitable[str | None]], done: str = ""
 ) -> int:
-    from tether.cli import existing_store
 
     store = existing_store(args.store)
     try:

@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any
 
+from tether.cli.common import store_from
 from tether.store.open import DEFAULT_STORE_URL
 
 
@@ -28,13 +29,12 @@ def add_db_commands(sub: Any, store_help: str) -> None:
 
 
 async def cmd_db(args: argparse.Namespace) -> int:
-    from tether.cli import _store
 
     url = args.store or os.environ.get("TETHER_STORE") or DEFAULT_STORE_URL
     if url.startswith(("postgresql://", "postgres://")):
         report = await _postgres(url, migrate=args.db_command == "migrate")
     else:
-        store = _store(url)  # opening a SQLite file creates or checks its schema
+        store = store_from(url)  # opening a SQLite file creates or checks its schema
         await store.close()
         report = {"store": store.url, "applied": [], "detail": "schema checked when opened"}
     print(json.dumps(report) if args.json else _line(report))

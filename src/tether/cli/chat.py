@@ -1,6 +1,6 @@
 """`tether chat [--session ID] --model MODEL [--tools ...]`: a conversation over a session.
 Each line read is a message, its turn run in this process and shown as `tether run` shows
-one (`cli_live`); `/approve CALL`, `/deny CALL [REASON]`, `/interrupt`, `/help` and `/quit`
+one (`cli.live`); `/approve CALL`, `/deny CALL [REASON]`, `/interrupt`, `/help` and `/quit`
 (or the end of the input) steer it. The session is stored like any other: `sessions show`,
 `resume`, `send` and `chat --session` go on with it.
 
@@ -18,7 +18,16 @@ import threading
 from typing import Any, TextIO
 
 from tether.agent import Agent, RunResult, resolve_model
-from tether.cli_live import LiveView, Style
+from tether.cli.common import (
+    TOOLS_ARGUMENT,
+    CliError,
+    existing_store,
+    load_mcp_tools,
+    load_tools,
+    retry_policy,
+    store_from,
+)
+from tether.cli.live import LiveView, Style
 from tether.errors import TetherError
 from tether.events import Event
 from tether.limits import Limits
@@ -28,7 +37,6 @@ Lines = asyncio.Queue[str | None]  # None: the end of the input
 
 
 def add_chat_command(sub: Any, store_help: str) -> None:
-    from tether.cli import TOOLS_ARGUMENT
 
     p = sub.add_parser("chat", help="a conversation over a session, a line at a time")
     p.add_argument("--session", default=None, metavar="ID", help="go on with this session")
@@ -47,8 +55,7 @@ def add_chat_command(sub: Any, store_help: str) -> None:
 
 
 async def cmd_chat(args: argparse.Namespace) -> int:
-    from tether.cli import CliError, _store, existing_store, load_mcp_tools, load_tools
-    from tether.cli_steer import stored_setup
+    from tether.cli.steer import stored_setup
 
     # Everything the user named is checked before a line is read.
     if args.max_steps <= 0:
@@ -69,7 +76,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     elif model is None:
         raise CliError("--model is needed to start a conversation (or --session ID to go on)")
     else:
-        store = _store(args.store)
+        store = store_from(args.store)
     source: Any = None
     try:
         try:
@@ -92,7 +99,6 @@ async def cmd_chat(args: argparse.Namespace) -> int:
 
 
 async def _chat(args: argparse.Namespace, store: Any, model: Any, tools: list[Any]) -> int:
-    from tether.cli import retry_policy
 
     view = LiveView(sys.stdout, Style.for_stream(sys.stdout))
     chat = Chat(view, args.session, args.lease_wait, sys.stdin.isatty())
@@ -117,8 +123,6 @@ async def _chat(args: argparse.Namespace, store: Any, model: Any, tools: list[An
         if args.session is not None:
             args.interrupts.session_id = args.session
             if (await chat.agent.view(args.session)).terminal:
-                from tether.cli import CliError
-
                 raise CliError(f"session {args.session} has ended: start a new one")
         await chat.run(read_input(sys.stdin))
     finally:
