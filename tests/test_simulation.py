@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import random
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -98,8 +99,10 @@ class DyingStore:
         if self.dead:
             raise Crash("a dead process does nothing")
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+    def __getattr__(self, name: str) -> Any:
         method = getattr(self.inner, name)
+        if not inspect.iscoroutinefunction(method):
+            return method  # not a call to the store (e.g. `subscribe`: nothing is pushed)
 
         async def guarded(*args: Any, **kwargs: Any) -> Any:
             self._alive()
@@ -120,8 +123,10 @@ class RemoteStore:
         self.url = inner.url
         self.rng = rng
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+    def __getattr__(self, name: str) -> Any:
         method = getattr(self.inner, name)
+        if not inspect.iscoroutinefunction(method):
+            return method
 
         async def remote(*args: Any, **kwargs: Any) -> Any:
             for _ in range(self.rng.randint(0, 4)):

@@ -55,8 +55,7 @@ class Watcher:
     async def _run(self) -> None:
         # A store that pushes news (PostgreSQL's NOTIFY) wakes the watcher at once; the
         # interval stays the fallback, so a lost notification only delays.
-        subscribe = getattr(self.store, "subscribe", None)
-        news = subscribe() if subscribe is not None else None
+        news = self.store.subscribe()
         try:
             while self._watched:
                 if news is not None:

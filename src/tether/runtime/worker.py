@@ -17,7 +17,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from tether.agent import Agent, SessionDeltaObserver
 from tether.eager import shielded
@@ -32,7 +32,7 @@ from tether.runtime.sessions import Runner, build_runner
 from tether.scheduler import GatewayConfig
 from tether.session_log import SessionLog
 from tether.state import TERMINAL_STATES, session_outcome
-from tether.store.base import Lease, Store, Wakeup
+from tether.store.base import Lease, News, Store, Wakeup
 
 if TYPE_CHECKING:
     import httpx
@@ -46,14 +46,6 @@ AGENTS = 64  # rebuilt runners kept, by model, tools and limits
 NEWS_SPAN = 5.0
 # How long a stopping worker waits for handed-over runs to let their leases go.
 HAND_OVER_GRACE = 5.0
-
-
-class _News(Protocol):
-    """What `store.subscribe()` returns (PostgreSQL's LISTEN, in `pg_conn`)."""
-
-    async def wait(self, seconds: float) -> set[str]: ...
-
-    def close(self) -> None: ...
 
 
 class Worker:
@@ -124,10 +116,10 @@ class Worker:
 
     async def run(self) -> None:
         """Take work until cancelled. The turns it started go on running: `stop` ends them."""
-        subscribe = getattr(self.store, "subscribe", None)
+        news = self.store.subscribe()
         async with asyncio.TaskGroup() as group:
-            if callable(subscribe):
-                group.create_task(self._listen(subscribe()), name="tether-worker-news")
+            if news is not None:
+                group.create_task(self._listen(news), name="tether-worker-news")
             while True:
                 self._wake.clear()
                 try:
@@ -140,7 +132,7 @@ class Worker:
                     async with asyncio.timeout(self.poll_interval):
                         await self._wake.wait()
 
-    async def _listen(self, news: _News) -> None:
+    async def _listen(self, news: News) -> None:
         try:
             while True:
                 if await news.wait(NEWS_SPAN):

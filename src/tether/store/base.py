@@ -47,6 +47,15 @@ class Wakeup:
     token: int
 
 
+class News(Protocol):
+    """Sessions that other processes appended to or marked, as a store pushes them (PostgreSQL's
+    LISTEN/NOTIFY). `wait` returns their ids, or an empty set after `seconds` of quiet."""
+
+    async def wait(self, seconds: float) -> set[str]: ...
+
+    def close(self) -> None: ...
+
+
 class Store(Protocol):
     """An append-only log of events per session, and the leases of the workers running them.
 
@@ -69,6 +78,11 @@ class Store(Protocol):
 
     async def claim(self, session_id: str, owner: str, ttl: float) -> Lease:
         """Take the session's lease if it is free or expired (`LeaseHeld` otherwise)."""
+        ...
+
+    def subscribe(self) -> News | None:
+        """News of other processes' appends and marks, pushed, for a watcher or a worker to
+        wake at once; None from a store that pushes none (its readers poll)."""
         ...
 
     async def hold(self, session_id: str, owner: str, ttl: float) -> Lease:

@@ -86,6 +86,9 @@ class MemoryStore:
         self._leases[session_id] = lease
         return lease
 
+    def subscribe(self) -> None:
+        return None  # nothing is pushed: readers poll
+
     async def hold(self, session_id: str, owner: str, ttl: float) -> Lease:
         return await self.claim(session_id, owner, ttl)  # no claims are counted here
 

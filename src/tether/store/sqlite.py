@@ -418,6 +418,9 @@ class SQLiteStore:
 
         return await self._submit(body)
 
+    def subscribe(self) -> None:
+        return None  # nothing is pushed: readers poll
+
     async def hold(self, session_id: str, owner: str, ttl: float) -> Lease:
         return await self.claim(session_id, owner, ttl)  # no claims are counted here
 
