@@ -8,8 +8,6 @@ creation and folds (`sessions`), running (`worker`), streams (`hub`), steering (
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import fnmatch
 import time
 from collections import OrderedDict
@@ -36,7 +34,7 @@ from tether.runtime.base import (
     validate_capabilities,
 )
 from tether.runtime.hub import EventHub, stream_events
-from tether.runtime.quotas import Quota, TenantLoad
+from tether.runtime.quotas import Admission, Quota, capped
 from tether.runtime.sessions import Views, build_runner, create_session, created_event
 from tether.runtime.worker import Worker
 from tether.scheduler import GatewayConfig, GatewayFigures
@@ -56,6 +54,7 @@ class _Core:
     hub: EventHub
     views: Views
     worker: Worker | None
+    admission: Admission
     worker_task: asyncio.Task[None] | None = None
     built: OrderedDict[tuple[str, tuple[str, ...]], tuple[Model, list[Tool]]] = field(
         default_factory=OrderedDict
@@ -64,7 +63,6 @@ class _Core:
     closed: bool = False
     allow_code: tuple[str, ...] | None = None
     endpoints: EndpointPolicy | None = None
-    load: TenantLoad = field(default_factory=TenantLoad)
 
 
 class LocalRuntime:
@@ -111,7 +109,8 @@ class LocalRuntime:
                 on_delta=hub.publish_delta,
                 endpoints=endpoints,
             )
-        self._core = _Core(the_store, owns, hub, Views(the_store, views), worker)
+        folds = Views(the_store, views)
+        self._core = _Core(the_store, owns, hub, folds, worker, Admission(the_store, folds))
         self._core.allow_code = None if allow_code is None else tuple(allow_code)
         self._core.endpoints = endpoints
         self.tenant: str | None = None
@@ -178,11 +177,14 @@ class LocalRuntime:
             raise UsageError("an idempotency key must not be empty")
         self._ensure_running()
         self._check_code(spec)
-        spec = self._capped(spec)
+        spec = capped(spec, self.quota)
         model, tools = self._build(spec)
         self._check_endpoint(spec, model)
         created = created_event(spec, model, tools, self.tenant, idempotency_key)
-        async with asyncio.timeout(timeout), self._admitted() as admitted:
+        async with (
+            asyncio.timeout(timeout),
+            self._core.admission.start(self.tenant, self.quota) as admitted,
+        ):
             sid = await create_session(
                 self._core.store, spec, created, self.tenant, idempotency_key, time.time()
             )
@@ -191,62 +193,6 @@ class LocalRuntime:
         if self._core.worker is not None:
             self._core.worker.wake()
         return SessionRef(sid)
-
-    def _capped(self, spec: SessionSpec) -> SessionSpec:
-        """The spec within the tenant's output-token cap: refused above it, capped at it
-        when it names none."""
-        cap = self.quota.max_output_tokens
-        asked = spec.limits.max_output_tokens
-        if cap is None:
-            return spec
-        if asked is not None and asked > cap:
-            raise CapabilityRefused(
-                f"limits.max_output_tokens {asked} is over this tenant's cap of {cap}"
-            )
-        limits = dataclasses.replace(spec.limits, max_output_tokens=asked or cap)
-        return dataclasses.replace(spec, limits=limits)
-
-    @contextlib.asynccontextmanager
-    async def _admitted(self) -> AsyncIterator[list[str]]:
-        """Admit one more running session of this tenant under its quota, or raise
-        `QuotaExceeded` before anything is created. The block appends the session it made
-        (an idempotent retry of one already counted changes nothing)."""
-        tenant, quota, load = self.tenant, self.quota, self._core.load
-        if tenant is None or (quota.max_running is None and quota.starts_per_minute is None):
-            yield []
-            return
-        if quota.max_running is not None:
-            await self._prune_running(quota.max_running)
-            load.refuse_running(tenant, quota.max_running)
-        if quota.starts_per_minute is not None:
-            load.take_start(tenant, quota.starts_per_minute)
-        load.reserve(tenant)
-        made: list[str] = []
-        try:
-            yield made
-        except BaseException:
-            if quota.starts_per_minute is not None:
-                load.give_back_start(tenant, quota.starts_per_minute)
-            raise
-        finally:
-            load.settle(tenant, made[0] if made else None)
-
-    async def _prune_running(self, limit: int) -> None:
-        """Bring this tenant's count of running sessions up to date: once from the store's
-        most recent sessions, then, at the limit, by dropping those whose turn has closed."""
-        assert self.tenant is not None
-        load = self._core.load
-        running = load.running(self.tenant)
-        if self.tenant not in load.seeded:
-            load.seeded.add(self.tenant)
-            for info in await self._core.store.sessions(limit=2_000):
-                folder = await self._core.views.get(info.session_id)
-                if folder.metadata.get("tenant") == self.tenant and _is_running(folder):
-                    running.add(info.session_id)
-        if len(running) >= limit:
-            for session_id in list(running):
-                if not _is_running(await self._core.views.get(session_id)):
-                    running.discard(session_id)
 
     def _check_code(self, spec: SessionSpec) -> None:
         allowed = self._core.allow_code
@@ -395,7 +341,7 @@ class LocalRuntime:
             raise UsageError("a message must not be empty")
         async with asyncio.timeout(timeout):
             folder = await self._folder(ref)
-            await self._admit_turn(ref.session_id, folder)
+            await self._core.admission.turn(self.tenant, self.quota, ref.session_id, folder)
             try:
                 sent = await control.send_message(
                     self._core.store,
@@ -436,16 +382,6 @@ class LocalRuntime:
             except UsageError as exc:  # no such call waits for a decision
                 raise StateConflict(str(exc)) from exc
         self._woken(ref)
-
-    async def _admit_turn(self, session_id: str, folder: Folder) -> None:
-        """A message to an idle session opens a turn: it runs again, so it counts against
-        the tenant's running sessions."""
-        limit, tenant = self.quota.max_running, self.tenant
-        if limit is None or tenant is None or folder.terminal or _is_running(folder):
-            return
-        await self._prune_running(limit)
-        self._core.load.refuse_running(tenant, limit)
-        self._core.load.running(tenant).add(session_id)
 
     def _woken(self, ref: SessionRef) -> None:
         self._core.hub.poke(ref.session_id)
@@ -512,8 +448,3 @@ class LocalRuntime:
         await core.hub.close()
         if core.owns_store:
             await core.store.close()
-
-
-def _is_running(folder: Folder) -> bool:
-    """A turn is open: the session takes a worker, a model call or a tool now or soon."""
-    return not folder.terminal and folder.state != "idle"

@@ -2,19 +2,26 @@
 the output-token cap a spec may ask for.
 
 `Quota` is what the operator sets for a tenant (the tokens file of `tether serve`);
-`TenantLoad` counts against it. It counts what this process started or was asked to wake,
-plus, once per tenant, the open sessions among the store's most recent: several server
-processes on one store each hold their own count. It appends nothing and reads no log.
+`TenantLoad` counts against it; `Admission` admits a start or a turn, or refuses it with
+`QuotaExceeded` before anything is created. It counts what this process started or was asked
+to wake, plus, once per tenant, the open sessions among the store's most recent: several
+server processes on one store each hold their own count. It appends nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from tether.errors import QuotaExceeded, UsageError
+from tether.fold import Folder
+from tether.runtime.base import CapabilityRefused, SessionSpec
+from tether.runtime.sessions import Views
+from tether.store.base import Store
 
 # A running session's end cannot be foreseen: a refused start is told to try this much later.
 RUNNING_RETRY_AFTER = 5.0
@@ -110,3 +117,83 @@ class TenantLoad:
         self.reserved[tenant] -= 1
         if session_id is not None:
             self.running(tenant).add(session_id)
+
+
+def capped(spec: SessionSpec, quota: Quota) -> SessionSpec:
+    """The spec within the tenant's output-token cap: refused above it (`CapabilityRefused`),
+    capped at it when it names none."""
+    cap, asked = quota.max_output_tokens, spec.limits.max_output_tokens
+    if cap is None:
+        return spec
+    if asked is not None and asked > cap:
+        raise CapabilityRefused(
+            f"limits.max_output_tokens {asked} is over this tenant's cap of {cap}"
+        )
+    limits = dataclasses.replace(spec.limits, max_output_tokens=asked or cap)
+    return dataclasses.replace(spec, limits=limits)
+
+
+def is_running(folder: Folder) -> bool:
+    """A turn is open: the session takes a worker, a model call or a tool now or soon."""
+    return not folder.terminal and folder.state != "idle"
+
+
+class Admission:
+    """Admits starts and turns of the tenants of one runtime against their quotas, with the
+    runtime's store and folds to tell which counted sessions still run."""
+
+    def __init__(self, store: Store, views: Views, load: TenantLoad | None = None) -> None:
+        self.store = store
+        self.views = views
+        self.load = load or TenantLoad()
+
+    @contextlib.asynccontextmanager
+    async def start(self, tenant: str | None, quota: Quota) -> AsyncIterator[list[str]]:
+        """Admit one more running session of `tenant`, or raise `QuotaExceeded` before
+        anything is created. The block appends the session it made (an idempotent retry of
+        one already counted changes nothing). No tenant, or no such quota: always admitted."""
+        load = self.load
+        if tenant is None or (quota.max_running is None and quota.starts_per_minute is None):
+            yield []
+            return
+        if quota.max_running is not None:
+            await self._prune(tenant, quota.max_running)
+            load.refuse_running(tenant, quota.max_running)
+        if quota.starts_per_minute is not None:
+            load.take_start(tenant, quota.starts_per_minute)
+        load.reserve(tenant)
+        made: list[str] = []
+        try:
+            yield made
+        except BaseException:
+            if quota.starts_per_minute is not None:
+                load.give_back_start(tenant, quota.starts_per_minute)
+            raise
+        finally:
+            load.settle(tenant, made[0] if made else None)
+
+    async def turn(self, tenant: str | None, quota: Quota, session_id: str, folder: Folder) -> None:
+        """A message to an idle session opens a turn: it runs again, so it counts against
+        the tenant's running sessions (or is refused with `QuotaExceeded`)."""
+        limit = quota.max_running
+        if limit is None or tenant is None or folder.terminal or is_running(folder):
+            return
+        await self._prune(tenant, limit)
+        self.load.refuse_running(tenant, limit)
+        self.load.running(tenant).add(session_id)
+
+    async def _prune(self, tenant: str, limit: int) -> None:
+        """Bring the tenant's count of running sessions up to date: once from the store's
+        most recent sessions, then, at the limit, by dropping those whose turn has closed."""
+        load = self.load
+        running = load.running(tenant)
+        if tenant not in load.seeded:
+            load.seeded.add(tenant)
+            for info in await self.store.sessions(limit=2_000):
+                folder = await self.views.get(info.session_id)
+                if folder.metadata.get("tenant") == tenant and is_running(folder):
+                    running.add(info.session_id)
+        if len(running) >= limit:
+            for session_id in list(running):
+                if not is_running(await self.views.get(session_id)):
+                    running.discard(session_id)
