@@ -223,6 +223,10 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((args.host, args.port))
+        # Listening now, before "listening on" is printed: a client that connects while the
+        # app still starts up waits in the backlog, rather than being refused (the line is
+        # printed before uvicorn's own start-up, which listens only after the lifespan).
+        sock.listen(2048)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
     store = store_from(args.store)
