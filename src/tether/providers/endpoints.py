@@ -149,6 +149,13 @@ class EndpointPolicy:
                     "an operator who means it allows that address itself with --allow-endpoint"
                 )
 
+    def check_model(self, model: object) -> None:
+        """`check` the URL a provider model calls (`CodecModel.endpoint_url`); a model of
+        another kind (a `python:` model is the operator's own code) calls none of ours."""
+        url = getattr(model, "endpoint_url", None)
+        if isinstance(url, str):
+            self.check(url)
+
     def addresses(self, host: str, port: int) -> list[str]:
         """Where a connection to `host:port` may go, looked up now: the host as named when
         the operator named it (a trusted prefix of that host and port), else its addresses,

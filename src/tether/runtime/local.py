@@ -208,11 +208,11 @@ class LocalRuntime:
 
     def _check_endpoint(self, spec: SessionSpec, model: Model) -> None:
         """Refuse a model that would call a URL the operator did not allow."""
-        policy, url = self._core.endpoints, getattr(model, "endpoint_url", None)
-        if policy is None or not isinstance(url, str):
+        policy = self._core.endpoints
+        if policy is None:
             return
         try:
-            policy.check(url)
+            policy.check_model(model)
         except UsageError as exc:
             raise CapabilityRefused(f"model {spec.model[:200]!r}: {exc}") from None
 

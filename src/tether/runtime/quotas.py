@@ -53,10 +53,6 @@ class Quota:
                 what = "whole number" if kinds is int else "number"
                 raise UsageError(f"quota {name} must be a positive {what}, not {value!r}")
 
-    @property
-    def unlimited(self) -> bool:
-        return self.max_running is self.starts_per_minute is self.max_output_tokens is None
-
 
 @dataclass(slots=True)
 class _Bucket:

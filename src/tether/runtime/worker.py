@@ -319,9 +319,8 @@ class Worker:
             self._agents.move_to_end(key)
             return agent
         model, tools = build_runner(runner.model, runner.tools, self._model_client())
-        url = getattr(model, "endpoint_url", None)
-        if self.endpoints is not None and isinstance(url, str):
-            self.endpoints.check(url)  # a session written by an older or laxer server
+        if self.endpoints is not None:
+            self.endpoints.check_model(model)  # a session written by an older or laxer server
         agent = Agent(
             self.gateways.route(model, runner.model),
             tools=tools,
