@@ -90,9 +90,9 @@ class Fleet:
         self.procs.append(proc)
 
     async def tend(self, rng: random.Random, chaos: bool, busy: set[int]) -> None:
-        """Replace dead workers, wake zombies whose time is up, and maybe do harm: to a
-        worker that holds sessions (`busy`: their pids) when there is one, so that every
-        blow forces takeovers however slowly a loaded machine starts its workers."""
+        """Replace dead workers, wake zombies whose time is up, and maybe do harm: only to a
+        worker that holds sessions (`busy`: their pids), so that every blow forces takeovers
+        however slowly a loaded machine starts its workers."""
         now = time.monotonic()
         for proc in list(self.procs):
             if proc.returncode is not None:
@@ -107,7 +107,9 @@ class Fleet:
         if not chaos or not live:
             return
         holding = [p for p in live if p.pid in busy]
-        victim = rng.choice(holding or live)
+        if not holding:
+            return  # a blow to a worker that runs nothing (still starting) proves nothing
+        victim = rng.choice(holding)
         if self.kills <= self.stops and self.kills < KILLS:
             victim.kill()
             self.kills += 1
