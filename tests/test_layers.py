@@ -39,7 +39,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "tether.render",
         "tether.testing.scripted",  # the scripted model: a Model like any provider's
     ),
-    "session": ("tether.loop", "tether.agent", "tether.control", "tether.demo"),
+    "session": ("tether.session", "tether.loop", "tether.agent", "tether.control", "tether.demo"),
     "runtime": ("tether.runtime", "tether.experiment", "tether.testing"),
     "edges": ("tether.server", "tether.cli", "tether.__main__", "tether"),
 }

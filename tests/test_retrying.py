@@ -121,7 +121,7 @@ async def test_retry_none_makes_one_attempt() -> None:
 async def test_a_plain_agent_retries_by_default() -> None:
     model = Flaky(ServerError("boom", status=500))
     agent = Agent(model, store="memory:")
-    assert agent.retry == RetryPolicy()
+    assert agent.engine.retry == RetryPolicy()
     result = await agent.run("hi")
     assert (result.stop_reason, model.calls) == ("end_turn", 2)
 

@@ -1,8 +1,9 @@
 """`Agent`: the library face. Creates or continues a session, runs its turn, and reports.
 
-Owns choosing the store, starting and resuming sessions under a lease, and in-process
-interrupt and cancel. The loop itself is `loop.run_turn`; steering from other processes is
-`control`; what a session is doing is always read from its fold.
+Owns choosing the store, the session's first event, and in-process interrupt and cancel.
+Running a turn under a lease is `session.run.run_session` (the worker takes the same
+path); the loop itself is `loop.run_turn`; steering from other processes is `control`;
+what a session is doing is always read from its fold.
 """
 
 from __future__ import annotations
@@ -11,29 +12,25 @@ import asyncio
 import importlib
 import inspect
 import os
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether import control
 from tether.context import ContextSetting, make_context
-from tether.eager import shielded
-from tether.errors import HandedOver, LeaseLost, SessionNotFound, UsageError
+from tether.errors import SessionNotFound, UsageError
 from tether.events import CancelRequested, Payload, SessionCreated, UserMessage
-from tether.lease import claim_lease, worker_id
 from tether.limits import Limits, StopCondition
-from tether.loop import TurnContext, close_canceled_turn, run_turn
 from tether.messages import JSONValue, Message, Usage, user
-from tether.providers.base import Caller, Delta, DeltaObserver, Model
+from tether.providers.base import Delta, DeltaObserver, Model
 from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
+from tether.session.run import Engine, Runs, run_session
 from tether.session_log import Clock, EventObserver, SessionLog, new_session_id
 from tether.state import SessionView
-from tether.store.base import Lease, Store
+from tether.store.base import Store
 from tether.store.open import DEFAULT_STORE_URL, open_store
 from tether.tools.base import Tool, Toolbox
-from tether.watch import Watched, Watcher
 
 if TYPE_CHECKING:
     import httpx
@@ -155,16 +152,22 @@ class Agent:
         retry: RetryPolicy | None = DEFAULT_RETRY,
     ) -> None:
         self.model = resolve_model(model)
-        # True: the default policy; False: off; or a DefaultPolicy or policy function.
-        self.context = make_context(context, self.model)
         self.toolbox = Toolbox(tools)
         self.system = system
         self.limits = limits or Limits()
+        # context: True, the default policy; False, off; or a DefaultPolicy or function.
+        self.engine = Engine(
+            self.model,
+            self.toolbox,
+            self.limits,
+            stop_when,
+            retry=retry,
+            context=make_context(context, self.model),
+        )
         self._store_arg = store
         self._store: Store | None = (
             store if store is not None and not isinstance(store, str) else None
         )
-        self.stop_when = stop_when
         self.on_event = on_event
         self.on_delta = on_delta
         self.on_session_delta = on_session_delta
@@ -172,9 +175,7 @@ class Agent:
         self.lease_ttl = lease_ttl
         self.watch_interval = watch_interval
         self.metadata = metadata or {}
-        self.retry = retry
-        self._watcher: Watcher | None = None
-        self._running: dict[str, tuple[asyncio.Task[None], TurnContext]] = {}
+        self._runs: Runs | None = None
 
     @property
     def store(self) -> Store:
@@ -182,6 +183,15 @@ class Agent:
             url = self._store_arg if isinstance(self._store_arg, str) else None
             self._store = open_store(url or os.environ.get("TETHER_STORE") or DEFAULT_STORE_URL)
         return self._store
+
+    @property
+    def runs(self) -> Runs:
+        """The turns this agent runs now (made with the store, at the first run)."""
+        if self._runs is None:
+            self._runs = Runs(
+                self.store, lease_ttl=self.lease_ttl, watch_interval=self.watch_interval
+            )
+        return self._runs
 
     async def _open_log(self, session_id: str | None) -> SessionLog:
         """The log of an existing session, or of a new one (not yet written)."""
@@ -199,79 +209,30 @@ class Agent:
         *,
         session_id: str | None = None,
         lease_wait: float = 0.0,
-        lease: Lease | None = None,
         end_session: bool = False,
-        caller: Caller | None = None,
     ) -> RunResult:
         """Run one turn: a new session for `task`, or `task` sent to session `session_id`.
         With `task=None`, continue the session's open turn (after an approval or a crash).
-        With `end_session`, a turn that stops for good also ends the session (`completed`,
-        or `failed` after an error or a limit), in the same commit as `turn.ended`.
+        With `end_session` (a one-shot task), a turn that stops for good also ends the
+        session (`completed`, or `failed` after an error or a limit), in the same commit as
+        `turn.ended`.
 
         The run holds the session's lease: if another worker holds it, wait up to
-        `lease_wait` seconds for it to be released or to expire, then raise `LeaseHeld`.
-        A worker that claimed the session already (e.g. `claim_runnable`) passes its `lease`:
-        the run uses it, and releases it at the end as its own. `caller` goes with every
-        model request of the run (a runtime's shared gateway orders and parks by it)."""
-        if session_id is not None and session_id in self._running:
-            raise UsageError(f"session {session_id} is already running in this agent")
+        `lease_wait` seconds for it to be released or to expire, then raise `LeaseHeld`."""
         log = await self._open_log(session_id)
-        if log.folder.terminal:
-            raise UsageError(
-                f"session {log.session_id} has ended ({log.folder.state}); start a new one"
-            )
-        if lease is not None and lease.session_id != log.session_id:
-            raise UsageError(f"a lease of session {lease.session_id} cannot run {log.session_id}")
-        log.lease = lease or await claim_lease(
-            self.store, log.session_id, worker_id(), self.lease_ttl, lease_wait
+        opening: list[Payload] = [self._session_created()] if session_id is None else []
+        if task is not None:
+            opening.append(UserMessage(task if isinstance(task, Message) else user(task)))
+        view = await run_session(
+            self.runs,
+            self.engine,
+            log,
+            opening=opening,
+            lease_wait=lease_wait,
+            end_session=end_session,
+            on_delta=self._delta_observer(log.session_id),
         )
-        try:
-            first: list[Payload] = [self._session_created()] if session_id is None else []
-            if task is not None:
-                first.append(UserMessage(task if isinstance(task, Message) else user(task)))
-            try:
-                if session_id is not None:
-                    await log.refresh()  # what was appended between reading and claiming
-                if first:
-                    await log.append(*first)
-            except asyncio.CancelledError:
-                # Cancelled before the loop took over: a turn that opened (the batch may
-                # have landed all the same) still ends by name.
-                await asyncio.shield(close_canceled_turn(log, "interrupted"))
-                raise
-            ctx = TurnContext(
-                log,
-                self.model,
-                self.toolbox,
-                self.limits,
-                self.stop_when,
-                self._delta_observer(log.session_id),
-                retry=self.retry,
-                started_at=time.monotonic(),
-                context=self.context,
-                end_after_turn=end_session,
-                caller=caller,
-            )
-            await self._drive(ctx)
-        finally:
-            if log.lease is not None:
-                await shielded(self.store.release(log.lease))
-        if ctx.stop_cause == "handed_over":
-            raise HandedOver(
-                f"session {log.session_id}: handed over; its turn stays open for the next runner"
-            )
-        if ctx.stop_cause == "lease_lost":
-            raise LeaseLost(
-                f"session {log.session_id}: another worker took the session over; "
-                "this run stopped without writing"
-            )
-        # A cancel that came as the turn ended, after the runner's last look, was addressed
-        # to this run: honour it now (control closes it itself only once the lease is free).
-        await log.refresh()
-        if log.folder.cancel_scope == "session" and not log.folder.terminal:
-            await control.request_stop(self.store, log.session_id, "session")
-            await log.refresh()
-        return RunResult.from_view(log.folder.view())
+        return RunResult.from_view(view)
 
     async def resume(self, session_id: str, *, lease_wait: float = 0.0) -> RunResult:
         """Continue a session from its log, in this process: the recovery rules of
@@ -299,64 +260,6 @@ class Agent:
             metadata=dict(self.metadata),
         )
 
-    async def _drive(self, ctx: TurnContext) -> None:
-        sid = ctx.log.session_id
-        inner = asyncio.create_task(run_turn(ctx))
-        self._running[sid] = (inner, ctx)
-
-        def on_news() -> None:
-            if ctx.log.folder.cancel_scope and not inner.done():
-                inner.cancel()  # another process asked: the turn closes as interrupted
-
-        def on_lease_lost() -> None:
-            # The stale lease stays on the log, so any append still in flight is refused.
-            ctx.stop("lease_lost")
-            inner.cancel()
-
-        watcher = self._get_watcher()
-        watcher.watch(Watched(ctx.log, self.lease_ttl, on_news, on_lease_lost))
-        try:
-            await self._await_turn(inner, ctx)
-        finally:
-            if inner.cancelled() and not ctx.writes_nothing:
-                # A turn cancelled before its first step never ran run_turn's own close;
-                # for one that did, this finds the turn closed and does nothing.
-                await asyncio.shield(
-                    close_canceled_turn(ctx.log, ctx.stop_cause, turns_before=ctx.turns_before)
-                )
-            watcher.unwatch(sid)
-            self._running.pop(sid, None)
-
-    def _get_watcher(self) -> Watcher:
-        if self._watcher is None:
-            self._watcher = Watcher(self.store, self.watch_interval)
-        return self._watcher
-
-    async def _await_turn(self, inner: asyncio.Task[None], ctx: TurnContext) -> None:
-        """Wait for the turn. A cancel of our caller reaches the turn through the await (it
-        closes itself, then the cancel propagates); a cancel of the turn alone (interrupt(),
-        cancel(), another process, the time limit) ends it here. A timer rather than
-        `asyncio.wait`: with thousands of sessions, every object a waiting run holds counts."""
-        deadline = self.limits.max_seconds
-        timer = None
-        if deadline is not None:
-
-            def expire() -> None:
-                if not inner.done():
-                    ctx.stop("time_limit")
-                    inner.cancel()
-
-            timer = asyncio.get_running_loop().call_later(deadline, expire)
-        try:
-            await inner
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise
-        finally:
-            if timer is not None:
-                timer.cancel()
-
     def run_sync(self, task: str | Message | None, *, session_id: str | None = None) -> RunResult:
         return asyncio.run(self.run(task, session_id=session_id))
 
@@ -375,40 +278,30 @@ class Agent:
         await control.decide(self.store, session_id, call_id, allow, reason)
 
     async def _stop(self, session_id: str, scope: str) -> None:
-        running = self._running.get(session_id)
-        if running is None:
+        ctx = None if self._runs is None else self._runs.turn(session_id)
+        if ctx is None:
             await control.request_stop(self.store, session_id, scope)
             return
-        inner, ctx = running
         folder = ctx.log.folder
         if not folder.terminal and (folder.turn_open or scope == "session"):
             # With the turn already ended, the run honours a session cancel as it finishes.
             await ctx.log.append(CancelRequested(scope))
-        ctx.stop("interrupted")
-        inner.cancel()
-        await asyncio.gather(inner, return_exceptions=True)
+        await self.runs.stop(session_id, "interrupted")
 
     async def hand_over(self, session_id: str) -> bool:
         """Stop the session's run here without closing its turn, for another runner to go
-        on with it (a worker shutting down): nothing more is written, the lease is let go,
-        and the run raises `HandedOver`. The open model request is asked again, and calls
-        that were running are settled by the recovery rules (`tether.recovery`). False when
-        this agent is not running the session."""
-        running = self._running.get(session_id)
-        if running is None:
-            return False
-        inner, ctx = running
-        ctx.stop("handed_over")
-        inner.cancel()
-        await asyncio.gather(inner, return_exceptions=True)
-        return True
+        on with it: nothing more is written, the lease is let go, and the run raises
+        `HandedOver`. The open model request is asked again, and calls that were running
+        are settled by the recovery rules (`tether.recovery`). False when this agent is not
+        running the session."""
+        return self._runs is not None and await self._runs.stop(session_id, "handed_over")
 
     async def view(self, session_id: str) -> SessionView:
         log = await self._open_log(session_id)
         return log.folder.view()
 
     async def close(self) -> None:
-        if self._watcher is not None:
-            await self._watcher.close()
+        if self._runs is not None:
+            await self._runs.close()
         if self._store is not None:
             await self._store.close()

@@ -29,7 +29,8 @@ class Watched:
 
 class Watcher:
     """`interval`: how often to look for other processes' appends (a cancel is noticed
-    within it). Leases are renewed when a third of their ttl is left to run, or sooner."""
+    within it). A lease is renewed once a third of its ttl has run, so two renewals can fail
+before it lapses."""
 
     def __init__(self, store: Store, interval: float = 0.5) -> None:
         self.store = store

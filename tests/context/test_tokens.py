@@ -120,8 +120,10 @@ async def test_without_tiktoken_an_openai_model_falls_back_to_the_calibrated_est
     agent = Agent(model, store=MemoryStore(), context=DefaultPolicy())
     result = await agent.run("hello")
     assert result.output == "fine"
-    assert isinstance(agent.context, ContextManager)
-    log_view = await agent.context.view(await _log(agent, result.session_id), agent.toolbox, None)
+    assert isinstance(agent.engine.context, ContextManager)
+    log_view = await agent.engine.context.view(
+        await _log(agent, result.session_id), agent.toolbox, None
+    )
     assert isinstance(log_view.sizer, CharSizer)
     assert log_view.budget == 128_000 - 16_384  # the window less the catalog's output limit
 

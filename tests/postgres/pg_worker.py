@@ -1,6 +1,6 @@
 """A bare worker process for the PostgreSQL benchmark (`bench/bench_postgres.py`): claims
 runnable sessions (`take_work`: SKIP LOCKED, poisoned ones parked) and runs each turn with
-`Agent.run(lease=)`, without the runtime's runner metadata. The chaos test runs the real
+`run_session(lease=)`, as the worker does, without the runtime's runner metadata. The chaos test runs the real
 `tether worker` instead.
 
 Run as `python -m tests.postgres.pg_worker URL JOURNAL [--concurrency N] [--ttl S]`. Its model
@@ -19,7 +19,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from tether.agent import Agent
+from tether.context import make_context
 from tether.errors import LeaseHeld, LeaseLost, UsageError
 from tether.events import Event, SessionCreated, UserMessage
 from tether.fold import Folder
@@ -27,6 +27,7 @@ from tether.lease import worker_id
 from tether.limits import Limits
 from tether.messages import Message, user
 from tether.runtime.claims import take_work
+from tether.session.run import Engine, Runs, run_session
 from tether.session_log import SessionLog, new_session_id
 from tether.store.base import Lease
 from tether.store.postgres import Claimed, PostgresStore
@@ -109,7 +110,7 @@ async def create_sessions(store: PostgresStore, tasks: Sequence[str]) -> list[st
     return ids
 
 
-async def run_one(agent: Agent, store: PostgresStore, item: Claimed) -> None:
+async def run_one(runs: Runs, engine: Engine, store: PostgresStore, item: Claimed) -> None:
     sid = item.lease.session_id
     try:
         folder = Folder().apply_all(await store.read(sid))
@@ -118,7 +119,8 @@ async def run_one(agent: Agent, store: PostgresStore, item: Claimed) -> None:
             await store.clear_runnable(item.wakeup)
             await store.release(item.lease)
             return
-        await agent.run(None, session_id=sid, lease=item.lease)
+        log = await SessionLog.load(store, sid)
+        await run_session(runs, engine, log, lease=item.lease)
         await store.clear_runnable(item.wakeup)
     except (LeaseLost, LeaseHeld, UsageError):
         pass  # taken over (we were a zombie), or ended meanwhile
@@ -139,13 +141,9 @@ async def main(argv: Sequence[str] | None = None) -> int:
     store = JournalledStore(args.url, args.journal)
     second = call("write", n=2) if args.fast else Delay(0.02, call("write", n=2))
     model = ScriptedModel([first_reply, second, "done"])  # type: ignore[list-item]
-    agent = Agent(
-        model,
-        tools=make_tools(args.effects, slow=not args.fast),
-        store=store,
-        lease_ttl=args.ttl,
-        watch_interval=0.2,
-    )
+    tools = Toolbox(make_tools(args.effects, slow=not args.fast))
+    engine = Engine(model, tools, Limits(), context=make_context(True, model))
+    runs = Runs(store, lease_ttl=args.ttl, watch_interval=0.2)
     owner = worker_id()
     news = store.subscribe()
     running: set[asyncio.Task[None]] = set()
@@ -164,7 +162,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
                     max_claims=args.max_claims,
                 )
             for item in got:
-                task = asyncio.create_task(run_one(agent, store, item))
+                task = asyncio.create_task(run_one(runs, engine, store, item))
                 running.add(task)
                 task.add_done_callback(running.discard)
             now = asyncio.get_running_loop().time()
@@ -179,7 +177,8 @@ async def main(argv: Sequence[str] | None = None) -> int:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
         news.close()
-        await agent.close()
+        await runs.close()
+        await store.close()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The worker loop: find sessions with work, run each turn with an `Agent` rebuilt from what
-`session.created` recorded, and settle what the turn left.
+"""The worker loop: find sessions with work, run each turn (`session.run.run_session`) with
+an `Engine` rebuilt from what `session.created` recorded, and settle what the turn left.
 
 Used in-process by `LocalRuntime` and on its own by `tether worker`, so serving and running
 scale apart. Leases keep two workers off one session; a worker that dies leaves its mark,
@@ -19,7 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
-from tether.agent import Agent, SessionDeltaObserver
+from tether.agent import SessionDeltaObserver
+from tether.context import make_context
 from tether.eager import shielded
 from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
 from tether.events import Event, SessionCreated
@@ -30,9 +31,11 @@ from tether.recovery import closing
 from tether.runtime.gateways import Gateways
 from tether.runtime.sessions import Runner, build_runner
 from tether.scheduler import GatewayConfig
+from tether.session.run import Engine, Runs, run_session
 from tether.session_log import SessionLog
 from tether.state import TERMINAL_STATES, session_outcome
 from tether.store.base import Lease, News, Store, Wakeup
+from tether.tools.base import Toolbox
 
 if TYPE_CHECKING:
     import httpx
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tether.worker")
 
-AGENTS = 64  # rebuilt runners kept, by model, tools and limits
+ENGINES = 64  # built engines kept, by model, tools and limits
 # How long one wait on the store's news lasts; it ends early as soon as news comes.
 NEWS_SPAN = 5.0
 # How long a stopping worker waits for handed-over runs to let their leases go.
@@ -102,8 +105,8 @@ class Worker:
         self.claims_work = callable(getattr(store, "claim_runnable", None))
         self._wake = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
-        self._agents: OrderedDict[str, Agent] = OrderedDict()
-        self._runs: dict[str, Agent] = {}  # session id -> the agent running its turn now
+        self.runs = Runs(store, lease_ttl=lease_ttl, watch_interval=watch_interval)
+        self._engines: OrderedDict[str, Engine] = OrderedDict()
         self.gateways = Gateways(gateway, park_after=park_after)
         self._retry_at: dict[str, tuple[float, int]] = {}
 
@@ -150,9 +153,8 @@ class Worker:
         if tasks and drain > 0:
             await asyncio.wait(tasks, timeout=drain)
         if hand_over:
-            runs = list(self._runs.items())
             await asyncio.gather(
-                *(agent.hand_over(sid) for sid, agent in runs), return_exceptions=True
+                *(self.runs.stop(sid, "handed_over") for sid in self.runs), return_exceptions=True
             )
             left = [t for t in tasks if not t.done()]
             if left:  # a handed-over run still lets its lease go: give it a moment
@@ -160,6 +162,7 @@ class Worker:
         for task in tasks:
             task.cancel()  # what was not in a run yet, or is not handed over
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.runs.close()
         if self._http is not None:
             await self._http.aclose()
             self._http = None
@@ -246,7 +249,7 @@ class Worker:
         except Exception:
             backoff = self._failed(sid)
         finally:
-            # `Agent.run` releases the lease it is given; this covers the paths that never
+            # `run_session` releases the lease it is given; this covers the paths that never
             # got there. A second release is harmless: it matches only its own generation.
             await shielded(self.store.release(item.lease))
         if parked is not None:
@@ -290,53 +293,46 @@ class Worker:
             await self.store.clear_runnable(wakeup)
             return
         try:
-            agent = self._agent(runner)
+            engine = self._engine(runner)
         except UsageError as exc:
             await self._fail(sid, f"the worker cannot build this session's runner: {exc}", lease)
             await self.store.clear_runnable(wakeup)
             return
-        ended = False
-        self._runs[sid] = agent
-        try:
-            caller = Caller(sid, runner.tenant or "default", runner.priority)
-            result = await agent.run(
-                None, session_id=sid, lease=lease, end_session=runner.end_after_turn, caller=caller
+        session_log = await SessionLog.load(self.store, sid, observers=self._observers())
+        ended = session_log.folder.terminal
+        if not ended:
+            view = await run_session(
+                self.runs,
+                engine,
+                session_log,
+                lease=lease,
+                end_session=runner.end_after_turn,
+                caller=Caller(sid, runner.tenant or "default", runner.priority),
+                on_delta=None if self.on_delta is None else functools.partial(self.on_delta, sid),
             )
             self.turns_run += 1
-            ended = result.state in TERMINAL_STATES
-        except UsageError:
-            pass  # the session has ended: nothing to run
-        finally:
-            self._runs.pop(sid, None)
+            ended = view.state in TERMINAL_STATES
         if runner.end_after_turn and not ended:
             await self._settle(sid)  # e.g. a turn closed by someone else: end it here
         await self.store.clear_runnable(wakeup)
 
-    def _agent(self, runner: Runner) -> Agent:
+    def _engine(self, runner: Runner) -> Engine:
         key = runner.key()
-        agent = self._agents.get(key)
-        if agent is not None:
-            self._agents.move_to_end(key)
-            return agent
+        engine = self._engines.get(key)
+        if engine is not None:
+            self._engines.move_to_end(key)
+            return engine
         model, tools = build_runner(runner.model, runner.tools, self._model_client())
         if self.endpoints is not None:
             self.endpoints.check_model(model)  # a session written by an older or laxer server
-        agent = Agent(
-            self.gateways.route(model, runner.model),
-            tools=tools,
-            limits=runner.build_limits(),
-            store=self.store,
-            on_event=self.on_event,
-            on_session_delta=self.on_delta,
-            lease_ttl=self.lease_ttl,
-            watch_interval=self.watch_interval,
+        routed = self.gateways.route(model, runner.model)
+        engine = Engine(
+            routed, Toolbox(tools), runner.build_limits(), context=make_context(True, routed)
         )
-        self._agents[key] = agent
-        while len(self._agents) > AGENTS:
-            # An idle agent holds no task (its watcher stops with nothing to watch); one
-            # still running a session keeps it until its run returns.
-            self._agents.popitem(last=False)
-        return agent
+        self._engines[key] = engine
+        while len(self._engines) > ENGINES:
+            self._engines.popitem(last=False)
+        return engine
 
     def _model_client(self) -> httpx.AsyncClient | None:
         """Under an endpoint policy, one client for every provider model here, whose every

@@ -1,0 +1,214 @@
+"""Running a session's turn under its lease: the one path `Agent` and the worker both take.
+
+`run_session` holds the lease (claimed here, or handed in by a worker that claimed it with
+the work), appends what opens the turn, drives `loop.run_turn`, and lets the lease go.
+`Runs` is what one process runs now: one `Watcher` renews every lease and folds in what
+other processes append (a cancel, an interrupt, a decision), and `Runs.stop(session_id,
+cause)` is the one way to stop a run from outside its turn (`loop.StopCause`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from tether import control
+from tether.context.manager import ContextManager
+from tether.eager import shielded
+from tether.errors import HandedOver, LeaseLost, UsageError
+from tether.events import Payload
+from tether.lease import claim_lease, worker_id
+from tether.limits import Limits, StopCondition
+from tether.loop import StopCause, TurnContext, close_canceled_turn, run_turn
+from tether.providers.base import Caller, DeltaObserver, Model
+from tether.retrying import DEFAULT_RETRY
+from tether.scheduler.retry import RetryPolicy
+from tether.session_log import SessionLog
+from tether.state import SessionView
+from tether.store.base import Lease, Store
+from tether.tools.base import Toolbox
+from tether.watch import Watched, Watcher
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """What runs a session's turns: its model and tools, the limits of each turn, and the
+    policies around the model call. Built once and shared by every session it runs."""
+
+    model: Model
+    toolbox: Toolbox
+    limits: Limits
+    stop_when: StopCondition | None = None
+    # Retries of a failed model call (None: one attempt); a gateway's model retries there.
+    retry: RetryPolicy | None = DEFAULT_RETRY
+    # Clears and compacts the transcript before a request passes its budget; None: off.
+    context: ContextManager | None = None
+
+
+class Runs:
+    """The turns this process runs now, by session. `lease_ttl`: how long a run's lease
+    lasts unrenewed (a dead process's sessions wait this long for another); `watch_interval`:
+    how often other processes' appends are looked for (a cancel is noticed within it)."""
+
+    def __init__(self, store: Store, *, lease_ttl: float = 30.0, watch_interval: float = 0.5):
+        self.store = store
+        self.lease_ttl = lease_ttl
+        self._watcher = Watcher(store, watch_interval)
+        self._running: dict[str, tuple[asyncio.Task[None], TurnContext]] = {}
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._running
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._running))
+
+    def turn(self, session_id: str) -> TurnContext | None:
+        """The running turn of the session here, if any."""
+        running = self._running.get(session_id)
+        return None if running is None else running[1]
+
+    async def stop(self, session_id: str, cause: StopCause) -> bool:
+        """Stop the session's run here for `cause`, and wait until it has stopped; False
+        when this process is not running it."""
+        running = self._running.get(session_id)
+        if running is None:
+            return False
+        inner, ctx = running
+        ctx.stop(cause)
+        inner.cancel()
+        await asyncio.gather(inner, return_exceptions=True)
+        return True
+
+    async def close(self) -> None:
+        await self._watcher.close()
+
+    async def drive(self, ctx: TurnContext) -> None:
+        """Run the turn to its end, watched: news of a cancel from another process stops it
+        `interrupted`, a lost lease stops it unwritten, the time limit stops it by name."""
+        sid = ctx.log.session_id
+        inner = asyncio.create_task(run_turn(ctx))
+        self._running[sid] = (inner, ctx)
+
+        def on_news() -> None:
+            if ctx.log.folder.cancel_scope and not inner.done():
+                inner.cancel()  # another process asked: the turn closes as interrupted
+
+        def on_lease_lost() -> None:
+            # The stale lease stays on the log, so any append still in flight is refused.
+            ctx.stop("lease_lost")
+            inner.cancel()
+
+        self._watcher.watch(Watched(ctx.log, self.lease_ttl, on_news, on_lease_lost))
+        try:
+            await _await_turn(inner, ctx)
+        finally:
+            if inner.cancelled() and not ctx.writes_nothing:
+                # A turn cancelled before its first step never ran run_turn's own close;
+                # for one that did, this finds the turn closed and does nothing.
+                await asyncio.shield(
+                    close_canceled_turn(ctx.log, ctx.stop_cause, turns_before=ctx.turns_before)
+                )
+            self._watcher.unwatch(sid)
+            self._running.pop(sid, None)
+
+
+async def _await_turn(inner: asyncio.Task[None], ctx: TurnContext) -> None:
+    """Wait for the turn. A cancel of our caller reaches the turn through the await (it
+    closes itself, then the cancel propagates); a cancel of the turn alone (`Runs.stop`,
+    another process, the time limit) ends it here. A timer rather than `asyncio.wait`: with
+    thousands of sessions, every object a waiting run holds counts."""
+    deadline = ctx.limits.max_seconds
+    timer = None
+    if deadline is not None:
+
+        def expire() -> None:
+            if not inner.done():
+                ctx.stop("time_limit")
+                inner.cancel()
+
+        timer = asyncio.get_running_loop().call_later(deadline, expire)
+    try:
+        await inner
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+async def run_session(
+    runs: Runs,
+    engine: Engine,
+    log: SessionLog,
+    *,
+    opening: Sequence[Payload] = (),
+    lease: Lease | None = None,
+    lease_wait: float = 0.0,
+    end_session: bool = False,
+    caller: Caller | None = None,
+    on_delta: DeltaObserver | None = None,
+) -> SessionView:
+    """Run the session's turn: append `opening` (what starts a turn: `session.created` for a
+    new session, a user message) and go on until the turn ends; with nothing to open,
+    continue the open turn (after an approval, a hand-over or a crash: `tether.recovery`).
+    With `end_session`, a turn that stops for good also ends the session, in one batch.
+
+    Under `lease`, when the caller claimed it with the work (the run releases it as its
+    own); otherwise the run claims one, waiting up to `lease_wait` seconds for another
+    holder (`LeaseHeld`). Raises `HandedOver` or `LeaseLost` when the run stopped without
+    closing its turn. `caller` goes with every model request (a shared gateway orders and
+    parks by it)."""
+    sid = log.session_id
+    if sid in runs:
+        raise UsageError(f"session {sid} is already running in this process")
+    if log.folder.terminal:
+        raise UsageError(f"session {sid} has ended ({log.folder.state}); start a new one")
+    if lease is not None and lease.session_id != sid:
+        raise UsageError(f"a lease of session {lease.session_id} cannot run {sid}")
+    store = runs.store
+    log.lease = lease or await claim_lease(store, sid, worker_id(), runs.lease_ttl, lease_wait)
+    try:
+        try:
+            if log.folder.last_seq:
+                await log.refresh()  # what was appended between reading and claiming
+            if opening:
+                await log.append(*opening)
+        except asyncio.CancelledError:
+            # Cancelled before the loop took over: a turn that opened (the batch may have
+            # landed all the same) still ends by name.
+            await asyncio.shield(close_canceled_turn(log, "interrupted"))
+            raise
+        ctx = TurnContext(
+            log,
+            engine.model,
+            engine.toolbox,
+            engine.limits,
+            engine.stop_when,
+            on_delta,
+            retry=engine.retry,
+            started_at=time.monotonic(),
+            context=engine.context,
+            end_after_turn=end_session,
+            caller=caller,
+        )
+        await runs.drive(ctx)
+    finally:
+        if log.lease is not None:
+            await shielded(store.release(log.lease))
+    if ctx.stop_cause == "handed_over":
+        raise HandedOver(f"session {sid}: handed over; its turn stays open for the next runner")
+    if ctx.stop_cause == "lease_lost":
+        raise LeaseLost(
+            f"session {sid}: another worker took the session over; this run stopped without writing"
+        )
+    # A cancel that came as the turn ended, after the runner's last look, was addressed to
+    # this run: honour it now (control closes it itself only once the lease is free).
+    await log.refresh()
+    if log.folder.cancel_scope == "session" and not log.folder.terminal:
+        await control.request_stop(store, sid, "session")
+        await log.refresh()
+    return log.folder.view()
