@@ -12,6 +12,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from tether.server.schemas import openapi
 
 TOKENS = {"acme": ["acme-token-0123456789"], "globex": ["globex-token-0123456789"]}
 ACME, GLOBEX = TOKENS["acme"][0], TOKENS["globex"][0]
@@ -23,6 +28,13 @@ class Server:
     url: str
     store: str
     process: subprocess.Popen[str]
+
+
+def check_documented(data: object, name: str) -> None:
+    """Raise unless `data` is what the OpenAPI document's schema `name` says."""
+    components: dict[str, Any] = openapi()["components"]
+    schema = {"$ref": f"#/components/schemas/{name}", "components": components}
+    jsonschema.Draft202012Validator(schema).validate(data)
 
 
 def write_tokens(directory: Path) -> Path:

@@ -10,7 +10,8 @@ import httpx
 import pytest
 from starlette.routing import Route
 
-from server.support import ACME, Server
+from server.support import ACME, Server, check_documented
+from tether.runtime.base import SessionRef
 from tether.runtime.http import HttpRuntime
 from tether.runtime.local import LocalRuntime
 from tether.server.app import WEB_VIEW, create_app
@@ -62,6 +63,34 @@ async def test_the_document_names_every_route_method_and_query_parameter_and_no_
     assert set(documented) - set(served) == set(), "documented but not served"
     assert served == documented
     assert ("/readyz", "get") in documented and ("/healthz", "get") in documented
+
+
+async def test_each_answer_carrying_a_runtime_shape_is_what_the_document_says(
+    server: Server,
+) -> None:
+    # A call waiting for approval (an open call, a pending approval), then decided (a
+    # decision), so every part of a status is there to check.
+    async with httpx.AsyncClient(base_url=server.url, headers=AUTH) as client:
+        started = await client.post("/v1/sessions", json=spec("guarded launch").to_json())
+        assert started.status_code == 201, started.text
+        check_documented(started.json(), "StartedModel")
+        rt = HttpRuntime(server.url, ACME)
+        try:
+            ref = SessionRef(started.json()["session_id"])
+            watch = Observer(rt, ref)
+            waiting = await watch.until("an approval", lambda s: s.state == "waiting_approval")
+            path = f"/v1/sessions/{ref.session_id}"
+            check_documented((await client.get(path)).json(), "SessionStatus")
+            (call_id,) = waiting.view.pending_approvals
+            await rt.decide(ref, call_id, False, "not today")
+            await watch.until("the answer", lambda s: s.state == "idle")
+        finally:
+            await rt.close()
+        status = (await client.get(path)).json()
+        assert status["decisions"] == {call_id: {"allow": False, "reason": "not today"}}
+        check_documented(status, "SessionStatus")
+        check_documented((await client.get("/v1/sessions")).json(), "SessionList")
+        check_documented((await client.get("/v1/capabilities")).json(), "Capabilities")
 
 
 async def test_the_server_takes_each_documented_query_parameter_and_refuses_others(

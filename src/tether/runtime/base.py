@@ -2,7 +2,8 @@
 
 Owns `Runtime`, `Capabilities`, `SessionSpec`, `SessionRef`, `SessionStatus`, their JSON
 forms and `validate_capabilities`. It runs nothing: `LocalRuntime` and `HttpRuntime` do,
-and both pass `tether.testing`'s runtime conformance suite.
+and both pass `tether.testing`'s runtime conformance suite. Each dataclass here is the one
+definition of its wire shape: its JSON form and the API's JSON Schema derive from it (`wire`).
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from tether.errors import UsageError
 from tether.events import Event
 from tether.limits import Limits
-from tether.messages import JSONObject, JSONValue, Usage, part_from_json
+from tether.messages import JSONObject, JSONValue, Usage
 from tether.providers.base import Delta
+from tether.runtime import wire
 from tether.scheduler.queue import PRIORITIES, Priority
+from tether.scheduler.status import StatusKind
 from tether.state import TERMINAL_STATES, SessionView
 
 # Metadata keys the runtime writes into session.created; a spec may not set them.
@@ -66,7 +69,11 @@ class Capabilities:
         return Capabilities(**{n: True for n in wanted})
 
     def to_json(self) -> JSONObject:
-        return {n: getattr(self, n) for n in self.names()}
+        return wire.to_json(self)
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Capabilities:
+        return wire.from_json(Capabilities, data)
 
 
 def validate_capabilities(declared: Capabilities, requested: Capabilities) -> None:
@@ -120,37 +127,23 @@ class SessionSpec:
             )
 
     def to_json(self) -> JSONObject:
-        return {
-            "model": self.model,
-            "task": self.task,
-            "tools": list(self.tools),
-            "system": self.system,
-            "limits": self.limits.to_json(),
-            "metadata": self.metadata,
-            "end_after_turn": self.end_after_turn,
-            "requires": list[JSONValue](sorted(self.requires.held())),
-            "priority": self.priority,
-        }
+        """The body of a start request (its fingerprint, too). `requires` is written as the
+        names it holds, sorted: what a caller writes, and what the server reads."""
+        names = list[JSONValue](sorted(self.requires.held()))
+        return {**wire.to_json(self), "requires": names}
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> SessionSpec:
-        limits = data.get("limits") or {}
-        return SessionSpec(
-            model=data["model"],
-            task=data["task"],
-            tools=tuple(data.get("tools") or ()),
-            system=data.get("system"),
-            limits=Limits(**{k: v for k, v in limits.items() if v is not None}),
-            metadata=dict(data.get("metadata") or {}),
-            end_after_turn=bool(data.get("end_after_turn", False)),
-            requires=Capabilities.of(data.get("requires") or ()),
-            priority=data.get("priority") or "interactive",
-        )
+        requires = Capabilities.of(data.get("requires") or ())
+        return wire.from_json(SessionSpec, {**data, "requires": requires})
 
 
 @dataclass(frozen=True, slots=True)
 class SessionRef:
     session_id: str
+
+
+WaitKind = Literal[StatusKind, "parked"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,30 +155,18 @@ class Waiting:
     when the wait can end at the earliest; `error` names what is being retried. Live: it is
     read from the gateway at the poll and never stored."""
 
-    kind: str
+    kind: WaitKind
     reason: str
     until: str | None = None
     attempt: int = 1
     error: str | None = None
 
     def to_json(self) -> JSONObject:
-        return {
-            "kind": self.kind,
-            "reason": self.reason,
-            "until": self.until,
-            "attempt": self.attempt,
-            "error": self.error,
-        }
+        return wire.to_json(self)
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> Waiting:
-        return Waiting(
-            kind=str(data["kind"]),
-            reason=str(data.get("reason", "")),
-            until=data.get("until"),
-            attempt=int(data.get("attempt", 1)),
-            error=data.get("error"),
-        )
+        return wire.from_json(Waiting, data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,21 +198,11 @@ class SessionSummary:
         )
 
     def to_json(self) -> JSONObject:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return wire.to_json(self)
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> SessionSummary:
-        return SessionSummary(
-            session_id=str(data["session_id"]),
-            state=str(data["state"]),
-            stop_reason=None if data.get("stop_reason") is None else str(data["stop_reason"]),
-            model=str(data["model"]),
-            steps=int(data["steps"]),
-            turns=int(data["turns"]),
-            created=str(data["created"]),
-            updated=str(data["updated"]),
-            last_output=str(data["last_output"]),
-        )
+        return wire.from_json(SessionSummary, data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +259,7 @@ class SessionStatus:
         return self.terminal or self.view.state in ("idle", "waiting_approval")
 
     def to_json(self) -> JSONObject:
+        """The view's JSON (`SessionView.to_json`), then `waiting_reason` and `waiting`."""
         out = self.view.to_json()
         out["waiting_reason"] = self.waiting_reason
         out["waiting"] = None if self.waiting is None else self.waiting.to_json()
@@ -297,34 +269,16 @@ class SessionStatus:
     def from_json(data: Mapping[str, Any]) -> SessionStatus:
         waiting = data.get("waiting")
         return SessionStatus(
-            view_from_json(data), Waiting.from_json(waiting) if isinstance(waiting, dict) else None
+            view_from_json(data), None if waiting is None else Waiting.from_json(waiting)
         )
 
 
 def view_from_json(data: Mapping[str, Any]) -> SessionView:
-    """The inverse of `SessionView.to_json` (which leaves out `transcript_chars`)."""
-    calls = tuple(part_from_json(c) for c in data.get("open_calls") or ())
-    decisions: JSONObject = dict(data.get("decisions") or {})
-    return SessionView(
-        session_id=str(data["session_id"]),
-        state=data["state"],
-        stop_reason=data.get("stop_reason"),
-        stop_detail=data.get("stop_detail"),
-        model=str(data.get("model", "")),
-        usage=Usage.from_json(data.get("usage") or {}),
-        cost_usd=data.get("cost_usd"),
-        steps=int(data.get("steps", 0)),
-        turn_steps=int(data.get("turn_steps", 0)),
-        turns=int(data.get("turns", 0)),
-        last_seq=int(data.get("last_seq", 0)),
-        last_output=str(data.get("last_output", "")),
-        open_calls=tuple(c for c in calls if not isinstance(c, str)),  # type: ignore[misc]
-        started_calls=frozenset(str(c) for c in data.get("started_calls") or ()),
-        pending_approvals=tuple(str(c) for c in data.get("pending_approvals") or ()),
-        decisions=decisions,
-        cancel_scope=data.get("cancel_scope"),
-        model_request_open=bool(data.get("model_request_open", False)),
-    )
+    """The inverse of `SessionView.to_json`, read by the view's own adapter. That form leaves
+    out `transcript_chars` (read as its default) and writes each decision under its call id
+    without repeating it, so the id is put back from the key."""
+    decisions = {k: {**d, "call_id": k} for k, d in (data.get("decisions") or {}).items()}
+    return wire.from_json(SessionView, {**data, "decisions": decisions})
 
 
 class Runtime(Protocol):

@@ -117,7 +117,7 @@ class HttpRuntime:
 
     async def capabilities(self, *, timeout: float | None = None) -> Capabilities:
         data = await self._call("GET", "/v1/capabilities", timeout=timeout)
-        return Capabilities(**{n: bool(data.get(n)) for n in Capabilities.names()})
+        return Capabilities.from_json(data)
 
     async def sessions(
         self, limit: int = 50, *, timeout: float | None = None

@@ -1,23 +1,32 @@
-"""The HTTP API's bodies (pydantic, strict, no extra fields) and its OpenAPI document.
+"""The HTTP API's request bodies (pydantic, strict, no extra fields), the answers only HTTP
+has, and its OpenAPI document.
 
-Owns the wire shapes only; `app` maps them onto the Runtime protocol.
+The answers that carry a runtime shape (a status, a session list, capabilities) are the
+dataclasses of `tether.runtime.base`: the document takes their JSON Schema from the same
+adapters that write and read them (`tether.runtime.wire`). `app` maps all of it onto the
+Runtime protocol.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import inspect
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
-from pydantic.json_schema import models_json_schema
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
+from tether.events import ApprovalDecided
 from tether.limits import Limits
-from tether.runtime.base import Capabilities, SessionSpec
+from tether.messages import JSONValue, Usage
+from tether.runtime.base import Capabilities, SessionSpec, SessionStatus, SessionSummary, Waiting
+from tether.runtime.wire import adapter
+from tether.state import SessionView
 
-CapabilityName = Literal[
-    "resume_after_restart", "cancel", "interrupt", "approvals", "event_stream", "live_deltas",
-    "tenants",
-]  # fmt: skip
+if TYPE_CHECKING:
+    CapabilityName = str
+else:  # Capabilities' field names, as a Literal: pydantic checks a name and documents them all
+    CapabilityName = Literal[Capabilities.names()]
 Text = Field(min_length=1, max_length=200_000)
+REF = "#/components/schemas/{model}"
 
 
 class _Body(BaseModel):
@@ -25,6 +34,8 @@ class _Body(BaseModel):
 
 
 class LimitsBody(_Body):
+    """A spec's `Limits`, within the bounds this server takes."""
+
     max_steps: int | None = Field(50, gt=0, le=100_000)
     max_tokens: int | None = Field(None, gt=0)
     max_cost_usd: float | None = Field(None, gt=0, allow_inf_nan=False)
@@ -83,56 +94,6 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-class UsageModel(BaseModel):
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    reasoning_tokens: int
-
-
-class WaitingModel(BaseModel):
-    """What a `waiting_model` session waits for at the serving process's model gateway
-    (`tether.runtime.base.Waiting`): live, not stored."""
-
-    kind: Literal["queued", "rate_limited", "circuit_open", "retrying", "sending", "parked"]
-    reason: str
-    until: str | None
-    attempt: int
-    error: str | None
-
-
-class StatusModel(BaseModel):
-    """A session's state, as its fold sees it (`SessionView.to_json`), and, while it waits
-    at a model gateway of the serving process, for what (`waiting_reason`, `waiting`)."""
-
-    session_id: str
-    state: str
-    stop_reason: str | None
-    stop_detail: str | None
-    model: str
-    usage: UsageModel
-    cost_usd: float | None
-    steps: int
-    turn_steps: int
-    turns: int
-    last_seq: int
-    last_output: str
-    open_calls: list[dict[str, JsonValue]]
-    started_calls: list[str]
-    pending_approvals: list[str]
-    decisions: dict[str, JsonValue]
-    cancel_scope: str | None
-    model_request_open: bool
-    waiting_reason: str | None = None
-    waiting: WaitingModel | None = None
-
-
-class StartedModel(BaseModel):
-    session_id: str
-    status: StatusModel
-
-
 class DoneModel(BaseModel):
     session_id: str
     done: str
@@ -154,50 +115,64 @@ class EventPage(BaseModel):
     more: bool
 
 
-class SessionItem(BaseModel):
-    """One line of the session list: enough to choose a session to open."""
-
-    session_id: str
-    state: str
-    stop_reason: str | None
-    model: str
-    steps: int
-    turns: int
-    created: str
-    updated: str
-    last_output: str
-
-
-class SessionList(BaseModel):
-    sessions: list[SessionItem]
-
-
-class CapabilitiesModel(BaseModel):
-    resume_after_restart: bool
-    cancel: bool
-    interrupt: bool
-    approvals: bool
-    event_stream: bool
-    live_deltas: bool
-    tenants: bool
-
-
 class HealthModel(BaseModel):
     status: str
 
 
 MODELS: list[type[BaseModel]] = [
-    StartBody, MessageBody, DecisionBody, StopBody, ErrorBody, StatusModel, StartedModel,
-    DoneModel, EventPage, CapabilitiesModel, HealthModel, SessionList,
+    StartBody, MessageBody, DecisionBody, StopBody, ErrorBody, DoneModel, EventPage, HealthModel,
 ]  # fmt: skip
+# The runtime's shapes in the answers (a status is its view's fields and what it waits for).
+SHAPES: list[type] = [Capabilities, SessionSummary, SessionView, Waiting]
 
 
-def _ref(model: type[BaseModel]) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{model.__name__}"}
+def _ref(shape: type | str) -> dict[str, str]:
+    return {"$ref": REF.format(model=shape if isinstance(shape, str) else shape.__name__)}
 
 
-def _json(model: type[BaseModel]) -> dict[str, Any]:
-    return {"application/json": {"schema": _ref(model)}}
+def _json(shape: type | str) -> dict[str, Any]:
+    return {"application/json": {"schema": _ref(shape)}}
+
+
+def _object(**properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+def _as_written(schema: dict[str, Any], written: JSONValue) -> None:
+    """Narrow a shape's schema to the keys its encoder writes, each of them required: an
+    adapter's schema leaves a field with a default optional, though every answer carries it,
+    and lists a field the encoder leaves out (the view's `transcript_chars`)."""
+    assert isinstance(written, dict)
+    schema["properties"] = {k: schema["properties"][k] for k in written}
+    schema["required"] = list(written)
+
+
+def components() -> dict[str, Any]:
+    """The schemas of the bodies and the answers, by name."""
+    _, document = TypeAdapter.json_schemas(
+        [(shape, "validation", adapter(shape)) for shape in [*MODELS, *SHAPES]], ref_template=REF
+    )
+    defs: dict[str, Any] = document["$defs"]
+    # What the encoders write, read off samples, so the document says what answers carry.
+    decided = ApprovalDecided("call_1", allow=True)
+    status = SessionStatus(SessionView(decisions={decided.call_id: decided})).to_json()
+    decisions = status["decisions"]
+    assert isinstance(decisions, dict)
+    _as_written(defs["ApprovalDecided"], decisions[decided.call_id])  # its id is the key
+    _as_written(defs["Capabilities"], Capabilities().to_json())
+    _as_written(defs["Usage"], Usage().to_json())
+    _as_written(defs["Waiting"], Waiting("queued", "").to_json())
+    view = defs.pop("SessionView")
+    view["properties"] |= {
+        "waiting_reason": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        "waiting": {"anyOf": [_ref(Waiting), {"type": "null"}]},
+    }
+    _as_written(view, status)
+    view.update(title="SessionStatus", description=inspect.cleandoc(SessionStatus.__doc__ or ""))
+    defs["SessionStatus"] = view
+    defs["StartedModel"] = _object(session_id={"type": "string"}, status=_ref(SessionStatus))
+    defs["SessionList"] = _object(sessions={"type": "array", "items": _ref(SessionSummary)})
+    return defs
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
@@ -229,7 +204,7 @@ AFTER_SEQ = {
 
 
 def _op(
-    summary: str, ok: int, answer: type[BaseModel] | None, *errors: int, **extra: Any
+    summary: str, ok: int, answer: type | str | None, *errors: int, **extra: Any
 ) -> dict[str, Any]:
     # 401: no tenant's token; 403: a server without authentication refuses a Host that is
     # not loopback, or a change from another origin.
@@ -258,10 +233,8 @@ SSE_FRAME = {
 
 
 def openapi() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of the API, built from the same models that validate it."""
-    _, defs = models_json_schema(
-        [(m, "validation") for m in MODELS], ref_template="#/components/schemas/{model}"
-    )
+    """The OpenAPI 3.1 document of the API, built from the same models and dataclasses that
+    validate, write and read its bodies."""
     session = [SESSION_ID]
     stream = {
         "summary": "the session's events as Server-Sent Events: the log so far, then live",
@@ -298,16 +271,16 @@ def openapi() -> dict[str, Any]:
         "/openapi.json": {"get": {"summary": "this document", "security": [], "responses": {
             "200": {"description": "OpenAPI 3.1",
                     "content": {"application/json": {"schema": {"type": "object"}}}}}}},
-        "/v1/capabilities": {"get": _op("what this runtime can do", 200, CapabilitiesModel)},
+        "/v1/capabilities": {"get": _op("what this runtime can do", 200, Capabilities)},
         "/v1/sessions": {
-            "post": _op("start a session", 201, StartedModel, 400, 409, 413, 415, 422,
+            "post": _op("start a session", 201, "StartedModel", 400, 409, 413, 415, 422,
                         parameters=[IDEMPOTENCY_KEY], requestBody=_body(StartBody)),
-            "get": _op("this tenant's sessions, the most recently updated first", 200, SessionList, 422,
+            "get": _op("this tenant's sessions, the most recently updated first", 200, "SessionList", 422,
                        parameters=[{"name": "limit", "in": "query", "required": False,
                                     "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}}]),
         },
         "/v1/sessions/{session_id}": {"get": _op(
-            "poll a session", 200, StatusModel, 404, parameters=session)},
+            "poll a session", 200, SessionStatus, 404, parameters=session)},
         "/v1/sessions/{session_id}/cancel": {"post": _op(
             "end the session (an ended session: nothing to do)", 200, DoneModel, 400, 404, 413, 415, 422,
             parameters=session, requestBody=_body(StopBody, required=False))},
@@ -331,7 +304,7 @@ def openapi() -> dict[str, Any]:
         "info": {"title": "tether", "version": "1", "description": "Managed agent sessions."},
         "paths": paths,
         "components": {
-            "schemas": defs["$defs"],
+            "schemas": components(),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],
