@@ -8,7 +8,7 @@ import pytest
 from counting import CountingStore
 from tether import control
 from tether.errors import IdempotencyConflict, UsageError
-from tether.events import ApprovalRequested, SessionCreated, UserMessage
+from tether.events import ApprovalDecided, ApprovalRequested, SessionCreated, UserMessage
 from tether.messages import user
 from tether.runtime.sessions import Views
 from tether.store import MemoryStore
@@ -73,7 +73,7 @@ async def test_a_decision_with_a_stale_fold_sees_the_call_asked_for_since() -> N
     store.reads.clear()
     await control.decide(store, "s", "c1", True, known=stale)
     assert store.events_read == 1  # the approval request, and nothing before it
-    assert (await views.get("s")).decisions == {"c1": {"allow": True, "reason": None}}
+    assert (await views.get("s")).decisions == {"c1": ApprovalDecided("c1", True, None)}
     with pytest.raises(UsageError, match="not waiting"):
         await control.decide(store, "s", "c2", True, known=views.known("s"))
 

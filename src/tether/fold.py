@@ -97,7 +97,7 @@ class Folder:
         self.results: dict[str, ToolResult] = {}
         self.started: set[str] = set()
         self.pending_approvals: list[str] = []
-        self.decisions: JSONObject = {}
+        self.decisions: dict[str, ApprovalDecided] = {}
         self.cancel_scope: str | None = None
         self.model_request_open = False
         # Open from a user message (or a decision that makes the session runnable again)
@@ -307,7 +307,7 @@ class Folder:
     def _apply_decision(self, p: ApprovalDecided) -> None:
         if p.call_id in self.pending_approvals:
             self.pending_approvals.remove(p.call_id)
-        self.decisions[p.call_id] = {"allow": p.allow, "reason": p.reason}
+        self.decisions[p.call_id] = p
         self.turn_open = True
         if not self.pending_approvals and self.state == "waiting_approval":
             self.state = "pending"

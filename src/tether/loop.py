@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from tether.context.blobs import keep_output
 from tether.context.manager import ContextManager
@@ -33,7 +33,7 @@ from tether.scheduler.retry import RetryPolicy
 from tether.session_log import SessionLog
 from tether.state import session_outcome
 from tether.tools.base import Toolbox
-from tether.tools.run import CallOutcome, bind_arguments, run_calls
+from tether.tools.run import CallOutcome, run_calls
 
 # Why a run is stopped from outside its turn: the first two close the turn by that name;
 # after the last two the run writes nothing more (another worker has the session, or will).
@@ -229,24 +229,21 @@ async def _settle_calls(
     ctx: TurnContext, decisions: list[Decision], first: tuple[Payload, ...]
 ) -> bool:
     """Commit `first` with every start, answer and approval request in one batch, then run
-    the calls. False when the turn ended here because some call waits for a decision."""
+    the calls. False when the turn ended here because some call waits for a decision.
+
+    Only batches what `recovery.decide_calls` decided: a call that cannot run (an unknown
+    tool, arguments that do not bind, a write a gone runner started, a denial) comes as an
+    "answer" and is answered here, never started."""
     log = ctx.log
     batch: list[Payload] = list(first)
-    to_run: list[ToolCall] = []
-    bound: dict[str, dict[str, Any]] = {}
+    to_run: list[Decision] = []
     waiting = False
     for d in decisions:
         if d.action == "run":
-            tool = ctx.toolbox.get(d.call.name)
-            kwargs = None if tool is None else bind_arguments(tool, d.call)
-            if isinstance(kwargs, str):  # a call that cannot run is answered, never started
-                batch.append(ToolFinished(d.call.id, "invalid_input", kwargs))
-                continue
-            to_run.append(d.call)
-            if tool is not None:  # an unknown tool is answered by the runner, never started
-                batch.append(ToolStarted(d.call.id, d.call.name, tool.effect))
-            if kwargs is not None:
-                bound[d.call.id] = kwargs
+            tool = d.tool
+            assert tool is not None  # a call to run comes with its tool and bound arguments
+            batch.append(ToolStarted(d.call.id, d.call.name, tool.effect))
+            to_run.append(d)
         elif d.answer is not None:  # action "answer"
             batch.append(d.answer)
         elif d.action == "request_approval":
@@ -267,7 +264,7 @@ async def _settle_calls(
         )
 
     if to_run:
-        await run_calls(to_run, ctx.toolbox, log.session_id, on_finish, bound)
+        await run_calls(to_run, log.session_id, on_finish)
     if waiting:
         await _end(ctx, Stop("awaiting_approval", "a call waits for a decision"))
     return not waiting

@@ -1,5 +1,6 @@
 """What to do with what a session leaves open: each unanswered call of the last assistant
-message (`decide_calls`), and the one batch that closes a turn or a session (`closing`).
+message (`decide_calls`: the one place that decides whether a call can run), and the one
+batch that closes a turn or a session (`closing`).
 
 Pure: from the session's fold and the tools' properties to decisions and payloads. The loop
 uses it at every step, so the same rules serve a running session, one resumed after an
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from tether.events import (
+    ApprovalDecided,
     Effect,
     EndOutcome,
     Outcome,
@@ -26,6 +28,7 @@ from tether.events import (
 from tether.fold import Folder
 from tether.messages import ToolCall
 from tether.state import SessionView
+from tether.tools.arguments import bind_arguments
 from tether.tools.base import Tool, Toolbox
 
 Action = Literal["run", "answer", "request_approval", "await_approval"]
@@ -55,11 +58,17 @@ ABANDONED = (
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """What to do with one call; for action "answer", the result it is answered with."""
+    """What to do with one call. Action "run": `tool` and `kwargs`, the arguments bound to it
+    (the runner takes them over); "answer": the result the call is answered with, never
+    having started (an unknown tool, arguments that do not bind, a write a gone runner had
+    started, a denial); "request_approval" / "await_approval": the call waits for a
+    decision."""
 
     call: ToolCall
     action: Action
     answer: ToolFinished | None = None
+    tool: Tool | None = None
+    kwargs: dict[str, Any] | None = None
 
 
 def decide_open_calls(view: SessionView, toolbox: Toolbox) -> list[Decision]:
@@ -71,30 +80,47 @@ def decide_open_calls(view: SessionView, toolbox: Toolbox) -> list[Decision]:
 def decide_calls(
     calls: Iterable[ToolCall],
     started: Container[str],
-    decisions: Mapping[str, object],
+    decisions: Mapping[str, ApprovalDecided],
     pending_approvals: Container[str],
     toolbox: Toolbox,
 ) -> list[Decision]:
-    """One decision per call. Fresh calls of a new answer pass empty `started` and
-    `pending_approvals`, so the loop decides them before the answer is even folded."""
+    """One decision per call: whether it can run, and if so with which arguments. Fresh calls
+    of a new answer pass empty `started` and `pending_approvals`, so the loop decides them
+    before the answer is even folded."""
     out: list[Decision] = []
     for call in calls:
         tool = toolbox.get(call.name)
         if tool is None:
-            out.append(Decision(call, "run"))  # the runner answers unknown_tool
+            out.append(_unknown_tool(call, toolbox))
         elif call.id in started:
             out.append(_started_before(call, tool))
         elif tool.needs_approval:
-            out.append(_approval(call, decisions.get(call.id), call.id in pending_approvals))
+            out.append(_approval(call, tool, decisions.get(call.id), call.id in pending_approvals))
         else:
-            out.append(Decision(call, "run"))
+            out.append(_run(call, tool))
     return out
+
+
+def _run(call: ToolCall, tool: Tool) -> Decision:
+    """Run it with its bound arguments; arguments that do not bind answer it `invalid_input`.
+    Bound only once nothing else stops the call: a call waiting for approval is asked about
+    as the model wrote it."""
+    kwargs = bind_arguments(tool, call)
+    if isinstance(kwargs, str):
+        return Decision(call, "answer", ToolFinished(call.id, "invalid_input", kwargs))
+    return Decision(call, "run", None, tool, kwargs)
+
+
+def _unknown_tool(call: ToolCall, toolbox: Toolbox) -> Decision:
+    known = ", ".join(toolbox.names()) or "none"
+    content = f"there is no tool named {call.name!r}; tools: {known}"
+    return Decision(call, "answer", ToolFinished(call.id, "unknown_tool", content))
 
 
 def _started_before(call: ToolCall, tool: Tool) -> Decision:
     # A call started by an earlier runner that never finished it: repeat only what is safe.
     if tool.effect in ("read", "idempotent"):
-        return Decision(call, "run")
+        return _run(call, tool)
     return Decision(call, "answer", ToolFinished(call.id, "unknown_effect", UNKNOWN_EFFECT))
 
 
@@ -108,16 +134,17 @@ def abandoned(effect: Effect) -> tuple[Outcome, str]:
     return "canceled", CANCELED_RUNNING
 
 
-def _approval(call: ToolCall, decision: object, requested: bool) -> Decision:
-    if isinstance(decision, dict):
-        if decision.get("allow"):
-            return Decision(call, "run")
-        reason = decision.get("reason")
-        why = f": {reason}" if reason else ""
-        return Decision(
-            call, "answer", ToolFinished(call.id, "denied", f"The user denied this call{why}")
-        )
-    return Decision(call, "await_approval" if requested else "request_approval")
+def _approval(
+    call: ToolCall, tool: Tool, decision: ApprovalDecided | None, requested: bool
+) -> Decision:
+    if decision is None:
+        return Decision(call, "await_approval" if requested else "request_approval")
+    if decision.allow:
+        return _run(call, tool)
+    why = f": {decision.reason}" if decision.reason else ""
+    return Decision(
+        call, "answer", ToolFinished(call.id, "denied", f"The user denied this call{why}")
+    )
 
 
 def closing(

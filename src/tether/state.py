@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tether.errors import TetherError
-from tether.events import EndOutcome
+from tether.events import ApprovalDecided, EndOutcome
 from tether.messages import JSONObject, JSONValue, ToolCall, Usage
 
 State = Literal[
@@ -57,8 +57,10 @@ class SessionView:
     """What a session is doing, derived from its log and never stored beside it.
 
     `open_calls` are the calls of the last assistant message with no result yet, in call
-    order; `started_calls` the subset whose `tool.started` is in the log. `steps` counts
-    model answers over the whole session, `turn_steps` those of the current turn."""
+    order; `started_calls` the subset whose `tool.started` is in the log. `decisions` holds
+    the approval decisions by call id, each as its `approval.decided` payload (`allow`,
+    `reason`). `steps` counts model answers over the whole session, `turn_steps` those of
+    the current turn."""
 
     session_id: str = ""
     state: State = "pending"
@@ -75,7 +77,7 @@ class SessionView:
     open_calls: tuple[ToolCall, ...] = ()
     started_calls: frozenset[str] = frozenset()
     pending_approvals: tuple[str, ...] = ()
-    decisions: JSONObject = field(default_factory=dict)  # call id -> {"allow", "reason"}
+    decisions: dict[str, ApprovalDecided] = field(default_factory=dict)
     cancel_scope: str | None = None
     model_request_open: bool = False
     transcript_chars: int = 0
@@ -101,7 +103,10 @@ class SessionView:
             "open_calls": [c.to_json() for c in self.open_calls],
             "started_calls": list[JSONValue](sorted(self.started_calls)),
             "pending_approvals": list[JSONValue](self.pending_approvals),
-            "decisions": self.decisions,
+            "decisions": {
+                call_id: {"allow": d.allow, "reason": d.reason}
+                for call_id, d in self.decisions.items()
+            },
             "cancel_scope": self.cancel_scope,
             "model_request_open": self.model_request_open,
         }

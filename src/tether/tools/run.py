@@ -1,4 +1,4 @@
-"""Running tool calls: validation, timeouts, errors as data, output caps, parallel turns.
+"""Running tool calls: timeouts, errors as data, output caps, parallel turns.
 
 Owns what happens between a call and its result. Committing `tool.started` and
 `tool.finished` is the caller's, through the callbacks `run_calls` takes.
@@ -12,18 +12,19 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from tether import eager
 from tether.events import Outcome
 from tether.messages import ToolCall
-from tether.recovery import CANCELED_BEFORE, CANCELED_RUNNING, abandoned
-from tether.tools.base import Tool, Toolbox
+from tether.recovery import CANCELED_BEFORE, CANCELED_RUNNING, Decision, abandoned
+from tether.tools.arguments import bind_arguments
+from tether.tools.base import Tool
 from tether.tools.schema import ToolContext
 from tether.tools.threads import DaemonThreads
 
@@ -88,35 +89,14 @@ def output_text(value: object) -> str:
     return text
 
 
-def describe_validation_error(tool_name: str, exc: ValidationError) -> str:
-    problems = []
-    for err in exc.errors():
-        where = ".".join(str(x) for x in err["loc"]) or "arguments"
-        problems.append(f"{where}: {err['msg']}")
-    return f"invalid arguments for tool {tool_name}: " + "; ".join(problems)
-
-
-def bind_arguments(tool: Tool, call: ToolCall) -> dict[str, Any] | str:
-    """The validated keyword arguments of a call, or why it cannot run (`invalid_input`).
-    The loop asks this before committing `tool.started`: a call that cannot run never starts."""
-    if call.raw_arguments is not None:
-        return f"the arguments for tool {tool.name} are not a JSON object: {call.raw_arguments[:200]!r}"
-    if tool.validator is None:
-        return dict(call.arguments)
-    try:
-        # The model's core validator, without `model_validate`'s Python-level wrapper.
-        validated = tool.validator.__pydantic_validator__.validate_python(call.arguments)
-    except ValidationError as exc:
-        return describe_validation_error(tool.name, exc)
-    # A model's field values are its __dict__ (extras and private attributes live apart).
-    return dict(validated.__dict__)
-
-
 async def execute(
     tool: Tool, call: ToolCall, session_id: str = "", kwargs: dict[str, Any] | None = None
 ) -> CallOutcome:
-    """Run one call, with `kwargs` from `bind_arguments` when the caller has them already.
-    Never raises for what the tool or the model did wrong; re-raises a cancel."""
+    """Run one call. `kwargs`: its bound arguments, as `recovery.decide_calls` decided them
+    for the loop (the call then takes them over: its `ToolContext` is added to them); without
+    them (a bare call, as MCP's tests and benchmarks make) they are bound here, and a call
+    whose arguments do not bind is answered `invalid_input`. Never raises for what the tool
+    or the model did wrong; re-raises a cancel."""
     started = time.perf_counter()
 
     def done(outcome: Outcome, content: str) -> CallOutcome:
@@ -190,36 +170,23 @@ def _deadline(tool: Tool, started: float) -> asyncio.Timeout:
     return asyncio.timeout_at(loop.time() + tool.timeout - (time.perf_counter() - started))
 
 
-def unknown_tool(call: ToolCall, toolbox: Toolbox) -> CallOutcome:
-    known = ", ".join(toolbox.names()) or "none"
-    return CallOutcome("unknown_tool", f"there is no tool named {call.name!r}; tools: {known}")
-
-
 OnFinish = Callable[[ToolCall, CallOutcome], Awaitable[None]]
 
 
-async def run_calls(
-    calls: Sequence[ToolCall],
-    toolbox: Toolbox,
-    session_id: str,
-    on_finish: OnFinish,
-    bound: Mapping[str, dict[str, Any]] | None = None,
-) -> None:
-    """Run a turn's calls in parallel; `on_finish` commits each result as its call returns,
-    and the fold puts results in call order. `bound` holds arguments the caller validated
-    already, by call id. On cancel every running call is cancelled and the cancel
+async def run_calls(runs: Sequence[Decision], session_id: str, on_finish: OnFinish) -> None:
+    """Run a turn's calls in parallel, as `recovery.decide_calls` decided them (action
+    "run": the tool and its bound arguments); `on_finish` commits each result as its call
+    returns, and the fold puts results in call order. A call that cannot run is never given
+    here: its decision answers it. On cancel every running call is cancelled and the cancel
     propagates, once each call that was running is answered through `on_finish` (see
     `CallCanceled`); answering calls that never started is the caller's job, since only it
     knows what is committed."""
 
-    async def one(call: ToolCall) -> None:
-        tool = toolbox.get(call.name)
-        if tool is None:
-            await on_finish(call, unknown_tool(call, toolbox))
-            return
-        kwargs = bound.get(call.id) if bound is not None else None
+    async def one(run: Decision) -> None:
+        call, tool = run.call, run.tool
+        assert tool is not None, f"call {call.id} is not one to run: {run.action}"
         try:
-            outcome = await execute(tool, call, session_id, kwargs)
+            outcome = await execute(tool, call, session_id, run.kwargs)
         except CallCanceled as canceled:
             # Answered here, with its real duration, while the cancel goes on; should the
             # commit fail, the turn's closer answers the call as for any cancel.
@@ -228,13 +195,13 @@ async def run_calls(
             raise
         await on_finish(call, outcome)
 
-    if len(calls) == 1:
-        await one(calls[0])  # no task group for the common single call
+    if len(runs) == 1:
+        await one(runs[0])  # no task group for the common single call
         return
     try:
         async with asyncio.TaskGroup() as group:
-            for call in calls:
-                group.create_task(one(call))
+            for run in runs:
+                group.create_task(one(run))
     except BaseExceptionGroup as group:
         # Tools never raise here (their failures are results): what does is a commit that
         # failed (a lost lease, a store error). It stops the turn; raise it as itself.
