@@ -97,3 +97,52 @@ async def test_a_suspect_goes_only_to_a_worker_running_nothing_else(pg_url: str)
     idle = await store.claim_runnable("w3", ttl=30, limit=10, alone=True)
     assert [(c.lease.session_id, c.claims) for c in idle] == [("suspect", 2)]
     await store.close()
+
+
+async def test_a_version_1_database_migrates_and_its_marks_can_be_deferred(pg_url: str) -> None:
+    from psycopg import AsyncConnection
+
+    from tether.store.pg_schema import _BOOKKEEPING, MIGRATIONS
+
+    # A database as version 1 left it: marks and a lease whose worker died holding it.
+    async with await AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await conn.execute(_BOOKKEEPING)
+        await conn.execute(MIGRATIONS[0].sql.encode())
+        await conn.execute("INSERT INTO tether_schema (version, description) VALUES (1, 'v1')")
+        await conn.execute("SELECT tether_mark('old'), tether_mark('other')")
+        await conn.execute("INSERT INTO tether_leases VALUES ('other', 'w0', 4, 0, 1)")
+    store = PostgresStore(pg_url)  # migrates to the current version on first use
+    assert [w.session_id for w in await store.runnable()] == ["old", "other"]
+    await store.defer("old", 60, "backoff")
+    queued = await store.queued("old")
+    assert queued is not None and queued.reason == "backoff"
+    assert await store.claim_runnable("w1", ttl=30, limit=5, alone=False) == []
+    [suspect] = await store.claim_runnable("w1", ttl=30, limit=5, alone=True)
+    assert (suspect.lease.session_id, suspect.lease.generation, suspect.claims) == ("other", 5, 2)
+    async with await AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT max(version) FROM tether_schema")
+        row = await cur.fetchone()
+    assert row is not None and row[0] == MIGRATIONS[-1].version == 2
+    await store.close()
+
+
+async def test_a_parked_session_is_not_claimed_and_a_message_does_not_wake_it_early(
+    pg_url: str,
+) -> None:
+    stores = [PostgresStore(pg_url) for _ in range(3)]
+    await stores[0].mark_runnable("parked")
+    [seen] = await stores[0].runnable()
+    await stores[0].defer("parked", 0.5, "parked")
+    await stores[1].mark_runnable("parked")  # a message for it: the token moves, the time stays
+    for s in stores:
+        assert await s.claim_runnable("w", ttl=30, limit=5, alone=True) == []
+    await asyncio.sleep(0.7)
+    got = await asyncio.gather(
+        *(s.claim_runnable(f"w{n}", ttl=30, limit=5, alone=True) for n, s in enumerate(stores))
+    )
+    taken = [c for batch in got for c in batch]
+    assert [(c.lease.session_id, c.wakeup.token > seen.token, c.claims) for c in taken] == [
+        ("parked", True, 1)
+    ]
+    for s in stores:
+        await s.close()

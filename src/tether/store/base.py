@@ -1,6 +1,7 @@
 """The event store protocol and the rules every backend shares.
 
-Owns `Store`, `SessionInfo`, `Lease` and batch validation. It does no I/O and knows no
+Owns `Store`, `SessionInfo`, `Lease`, the work queue's `Wakeup`, `Queued` and `Claimed`, and
+batch validation. It does no I/O and knows no
 backend: the backends (memory, SQLite, PostgreSQL) do the I/O, `store.open` opens one by URL,
 and all pass `tether.testing`'s suite.
 """
@@ -9,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from tether.errors import LeaseLost, UsageError
 from tether.events import PAYLOAD_TYPES, Event, Payload, payload_to_json
@@ -47,6 +49,33 @@ class Wakeup:
     token: int
 
 
+# Why a marked session is kept off the queue for a while: "parked", its model's backend cannot
+# take a call until then (the gateway said how long); "backoff", its last run failed.
+DeferReason = Literal["parked", "backoff"]
+DEFER_REASONS: tuple[DeferReason, ...] = get_args(DeferReason)
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A marked session that no worker may take before `not_before` (seconds since the epoch,
+    by the store's clock), and why: what a status display shows ("parked until ...")."""
+
+    session_id: str
+    not_before: float
+    reason: DeferReason
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A runnable session a worker now holds (`Store.claim_runnable`). `claims` counts claims
+    of its lease since the last clean release: 1 for a session nobody ran before it or that
+    was released cleanly; more after workers died holding it (past a bound, it is parked)."""
+
+    wakeup: Wakeup
+    lease: Lease
+    claims: int
+
+
 class News(Protocol):
     """Sessions that other processes appended to or marked, as a store pushes them (PostgreSQL's
     LISTEN/NOTIFY). `wait` returns their ids, or an empty set after `seconds` of quiet."""
@@ -77,7 +106,8 @@ class Store(Protocol):
     ) -> None: ...
 
     async def claim(self, session_id: str, owner: str, ttl: float) -> Lease:
-        """Take the session's lease if it is free or expired (`LeaseHeld` otherwise)."""
+        """Take the session's lease if it is free or expired (`LeaseHeld` otherwise). Every
+        claim counts one more claim of the lease; a clean `release` sets the count to 0."""
         ...
 
     def subscribe(self) -> News | None:
@@ -87,8 +117,8 @@ class Store(Protocol):
 
     async def hold(self, session_id: str, owner: str, ttl: float) -> Lease:
         """Take the lease only to keep every worker off the session for `ttl` (a parked
-        session): nobody runs it under this lease, so a store that counts claims to find
-        sessions that kill their workers counts none for it."""
+        session): nobody runs it under this lease, so its claim count is set to 0 and its
+        lapse makes no suspect (`claim_runnable`). To be replaced by `defer`."""
         ...
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
@@ -105,16 +135,45 @@ class Store(Protocol):
 
     async def mark_runnable(self, session_id: str) -> None:
         """Note that the session has work for a runner (it was started, sent a message or a
-        decision, or asked to stop). Marking a marked session bumps its token, keeps its place."""
+        decision, or asked to stop). Marking a marked session bumps its token, keeps its place
+        and keeps its not-before time (`defer`): a message to a parked session does not make
+        it run sooner, since its model call would only park again."""
+        ...
+
+    async def defer(self, session_id: str, seconds: float, reason: DeferReason) -> None:
+        """Keep the session's mark off `runnable` and `claim_runnable` for `seconds` from now
+        (by the store's clock), replacing any earlier not-before time; 0 lifts a deferral.
+        The token is not bumped. A session with no mark is marked: a deferral says the session
+        has work to come back to, and a parked or failed run that lost its mark must not be
+        stranded. `UsageError` for a negative or non-finite time or an unknown reason."""
+        ...
+
+    async def queued(self, session_id: str) -> Queued | None:
+        """The session's not-before time and its reason while its mark is deferred into the
+        future; None when it is not marked or may be run now."""
         ...
 
     async def runnable(self, limit: int = 100) -> list[Wakeup]:
-        """Marked sessions that no unexpired lease holds, oldest mark first: what workers poll
-        instead of folding every log."""
+        """Marked sessions that no unexpired lease holds and no deferral keeps back, oldest
+        mark first: what workers poll instead of folding every log."""
+        ...
+
+    async def claim_runnable(
+        self, owner: str, ttl: float, limit: int = 1, *, alone: bool = True
+    ) -> list[Claimed]:
+        """Claim up to `limit` runnable sessions (as `runnable` lists them) for `owner` for
+        `ttl` seconds, oldest mark first, atomically: workers asking at once get different
+        sessions. Each claim counts one more claim of the lease.
+
+        A *suspect* is a session whose lease ran out with claims counted (its worker died or
+        hung holding it). It goes only to a worker that runs nothing else (`alone`), and by
+        itself, first; so a session that kills its worker takes no other down with it. A
+        worker not alone is never handed one. `UsageError` for a `limit` below 1."""
         ...
 
     async def clear_runnable(self, wakeup: Wakeup) -> bool:
-        """Remove the mark unless it was bumped since `wakeup` was read; True if removed."""
+        """Remove the mark (and any deferral) unless it was bumped since `wakeup` was read;
+        True if removed."""
         ...
 
     async def read(
@@ -268,6 +327,21 @@ def lease_refusal(session_id: str, held: Lease | None, lease: Lease) -> LeaseLos
 def check_ttl(ttl: float) -> None:
     if not ttl > 0:
         raise UsageError(f"a lease needs a positive ttl, not {ttl!r}")
+
+
+def check_defer(seconds: float, reason: str) -> None:
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise UsageError(f"a deferral needs a finite number of seconds, 0 or more, not {seconds!r}")
+    if reason not in DEFER_REASONS:
+        raise UsageError(
+            f"a deferral's reason is one of {', '.join(DEFER_REASONS)}, not {reason!r}"
+        )
+
+
+def check_claim(ttl: float, limit: int) -> None:
+    check_ttl(ttl)
+    if limit < 1:
+        raise UsageError(f"claim_runnable needs a limit of at least 1, not {limit!r}")
 
 
 def is_retry(stored_ids: Sequence[str], batch_ids: Sequence[str]) -> bool:

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from tether.errors import Conflict, LeaseHeld, StoreUnavailable
 from tether.events import Event
 from tether.store.base import (
     READY_BLOB,
+    Claimed,
+    DeferReason,
     Lease,
+    Queued,
     SessionInfo,
     Wakeup,
     check_batch,
+    check_claim,
+    check_defer,
     check_limit,
     check_ttl,
     is_retry,
@@ -29,8 +35,10 @@ class MemoryStore:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._logs: dict[str, list[Event]] = {}
         self._leases: dict[str, Lease] = {}
+        self._claims: dict[str, int] = {}  # session id -> claims since the last clean release
         self._clock = clock
         self._wakeups: dict[str, int] = {}  # session id -> token; insertion order is age
+        self._deferred: dict[str, tuple[float, DeferReason]] = {}  # of marked sessions only
         self._blobs: dict[str, bytes] = {}
 
     async def append(
@@ -81,16 +89,23 @@ class MemoryStore:
         held = self._leases.get(session_id)
         if held is not None and held.expires > now and held.owner != owner:
             raise LeaseHeld(session_id, held.owner, held.expires)
-        generation = (held.generation if held else 0) + 1
-        lease = Lease(session_id, owner, generation, now + ttl)
+        return self._take(session_id, owner, now + ttl)
+
+    def _take(self, session_id: str, owner: str, expires: float) -> Lease:
+        """A new generation of the session's lease for `owner`, one more claim counted."""
+        held = self._leases.get(session_id)
+        lease = Lease(session_id, owner, (held.generation if held else 0) + 1, expires)
         self._leases[session_id] = lease
+        self._claims[session_id] = self._claims.get(session_id, 0) + 1
         return lease
 
     def subscribe(self) -> None:
         return None  # nothing is pushed: readers poll
 
     async def hold(self, session_id: str, owner: str, ttl: float) -> Lease:
-        return await self.claim(session_id, owner, ttl)  # no claims are counted here
+        lease = await self.claim(session_id, owner, ttl)
+        self._claims[session_id] = 0  # nobody runs it under this lease: no suspect when it lapses
+        return lease
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         check_ttl(ttl)
@@ -106,6 +121,7 @@ class MemoryStore:
         if held is not None and held.generation == lease.generation:
             # Keep the generation, so the next claim still gets a higher one.
             self._leases[lease.session_id] = Lease(lease.session_id, "", held.generation, 0.0)
+            self._claims[lease.session_id] = 0  # a clean release: it killed no worker
 
     async def current_lease(self, session_id: str) -> Lease | None:
         held = self._leases.get(session_id)
@@ -129,19 +145,52 @@ class MemoryStore:
     async def mark_runnable(self, session_id: str) -> None:
         self._wakeups[session_id] = self._wakeups.get(session_id, 0) + 1
 
-    async def runnable(self, limit: int = 100) -> list[Wakeup]:
-        out: list[Wakeup] = []
+    async def defer(self, session_id: str, seconds: float, reason: DeferReason) -> None:
+        check_defer(seconds, reason)
+        self._wakeups.setdefault(session_id, 1)  # no mark yet: marked now, at the back
+        self._deferred[session_id] = (self._clock() + seconds, reason)
+
+    async def queued(self, session_id: str) -> Queued | None:
+        deferred = self._deferred.get(session_id)
+        if deferred is None or deferred[0] <= self._clock():
+            return None
+        return Queued(session_id, deferred[0], deferred[1])
+
+    def _free(self, now: float) -> Iterator[tuple[str, int, bool]]:
+        """Marked sessions no lease holds and no deferral keeps back, oldest mark first, as
+        (session id, token, suspect)."""
         for sid, token in self._wakeups.items():
-            if len(out) >= limit:
-                break
-            if await self.current_lease(sid) is None:
-                out.append(Wakeup(sid, token))
+            deferred = self._deferred.get(sid)
+            if deferred is not None and deferred[0] > now:
+                continue
+            held = self._leases.get(sid)
+            if held is None or held.expires <= now:
+                yield sid, token, self._claims.get(sid, 0) > 0
+
+    async def runnable(self, limit: int = 100) -> list[Wakeup]:
+        free = itertools.islice(self._free(self._clock()), limit)
+        return [Wakeup(sid, token) for sid, token, _ in free]
+
+    async def claim_runnable(
+        self, owner: str, ttl: float, limit: int = 1, *, alone: bool = True
+    ) -> list[Claimed]:
+        check_claim(ttl, limit)
+        now = self._clock()
+        free = list(self._free(now))
+        suspects = [f for f in free if f[2]]
+        # A suspect only to a worker running nothing else, and by itself.
+        chosen = suspects[:1] if alone and suspects else [f for f in free if not f[2]][:limit]
+        out: list[Claimed] = []
+        for sid, token, _ in chosen:
+            lease = self._take(sid, owner, now + ttl)
+            out.append(Claimed(Wakeup(sid, token), lease, self._claims[sid]))
         return out
 
     async def clear_runnable(self, wakeup: Wakeup) -> bool:
         if self._wakeups.get(wakeup.session_id) != wakeup.token:
             return False
         del self._wakeups[wakeup.session_id]
+        self._deferred.pop(wakeup.session_id, None)
         return True
 
     async def close(self) -> None:

@@ -1,7 +1,7 @@
 """The PostgreSQL store's schema, as numbered migrations tether applies itself.
 
-Owns the tables, the server-side functions that make an append, a claim and a token-bucket
-take one atomic statement each, and `migrate()`: idempotent, and safe when many workers
+Owns the tables, the server-side functions that make an append, a claim, a deferral and a
+token-bucket take one atomic statement each, and `migrate()`: idempotent, and safe when many workers
 start at once (one advisory lock). It does not run queries for the store; `postgres` does.
 """
 
@@ -242,8 +242,71 @@ BEGIN
 END $$;
 """
 
+# A wakeup's not-before time (by the database's clock) and why: a session parked because its
+# model's backend cannot take a call yet, or backing off after a failed run. `runnable` and
+# `tether_claim_runnable` skip it until then; a new mark (`tether_mark`) leaves it as it is.
+_V2 = """
+ALTER TABLE tether_wakeups ADD COLUMN not_before double precision,
+    ADD COLUMN reason text;
+
+-- Keep the session's mark back until p_seconds from now, replacing any earlier time; a
+-- session with no mark is marked (a deferral says it has work to come back to). The token
+-- is not bumped, and nobody is notified: nobody may take the session before then.
+CREATE FUNCTION tether_defer(p_session text, p_seconds double precision, p_reason text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_ double precision := tether_now();
+BEGIN
+    INSERT INTO tether_wakeups AS k (session_id, token, marked, not_before, reason)
+        VALUES (p_session, nextval('tether_wakeup_tokens'), now_, now_ + p_seconds, p_reason)
+        ON CONFLICT (session_id) DO UPDATE
+            SET not_before = EXCLUDED.not_before, reason = EXCLUDED.reason;
+END $$;
+
+-- As in version 1, and a deferred mark is not handed out before its time.
+CREATE OR REPLACE FUNCTION tether_claim_runnable(
+    p_owner text, p_ttl double precision, p_limit integer, p_alone boolean
+) RETURNS TABLE (session_id text, token bigint, generation bigint, expires double precision,
+                 claims integer)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    now_ double precision := tether_now();
+    w record;
+BEGIN
+    FOR w IN
+        SELECT k.session_id, k.token, coalesce(l.claims, 0) > 0 AS suspect
+        FROM tether_wakeups k
+        LEFT JOIN tether_leases l ON l.session_id = k.session_id
+        WHERE (l.session_id IS NULL OR l.expires <= now_)
+          AND (k.not_before IS NULL OR k.not_before <= now_)
+          AND (p_alone OR coalesce(l.claims, 0) = 0)
+        ORDER BY coalesce(l.claims, 0) > 0 DESC, k.marked, k.session_id
+        LIMIT CASE WHEN p_alone THEN 1 ELSE p_limit END
+        FOR UPDATE OF k SKIP LOCKED
+    LOOP
+        RETURN QUERY
+            INSERT INTO tether_leases AS l VALUES (w.session_id, p_owner, 1, now_ + p_ttl, 1)
+            ON CONFLICT (session_id) DO UPDATE
+                SET owner = p_owner, generation = l.generation + 1, expires = now_ + p_ttl,
+                    claims = l.claims + 1
+                WHERE l.expires <= tether_now()
+            RETURNING l.session_id, w.token, l.generation, l.expires, l.claims;
+        IF w.suspect THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    IF p_alone AND p_limit > 1 THEN
+        -- The oldest was no suspect: fill the rest of the worker's room as usual.
+        RETURN QUERY SELECT * FROM tether_claim_runnable(p_owner, p_ttl, p_limit - 1, false);
+    END IF;
+END $$;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sessions, events, leases with claim counts, wakeups, blobs, token buckets", _V1),
+    Migration(2, "wakeups get a not-before time and its reason (parked, backoff)", _V2),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -4,7 +4,7 @@ Each append, claim and token-bucket take is one statement calling a server-side 
 (`pg_schema`), so it is atomic and costs one round trip. Lease expiry uses the database's
 clock. Control-plane appends NOTIFY, so a worker hears of a message, a decision or a cancel
 at once (`subscribe`). `claim_runnable` hands
-runnable sessions to workers without contention (SKIP LOCKED).
+runnable sessions to workers without contention (SKIP LOCKED); `defer` keeps one back for a while.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import cast
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from psycopg.rows import TupleRow
@@ -28,10 +28,15 @@ from tether.errors import (
 from tether.events import Event
 from tether.store.base import (
     READY_BLOB,
+    Claimed,
+    DeferReason,
     Lease,
+    Queued,
     SessionInfo,
     Wakeup,
     check_batch,
+    check_claim,
+    check_defer,
     check_limit,
     check_ttl,
     event_from_row,
@@ -49,15 +54,8 @@ _SELECT_EVENTS = (
     "WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s"  # LIMIT NULL: no limit
 )
 
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """A runnable session a worker now holds. `claims` counts claims since the session's
-    last clean release: past a bound, the session kills its workers and is parked."""
-
-    wakeup: Wakeup
-    lease: Lease
-    claims: int
+# `Claimed` lives in store.base now; named here too for the modules that import it from here.
+__all__ = ["DEFAULT_POOL_SIZE", "Claimed", "PostgresStore", "parse_url"]
 
 
 def parse_url(url: str) -> tuple[str, int]:
@@ -230,11 +228,26 @@ class PostgresStore:
     async def mark_runnable(self, session_id: str) -> None:
         await self.execute("SELECT tether_mark(%s)", (session_id,))
 
+    async def defer(self, session_id: str, seconds: float, reason: DeferReason) -> None:
+        check_defer(seconds, reason)
+        await self.execute("SELECT tether_defer(%s, %s, %s)", (session_id, seconds, reason))
+
+    async def queued(self, session_id: str) -> Queued | None:
+        row = await self.fetch_one(
+            "SELECT not_before, reason FROM tether_wakeups "
+            "WHERE session_id = %s AND not_before > tether_now()",
+            (session_id,),
+        )
+        if row is None:
+            return None
+        return Queued(session_id, float(row[0]), cast("DeferReason", row[1]))
+
     async def runnable(self, limit: int = 100) -> list[Wakeup]:
         rows = await self.fetch_all(
             "SELECT w.session_id, w.token FROM tether_wakeups w "
             "LEFT JOIN tether_leases l ON l.session_id = w.session_id "
-            "WHERE l.session_id IS NULL OR l.expires <= tether_now() "
+            "WHERE (l.session_id IS NULL OR l.expires <= tether_now()) "
+            "AND (w.not_before IS NULL OR w.not_before <= tether_now()) "
             "ORDER BY w.marked, w.session_id LIMIT %s",
             (limit,),
         )
@@ -256,7 +269,7 @@ class PostgresStore:
         A suspect — a session whose last worker died holding it — goes only to a worker
         that runs nothing else (`alone`), and by itself, so that a session that kills its
         worker takes no other down with it."""
-        check_ttl(ttl)
+        check_claim(ttl, limit)
         rows = await self.fetch_all(
             "SELECT * FROM tether_claim_runnable(%s, %s, %s, %s)", (owner, ttl, limit, alone)
         )

@@ -27,11 +27,16 @@ from tether.errors import ConfigError, Conflict, LeaseHeld, StoreError, StoreUna
 from tether.events import Event
 from tether.store import sqlite_wakeups
 from tether.store.base import (
+    Claimed,
+    DeferReason,
     EventRow,
     Lease,
+    Queued,
     SessionInfo,
     Wakeup,
     check_batch,
+    check_claim,
+    check_defer,
     check_limit,
     check_ttl,
     event_from_row,
@@ -82,13 +87,25 @@ CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
     generation INTEGER NOT NULL,
-    expires REAL NOT NULL
+    expires REAL NOT NULL,
+    claims INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS blobs (hash TEXT PRIMARY KEY, data BLOB NOT NULL);
 """.replace("{events}", _EVENTS_TABLE.format(name="events"))
-STORE_FORMAT = "3"
+STORE_FORMAT = "4"
 # Format 2 clustered events by (session_id, seq) in a WITHOUT ROWID table: same columns.
-_MIGRATES_FROM = "2"
+# Format 3 had no claim count on leases and no not-before time on wakeups. (An older tether
+# refuses a format-4 file rather than fail at its first mark or claim.)
+_MIGRATES_FROM = ("2", "3")
+
+# `claims` counts claims since the last clean release (`Store.claim_runnable`'s suspects).
+_TAKE_LEASE = (
+    "INSERT INTO leases (session_id, owner, generation, expires, claims) "
+    "VALUES (?, ?, ?, ?, {first}) ON CONFLICT(session_id) DO UPDATE SET owner = excluded.owner, "
+    "generation = excluded.generation, expires = excluded.expires, claims = {then}"
+)
+_COUNTED = _TAKE_LEASE.format(first="1", then="leases.claims + 1")  # a claim
+_UNCOUNTED = _TAKE_LEASE.format(first="0", then="0")  # a hold: nobody runs the session
 
 
 # How long opening a store waits out another connection that is setting the file up.
@@ -108,12 +125,14 @@ def _stored_format(conn: sqlite3.Connection) -> str | None:
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    """Format 2 to 3, in one transaction: the events copied into the append-ordered table.
-    Another process may migrate first: the format is read again under the write lock."""
+    """Format 2 or 3 to 4, in one transaction: from 2, the events copied into the
+    append-ordered table; from either, the claim count and the not-before time added (nothing
+    stored changes: no lease counts a claim, no mark is deferred). Another process may
+    migrate first: the format is read again under the write lock."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         row = conn.execute("SELECT value FROM tether_meta WHERE key='format'").fetchone()
-        if row[0] == _MIGRATES_FROM:
+        if row[0] == "2":
             conn.execute("DROP TABLE IF EXISTS events_new")
             conn.execute(_EVENTS_TABLE.format(name="events_new"))
             conn.execute(
@@ -122,6 +141,11 @@ def _migrate(conn: sqlite3.Connection) -> None:
             )
             conn.execute("DROP TABLE events")
             conn.execute("ALTER TABLE events_new RENAME TO events")
+        if row[0] in _MIGRATES_FROM:
+            columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(leases)")}
+            if "claims" not in columns:
+                conn.execute("ALTER TABLE leases ADD COLUMN claims INTEGER NOT NULL DEFAULT 0")
+            sqlite_wakeups.add_columns(conn)
             conn.execute("UPDATE tether_meta SET value = ? WHERE key='format'", (STORE_FORMAT,))
         conn.execute("COMMIT")
     except BaseException:
@@ -182,7 +206,7 @@ class SQLiteStore:
             # Before anything is changed: a file of a format this version cannot read is
             # refused as it is (not even switched to WAL).
             found = _stored_format(conn)
-            if found not in (None, STORE_FORMAT, _MIGRATES_FROM):
+            if found not in (None, STORE_FORMAT, *_MIGRATES_FROM):
                 raise ConfigError(
                     f"{self.path} has tether store format {found}, expected {STORE_FORMAT}"
                 )
@@ -190,7 +214,7 @@ class SQLiteStore:
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.executescript(_SCHEMA + sqlite_wakeups.SCHEMA)
             conn.execute("INSERT OR IGNORE INTO tether_meta VALUES ('format', ?)", (STORE_FORMAT,))
-            if _stored_format(conn) == _MIGRATES_FROM:
+            if _stored_format(conn) in _MIGRATES_FROM:
                 _migrate(conn)
         except sqlite3.OperationalError as exc:
             conn.close()
@@ -401,6 +425,9 @@ class SQLiteStore:
 
     # -- leases: written in the group commit too; a refusal is raised before any write -------
     async def claim(self, session_id: str, owner: str, ttl: float) -> Lease:
+        return await self._claim(session_id, owner, ttl, _COUNTED)
+
+    async def _claim(self, session_id: str, owner: str, ttl: float, write: str) -> Lease:
         check_ttl(ttl)
 
         def body(conn: sqlite3.Connection) -> Lease:
@@ -409,10 +436,7 @@ class SQLiteStore:
             if held is not None and held.expires > now and held.owner != owner:
                 raise LeaseHeld(session_id, held.owner, held.expires)
             lease = Lease(session_id, owner, (held.generation if held else 0) + 1, now + ttl)
-            conn.execute(
-                "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?)",
-                (session_id, owner, lease.generation, lease.expires),
-            )
+            conn.execute(write, (session_id, owner, lease.generation, lease.expires))
             self._leases[session_id] = lease
             return lease
 
@@ -422,7 +446,9 @@ class SQLiteStore:
         return None  # nothing is pushed: readers poll
 
     async def hold(self, session_id: str, owner: str, ttl: float) -> Lease:
-        return await self.claim(session_id, owner, ttl)  # no claims are counted here
+        # Nobody runs the session under this lease: its claim count goes to 0, so its lapse
+        # makes no suspect.
+        return await self._claim(session_id, owner, ttl, _UNCOUNTED)
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         check_ttl(ttl)
@@ -444,8 +470,10 @@ class SQLiteStore:
     async def release(self, lease: Lease) -> None:
         def body(conn: sqlite3.Connection) -> None:
             # Keep the row and its generation, so the next claim still gets a higher one.
+            # A clean release also clears the claim count (the session killed no worker).
             conn.execute(
-                "UPDATE leases SET expires = 0, owner = '' WHERE session_id = ? AND generation = ?",
+                "UPDATE leases SET expires = 0, owner = '', claims = 0 "
+                "WHERE session_id = ? AND generation = ?",
                 (lease.session_id, lease.generation),
             )
             self._leases.pop(lease.session_id, None)
@@ -505,8 +533,34 @@ class SQLiteStore:
     async def mark_runnable(self, session_id: str) -> None:
         await self._submit(lambda conn: sqlite_wakeups.mark(conn, session_id))
 
+    async def defer(self, session_id: str, seconds: float, reason: DeferReason) -> None:
+        check_defer(seconds, reason)
+        await self._submit(lambda conn: sqlite_wakeups.defer(conn, session_id, seconds, reason))
+
+    async def queued(self, session_id: str) -> Queued | None:
+        return await self._run(lambda: sqlite_wakeups.queued(self._read_db(), session_id))
+
     async def runnable(self, limit: int = 100) -> list[Wakeup]:
         return await self._run(lambda: sqlite_wakeups.runnable(self._read_db(), limit))
+
+    async def claim_runnable(
+        self, owner: str, ttl: float, limit: int = 1, *, alone: bool = True
+    ) -> list[Claimed]:
+        check_claim(ttl, limit)
+
+        def body(conn: sqlite3.Connection) -> list[Claimed]:
+            # One transaction under SQLite's write lock: another store (or process) on the
+            # file claims before or after, never the same sessions.
+            now = time.time()
+            out: list[Claimed] = []
+            for wakeup, generation, claims in sqlite_wakeups.free(conn, now, limit, alone):
+                lease = Lease(wakeup.session_id, owner, generation + 1, now + ttl)
+                conn.execute(_COUNTED, (lease.session_id, owner, lease.generation, lease.expires))
+                self._leases[lease.session_id] = lease
+                out.append(Claimed(wakeup, lease, claims + 1))
+            return out
+
+        return await self._submit(body)
 
     async def clear_runnable(self, wakeup: Wakeup) -> bool:
         return await self._submit(lambda conn: sqlite_wakeups.clear(conn, wakeup))

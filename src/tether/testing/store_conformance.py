@@ -1,5 +1,5 @@
-"""The store conformance suite: what every event store must do (log and leases), as plain
-async checks.
+"""The store conformance suite: what every event store must do (log, leases, and the work
+queue: wakeup_conformance.py, claim_conformance.py), as plain async checks.
 
 Each check takes a fresh, empty store and raises AssertionError on a violation. A backend's
 tests run them all, e.g. `@pytest.mark.parametrize("check", STORE_CHECKS)`.
@@ -14,6 +14,7 @@ from tether.errors import Conflict, LeaseHeld, LeaseLost, UsageError
 from tether.events import Event, ModelResponded, Payload, SessionCreated, ToolFinished, UserMessage
 from tether.messages import Message, Text, ToolCall, Usage, user
 from tether.store.base import Store
+from tether.testing.claim_conformance import CLAIM_CHECKS
 from tether.testing.wakeup_conformance import WAKEUP_CHECKS
 
 Check = Callable[[Store], Awaitable[None]]
@@ -272,6 +273,7 @@ STORE_CHECKS: list[Check] = [
     a_released_lease_can_be_claimed_at_once,
     a_working_store_is_ready_and_the_check_leaves_the_log_alone,
     *WAKEUP_CHECKS,
+    *CLAIM_CHECKS,
 ]
 
 
