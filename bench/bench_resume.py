@@ -35,7 +35,7 @@ from tether.events import (
 )
 from tether.fold import Folder
 from tether.messages import Message, Text, ToolCall, Usage, user
-from tether.session_log import SessionLog, new_session_id
+from tether.session.log import SessionLog, new_session_id
 from tether.store import SQLiteStore
 from tether.testing import ScriptedModel
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tether.lease import parked_owner
 from tether.store import SQLiteStore
 
 
@@ -31,10 +30,10 @@ def tether(
     )
 
 
-async def _hold_parked(path: Path, session_id: str) -> None:
+async def _park(path: Path, session_id: str) -> None:
     store = SQLiteStore(str(path))
     try:
-        await store.claim(session_id, parked_owner("w1"), 60.0)
+        await store.defer(session_id, 60.0, "parked")
     finally:
         await store.close()
 
@@ -77,10 +76,11 @@ def test_sessions_ls_show_and_events_read_what_the_run_stored(tmp_path: Path) ->
     assert "state    idle" in human and "[assistant] call forecast" in human
     assert "runner   none" in human
 
-    # Held by a parked lease (a worker's gateway could not send its model call): it says so.
-    asyncio.run(_hold_parked(tmp_path / "tether.db", sid))
+    # Parked on the queue (a worker's gateway could not send its model call): it says so.
+    asyncio.run(_park(tmp_path / "tether.db", sid))
     shown = json.loads(tether("sessions", "show", sid, "--json", cwd=tmp_path).stdout)
-    assert shown["runner"]["parked"] is True and shown["runner"]["owner"] == "parked:w1"
+    assert shown["runner"]["parked"] is True and shown["runner"]["owner"] is None
+    assert shown["runner"]["deferred"] == "parked"
     assert "runner   parked until " in tether("sessions", "show", sid, cwd=tmp_path).stdout
 
     lines = tether("sessions", "events", sid, "--json", cwd=tmp_path).stdout.splitlines()

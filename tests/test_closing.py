@@ -25,7 +25,7 @@ from tether.loop import close_canceled_turn
 from tether.messages import ToolCall, assistant, user
 from tether.recovery import UNKNOWN_EFFECT, closing
 from tether.runtime.worker import Worker
-from tether.session_log import SessionLog
+from tether.session.log import SessionLog
 from tether.store.base import Lease
 from tether.store.memory import MemoryStore
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from counting import CountingStore
-from tether import control
 from tether.errors import IdempotencyConflict, UsageError
 from tether.events import ApprovalDecided, ApprovalRequested, SessionCreated, UserMessage
 from tether.messages import user
 from tether.runtime.sessions import Views
+from tether.session import control
 from tether.store import MemoryStore
 from tether.testing.store_conformance import make_events
 

@@ -8,7 +8,7 @@ import pytest
 from invariants import kinds, payloads, read_checked
 from tether import Agent, fold, tool
 from tether.events import ApprovalDecided, ApprovalRequested, ToolFinished, ToolStarted, TurnEnded
-from tether.session_log import SessionLog
+from tether.session.log import SessionLog
 from tether.store import Store
 from tether.testing import ScriptedModel, call
 from tether.tools import Tool
@@ -138,8 +138,8 @@ async def test_cancelling_a_session_that_waits_for_approval_ends_it(store: Store
 async def test_a_decision_for_an_ended_session_is_refused_and_writes_nothing(
     store: Store,
 ) -> None:
-    from tether import control
     from tether.errors import UsageError
+    from tether.session import control
 
     bank = Bank()
     agent = Agent(

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from invariants import kinds, payloads, read_checked
-from tether import Agent, Event, Limits, Message, ToolContext, control, fold, tool
+from tether import Agent, Event, Limits, Message, ToolContext, fold, tool
 from tether.agent import RunResult
 from tether.errors import UsageError
 from tether.events import (
@@ -24,6 +24,7 @@ from tether.events import (
     TurnEnded,
 )
 from tether.recovery import ABANDONED, CANCELED_RUNNING
+from tether.session import control
 from tether.store import Store
 from tether.testing import ScriptedModel, call
 from tether.testing.scripted import Hang, Reply

@@ -9,7 +9,7 @@ import pytest
 
 from tether.events import Event, SessionCreated, ToolStarted, UserMessage
 from tether.messages import user
-from tether.session_log import SessionLog, Turnstile
+from tether.session.log import SessionLog, Turnstile
 from tether.store import MemoryStore
 
 

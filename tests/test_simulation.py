@@ -24,11 +24,11 @@ import pytest
 
 from invariants import assert_log_invariants, payloads
 from tether import Agent, ToolContext, tool
-from tether.control import decide, request_stop, send_message
 from tether.errors import LeaseHeld, UsageError
 from tether.events import Event, SessionEnded, ToolFinished, ToolStarted, TurnEnded
 from tether.fold import Folder, Transcript
 from tether.recovery import UNKNOWN_EFFECT
+from tether.session.control import decide, request_stop, send_message
 from tether.store import MemoryStore
 from tether.store.base import Lease, Store
 from tether.testing import Delay, ScriptedModel, call

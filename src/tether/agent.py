@@ -16,17 +16,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tether import control
 from tether.context import ContextSetting, make_context
 from tether.errors import SessionNotFound, UsageError
-from tether.events import CancelRequested, Payload, SessionCreated, UserMessage
+from tether.events import CancelRequested, CancelScope, Payload, SessionCreated, UserMessage
 from tether.limits import Limits, StopCondition
 from tether.messages import JSONValue, Message, Usage, user
 from tether.providers.base import Delta, DeltaObserver, Model
 from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
+from tether.session import control
+from tether.session.log import Clock, EventObserver, SessionLog, new_session_id
 from tether.session.run import Engine, Runs, run_session
-from tether.session_log import Clock, EventObserver, SessionLog, new_session_id
 from tether.state import SessionView
 from tether.store.base import Store
 from tether.store.open import DEFAULT_STORE_URL, open_store
@@ -277,7 +277,7 @@ class Agent:
         """Allow or deny a call that waits for approval; `resume` then runs or answers it."""
         await control.decide(self.store, session_id, call_id, allow, reason)
 
-    async def _stop(self, session_id: str, scope: str) -> None:
+    async def _stop(self, session_id: str, scope: CancelScope) -> None:
         ctx = None if self._runs is None else self._runs.turn(session_id)
         if ctx is None:
             await control.request_stop(self.store, session_id, scope)

@@ -34,6 +34,9 @@ Outcome = Literal[
 ]
 Effect = Literal["read", "idempotent", "write"]
 EndOutcome = Literal["completed", "failed", "canceled"]
+# What a cancel request stops: the running turn (an interrupt), or the whole session.
+CancelScope = Literal["turn", "session"]
+CANCEL_SCOPES: tuple[CancelScope, ...] = ("turn", "session")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +130,7 @@ class CancelRequested:
     """`scope="turn"` interrupts the running turn; `scope="session"` ends the session."""
 
     type: ClassVar[str] = "cancel.requested"
-    scope: str = "turn"
+    scope: CancelScope = "turn"
     reason: str | None = None
 
 

@@ -17,6 +17,7 @@ from tether.events import (
     ApprovalDecided,
     ApprovalRequested,
     CancelRequested,
+    CancelScope,
     ContextCompacted,
     Event,
     ModelFailed,
@@ -98,7 +99,7 @@ class Folder:
         self.started: set[str] = set()
         self.pending_approvals: list[str] = []
         self.decisions: dict[str, ApprovalDecided] = {}
-        self.cancel_scope: str | None = None
+        self.cancel_scope: CancelScope | None = None
         self.model_request_open = False
         # Open from a user message (or a decision that makes the session runnable again)
         # until turn.ended: whether a runner has work to do.

@@ -30,7 +30,7 @@ from tether.providers.base import Caller, DeltaObserver, Model, ModelRequest
 from tether.recovery import Decision, closing, decide_calls, decide_open_calls
 from tether.retrying import complete
 from tether.scheduler.retry import RetryPolicy
-from tether.session_log import SessionLog
+from tether.session.log import SessionLog
 from tether.state import session_outcome
 from tether.tools.base import Toolbox
 from tether.tools.run import CallOutcome, run_calls

@@ -24,10 +24,9 @@ from tether.events import (
     format_time,
 )
 from tether.fold import Transcript
-from tether.lease import is_parked
 from tether.messages import JSONObject, Message, Text, ToolCall, ToolResult, canonical_json
 from tether.state import SessionView
-from tether.store.base import Lease
+from tether.store.base import Lease, Queued
 
 
 def clip(text: str, width: int = 90) -> str:
@@ -136,19 +135,27 @@ def render_view(view: SessionView) -> str:
     )
 
 
-def runner_json(lease: Lease) -> JSONObject:
-    """Who holds the session now, and until when: a worker running it, or a park."""
-    return {
-        "owner": lease.owner,
-        "until": format_time(lease.expires),
-        "parked": is_parked(lease.owner),
-    }
+def runner_json(lease: Lease | None, queued: Queued | None) -> JSONObject | None:
+    """Who holds the session now, and until when: a worker running it (`owner`), or nobody
+    until a deferral ends (`deferred`: "parked" or "backoff"); None when it is free."""
+    if lease is not None:
+        return {"owner": lease.owner, "until": format_time(lease.expires), "parked": False}
+    if queued is not None:
+        return {
+            "owner": None,
+            "until": format_time(queued.not_before),
+            "parked": queued.reason == "parked",
+            "deferred": queued.reason,
+        }
+    return None
 
 
-def render_runner(lease: Lease | None) -> str:
-    if lease is None:
+def render_runner(lease: Lease | None, queued: Queued | None) -> str:
+    if lease is not None:
+        return f"runner   {lease.owner}, lease until {format_time(lease.expires)}"
+    if queued is None:
         return "runner   none (no worker holds it)"
-    until = format_time(lease.expires)
-    if is_parked(lease.owner):
+    until = format_time(queued.not_before)
+    if queued.reason == "parked":
         return f"runner   parked until {until}: its model's backend could not take the call"
-    return f"runner   {lease.owner}, lease until {until}"
+    return f"runner   none; its last run failed, and it is tried again after {until}"

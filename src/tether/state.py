@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tether.errors import TetherError
-from tether.events import ApprovalDecided, EndOutcome
+from tether.events import ApprovalDecided, CancelScope, EndOutcome
 from tether.messages import JSONObject, JSONValue, ToolCall, Usage
 
 State = Literal[
@@ -78,7 +78,7 @@ class SessionView:
     started_calls: frozenset[str] = frozenset()
     pending_approvals: tuple[str, ...] = ()
     decisions: dict[str, ApprovalDecided] = field(default_factory=dict)
-    cancel_scope: str | None = None
+    cancel_scope: CancelScope | None = None
     model_request_open: bool = False
     transcript_chars: int = 0
 

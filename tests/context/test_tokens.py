@@ -33,7 +33,7 @@ from tether.events import (
 )
 from tether.fold import Folder
 from tether.messages import Message, Text, Usage, user
-from tether.session_log import SessionLog
+from tether.session.log import SessionLog
 from tether.store.memory import MemoryStore
 from tether.testing import ScriptedModel
 

@@ -16,7 +16,6 @@ import pytest
 
 from invariants import assert_log_invariants, kinds, payloads
 from tether.cli.common import exit_code
-from tether.control import send_message
 from tether.events import (
     ApprovalDecided,
     CancelRequested,
@@ -27,6 +26,7 @@ from tether.events import (
     TurnEnded,
 )
 from tether.fold import fold
+from tether.session.control import send_message
 from tether.store import SQLiteStore
 
 from . import kit

@@ -24,7 +24,7 @@ from typing import Any, cast
 from crash import kit
 from tether import Agent, Event
 from tether.errors import LeaseLost
-from tether.session_log import _ID_PREFIX
+from tether.session.log import _ID_PREFIX
 from tether.store import SQLiteStore
 from tether.store.base import Lease, Store
 from tether.testing import ScriptedModel

@@ -23,12 +23,12 @@ from tether.context import make_context
 from tether.errors import LeaseHeld, LeaseLost, UsageError
 from tether.events import Event, SessionCreated, UserMessage
 from tether.fold import Folder
-from tether.lease import worker_id
 from tether.limits import Limits
 from tether.messages import Message, user
 from tether.runtime.claims import take_work
+from tether.session.lease import worker_id
+from tether.session.log import SessionLog, new_session_id
 from tether.session.run import Engine, Runs, run_session
-from tether.session_log import SessionLog, new_session_id
 from tether.store.base import Lease
 from tether.store.postgres import Claimed, PostgresStore
 from tether.testing import Delay, ScriptedModel, call

@@ -8,8 +8,8 @@ import time
 
 from psycopg import AsyncConnection
 
-from tether import control
 from tether.agent import Agent
+from tether.session import control
 from tether.store.postgres import PostgresStore
 from tether.testing import Hang, ScriptedModel
 from tether.testing.store_conformance import _sample, make_events

@@ -12,7 +12,7 @@ from tether.events import ModelResponded, SessionCreated, ToolStarted, UserMessa
 from tether.fold import Folder
 from tether.messages import Message, ToolCall, user
 from tether.runtime.claims import take_work
-from tether.session_log import SessionLog
+from tether.session.log import SessionLog
 from tether.store.postgres import PostgresStore
 
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from tether.events import (
     PAYLOAD_TYPES,
+    CancelScope,
     ContextCompacted,
     Effect,
     EndOutcome,
@@ -96,6 +97,7 @@ def payloads(
         "Effect": st.sampled_from(get_args(Effect)) | text,
         "Outcome": st.sampled_from(get_args(Outcome)) | text,
         "EndOutcome": st.sampled_from(get_args(EndOutcome)) | text,
+        "CancelScope": st.sampled_from(get_args(CancelScope)) | text,
     }
     return st.one_of(
         *[

@@ -17,7 +17,7 @@ import pytest
 from tether import Agent
 from tether.events import ModelResponded, SessionCreated, ToolFinished, ToolStarted, UserMessage
 from tether.messages import Message, ToolCall, user
-from tether.session_log import SessionLog
+from tether.session.log import SessionLog
 from tether.store import MemoryStore
 from tether.testing import ScriptedModel, call
 from tether.tools import Tool

@@ -178,8 +178,9 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
         else:
             transcript, view = fold(events)
             lease = None if view.terminal else await store.current_lease(args.id)
+            queued = None if view.terminal or lease else await store.queued(args.id)
             if args.json:
-                runner = None if lease is None else runner_json(lease)
+                runner = runner_json(lease, queued)
                 print(
                     json.dumps(
                         {
@@ -192,7 +193,7 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
                 )
             else:
                 print(render_view(view))
-                print(render_runner(lease))
+                print(render_runner(lease, queued))
                 print("\n" + render_transcript(transcript))
         return 0
     finally:

@@ -1,5 +1,5 @@
 """`tether sessions resume|send|approve|deny|cancel|interrupt`: steering a session from any
-process. Thin adapters over `Agent.run` and `tether.control`."""
+process. Thin adapters over `Agent.run` and `tether.session.control`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tether import control
 from tether.cli.common import TIMELINE_HELP, TOOLS_ARGUMENT, existing_store
 from tether.errors import SessionNotFound
 from tether.events import SessionCreated
+from tether.session import control
 from tether.store.base import Store
 
 

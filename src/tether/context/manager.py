@@ -25,7 +25,7 @@ from tether.errors import ContextOverflow, UsageError
 from tether.events import ContextCompacted, ModelFailed
 from tether.messages import canonical_json
 from tether.providers.base import Caller, Model
-from tether.session_log import SessionLog
+from tether.session.log import SessionLog
 from tether.tools.base import Toolbox
 
 ContextSetting = bool | ContextPolicy

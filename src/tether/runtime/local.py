@@ -14,11 +14,9 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from tether import control
 from tether.errors import IdempotencyConflict, SessionNotFound, UsageError
 from tether.events import Event, format_time
 from tether.fold import Folder
-from tether.lease import is_parked
 from tether.providers.base import Delta, Model
 from tether.providers.endpoints import EndpointPolicy
 from tether.runtime.base import (
@@ -38,6 +36,7 @@ from tether.runtime.quotas import Admission, Quota, capped
 from tether.runtime.sessions import Views, build_runner, create_session, created_event
 from tether.runtime.worker import Worker
 from tether.scheduler import GatewayConfig, GatewayFigures
+from tether.session import control
 from tether.store.base import Store
 from tether.store.open import open_store
 from tether.tools.base import Tool
@@ -268,10 +267,10 @@ class LocalRuntime:
 
     async def _parked(self, session_id: str) -> Waiting | None:
         """A session parked by a worker's gateway (any process's): until when."""
-        lease = await self._core.store.current_lease(session_id)
-        if lease is None or not is_parked(lease.owner):
+        queued = await self._core.store.queued(session_id)
+        if queued is None or queued.reason != "parked":
             return None
-        until = format_time(lease.expires)
+        until = format_time(queued.not_before)
         return Waiting(
             "parked", f"parked: the model's backend cannot take the call until {until}", until
         )

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tether.agent import resolve_model
-from tether.control import KEYED, Known
 from tether.errors import Conflict, IdempotencyConflict, TetherError, UsageError
 from tether.events import Event, SessionCreated, UserMessage, format_time
 from tether.fold import Folder
@@ -24,7 +23,8 @@ from tether.providers.base import Model
 from tether.runtime.base import SessionSpec
 from tether.runtime.gateways import priority_of
 from tether.scheduler.queue import Priority
-from tether.session_log import new_event_id, new_session_id
+from tether.session.control import KEYED, Known
+from tether.session.log import new_event_id, new_session_id
 from tether.store.base import Store
 from tether.tools.base import Tool
 from tether.tools.load import load_tools

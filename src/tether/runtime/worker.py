@@ -2,10 +2,11 @@
 an `Engine` rebuilt from what `session.created` recorded, and settle what the turn left.
 
 Used in-process by `LocalRuntime` and on its own by `tether worker`, so serving and running
-scale apart. Leases keep two workers off one session; a worker that dies leaves its mark,
-and another takes the session over once the lease expires (the recovery rules: `tether.recovery`, docs/architecture.md). A store
-that claims work itself (PostgreSQL: SKIP LOCKED, poisoned sessions parked) and pushes news
-(NOTIFY) is used that way; the others are polled for runnable sessions, then claimed.
+scale apart. Every store hands out work the same way (`Store.claim_runnable`): a session
+that is marked, unleased and not deferred, claimed with its lease. Leases keep two workers
+off one session; a worker that dies leaves its mark, and another takes the session over once
+the lease expires (the recovery rules: `tether.recovery`, docs/architecture.md). A store that
+pushes news (PostgreSQL's NOTIFY) wakes the worker at once; polling is the fallback.
 """
 
 from __future__ import annotations
@@ -14,33 +15,31 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from tether.agent import SessionDeltaObserver
 from tether.context import make_context
 from tether.eager import shielded
 from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
 from tether.events import Event, SessionCreated
-from tether.lease import parked_owner, worker_id
 from tether.providers.base import Caller
 from tether.providers.endpoints import EndpointPolicy
 from tether.recovery import closing
+from tether.runtime.claims import DEFAULT_MAX_CLAIMS, take_work
 from tether.runtime.gateways import Gateways
 from tether.runtime.sessions import Runner, build_runner
 from tether.scheduler import GatewayConfig
+from tether.session.lease import worker_id
+from tether.session.log import SessionLog
 from tether.session.run import Engine, Runs, run_session
-from tether.session_log import SessionLog
 from tether.state import TERMINAL_STATES, session_outcome
-from tether.store.base import Lease, News, Store, Wakeup
+from tether.store.base import Claimed, DeferReason, Lease, News, Store, Wakeup
 from tether.tools.base import Toolbox
 
 if TYPE_CHECKING:
     import httpx
-
-    from tether.store.postgres import Claimed, PostgresStore
 
 log = logging.getLogger("tether.worker")
 
@@ -55,8 +54,8 @@ class Worker:
     """`concurrency`: sessions run at once. `poll_interval`: how often to look for work
     when nobody said there is some (this process's `wake`, or the store's news). `lease_ttl`:
     how long a session whose worker died waits before another takes it over. `max_claims`:
-    on a store that parks poisoned sessions, how many workers a session may take down
-    before it is parked `failed` (None: the store's default). `gateway`: the limits of the
+    how many workers a session may take down before it is ended `failed` as poisoned
+    (None: `runtime.claims.DEFAULT_MAX_CLAIMS`). `gateway`: the limits of the
     model gateway each backend gets here (`gateways`); every model call passes it.
     `park_after`: a model call that would wait this long or longer for a spent budget or an
     open circuit is parked: the run stops, the session's slot and lease are let go, and it
@@ -101,14 +100,12 @@ class Worker:
         self.turns_run = 0
         self.failures = 0
         self.parked = 0
-        # Duck-typed, as the watcher does for news: a wrapped store keeps these powers.
-        self.claims_work = callable(getattr(store, "claim_runnable", None))
         self._wake = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
         self.runs = Runs(store, lease_ttl=lease_ttl, watch_interval=watch_interval)
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self.gateways = Gateways(gateway, park_after=park_after)
-        self._retry_at: dict[str, tuple[float, int]] = {}
+        self._attempts: dict[str, int] = {}  # failed runs in a row, by session
 
     @property
     def running(self) -> int:
@@ -168,30 +165,14 @@ class Worker:
             self._http = None
 
     async def dispatch(self) -> int:
-        """Start a task for each runnable session there is room for; how many started."""
+        """Claim a session for each free slot and start its run; how many started. The store
+        hands out what is marked, unleased and not deferred; those that took down too many
+        workers are ended here (`take_work`)."""
         free = self.concurrency - len(self._running)
         if free <= 0:
             return 0
-        if self.claims_work:
-            return await self._dispatch_claimed(free)
-        now = time.monotonic()
-        started = 0
-        for wakeup in await self.store.runnable(limit=free + len(self._running)):
-            sid = wakeup.session_id
-            if sid in self._running or self._retry_at.get(sid, (0.0, 0))[0] > now:
-                continue
-            self._start(sid, self._take(wakeup))
-            started += 1
-            if started >= free:
-                break
-        return started
-
-    async def _dispatch_claimed(self, free: int) -> int:
-        """Claim up to `free` sessions in one statement; the store parks poisoned ones."""
-        from tether.runtime.claims import DEFAULT_MAX_CLAIMS, take_work
-
         claimed = await take_work(
-            cast("PostgresStore", self.store),
+            self.store,
             self.owner,
             ttl=self.lease_ttl,
             limit=free,
@@ -206,7 +187,7 @@ class Worker:
                 # finds its lease lost and stops; the session waits for the next look.
                 await self.store.release(item.lease)
                 continue
-            self._start(sid, self._take_claimed(item))
+            self._start(sid, self._take(item))
             started += 1
         return started
 
@@ -219,64 +200,42 @@ class Worker:
         self._running.pop(session_id, None)
         self._wake.set()  # a slot is free
 
-    async def _take(self, wakeup: Wakeup) -> None:
-        sid = wakeup.session_id
-        try:
-            await self._run_session(wakeup)
-            self._retry_at.pop(sid, None)
-        except Parked as parked:
-            await self._hold_parked(sid, parked)
-        except (LeaseHeld, LeaseLost, HandedOver):
-            return  # another worker runs it, or took it over: the mark is its business
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            self._failed(sid)  # dispatch skips it until its retry time
-
-    async def _take_claimed(self, item: Claimed) -> None:
+    async def _take(self, item: Claimed) -> None:
+        """Run the claimed session's turn. Afterwards its lease is let go; a run the gateway
+        parked, or one that failed, is deferred on the queue for its wait or its backoff, so
+        no worker takes it sooner."""
         sid = item.lease.session_id
-        backoff = 0.0
-        parked: Parked | None = None
+        defer: tuple[float, DeferReason] | None = None
         try:
             await self._run_session(item.wakeup, item.lease)
-            self._retry_at.pop(sid, None)
-        except Parked as exc:
-            parked = exc
+            self._attempts.pop(sid, None)
+        except Parked as parked:
+            self.parked += 1
+            log.info("worker %s: session %s %s", self.owner, sid, parked)
+            defer = (parked.seconds, "parked")
         except (LeaseHeld, LeaseLost, HandedOver):
             pass  # another worker took it over: the mark is its business
         except asyncio.CancelledError:
             raise
         except Exception:
-            backoff = self._failed(sid)
+            defer = (self._failed(sid), "backoff")
         finally:
             # `run_session` releases the lease it is given; this covers the paths that never
             # got there. A second release is harmless: it matches only its own generation.
             await shielded(self.store.release(item.lease))
-        if parked is not None:
-            await self._hold_parked(sid, parked)
-        if backoff:
-            # Every worker claims from one queue, so back off there: hold the session's
-            # lease until then, and nobody takes it sooner.
-            with contextlib.suppress(LeaseHeld, StoreError):
-                await self.store.claim(sid, self.owner, backoff)
-
-    async def _hold_parked(self, session_id: str, parked: Parked) -> None:
-        """The gateway parked the session's model call: its run stopped unwritten and let
-        its lease go. Its wakeup mark stays; a lease of a parked owner keeps every worker
-        off it until the wait is over, and then any worker runs it again (the open model
-        request is asked again, as after a crash)."""
-        self.parked += 1
-        log.info("worker %s: session %s %s", self.owner, session_id, parked)
-        with contextlib.suppress(LeaseHeld, StoreError):  # taken meanwhile: it runs anyway
-            await self.store.hold(session_id, parked_owner(self.owner), parked.seconds)
+        if defer is not None:
+            # The open model request (or the failed step) is asked again, as after a crash,
+            # by whichever worker takes the session once the time is up.
+            with contextlib.suppress(StoreError):
+                await self.store.defer(sid, *defer)
 
     def _failed(self, session_id: str) -> float:
         """Note a failed run (a store hiccup or a bug); the delay before the next try, longer
         each time."""
         self.failures += 1
-        _, attempts = self._retry_at.get(session_id, (0.0, 0))
+        attempts = self._attempts.get(session_id, 0)
         delay = min(60.0, self.poll_interval * 2.0 ** (attempts + 1))
-        self._retry_at[session_id] = (time.monotonic() + delay, attempts + 1)
+        self._attempts[session_id] = attempts + 1
         log.exception(
             "worker %s: session %s failed; retrying in %.1f s", self.owner, session_id, delay
         )

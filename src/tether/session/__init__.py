@@ -1,2 +1,3 @@
-"""Running sessions: one turn under its lease (`run`), the same path for a library `Agent`
-and for a runtime's worker."""
+"""Running sessions: one turn under its lease (`run`), steering from any process
+(`control`), and the pieces they stand on: the writer's handle on a log (`log`), claiming a
+lease (`lease`) and keeping it while the turn runs (`watch`)."""

@@ -14,22 +14,22 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from tether import control
 from tether.context.manager import ContextManager
 from tether.eager import shielded
 from tether.errors import HandedOver, LeaseLost, UsageError
 from tether.events import Payload
-from tether.lease import claim_lease, worker_id
 from tether.limits import Limits, StopCondition
 from tether.loop import StopCause, TurnContext, close_canceled_turn, run_turn
 from tether.providers.base import Caller, DeltaObserver, Model
 from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
-from tether.session_log import SessionLog
+from tether.session import control
+from tether.session.lease import claim_lease, worker_id
+from tether.session.log import SessionLog
+from tether.session.watch import Watched, Watcher
 from tether.state import SessionView
 from tether.store.base import Lease, Store
 from tether.tools.base import Toolbox
-from tether.watch import Watched, Watcher
 
 
 @dataclass(frozen=True, slots=True)

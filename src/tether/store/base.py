@@ -69,7 +69,7 @@ class Queued:
 class Claimed:
     """A runnable session a worker now holds (`Store.claim_runnable`). `claims` counts claims
     of its lease since the last clean release: 1 for a session nobody ran before it or that
-    was released cleanly; more after workers died holding it (past a bound, it is parked)."""
+    was released cleanly; more after workers died holding it (past a bound, it is ended)."""
 
     wakeup: Wakeup
     lease: Lease
@@ -85,8 +85,8 @@ class News(Protocol):
     def close(self) -> None: ...
 
 
-class Store(Protocol):
-    """An append-only log of events per session, and the leases of the workers running them.
+class EventLog(Protocol):
+    """Each session's append-only log of events.
 
     `append` is atomic per batch. It refuses a batch whose `expected_seq` is not the log's
     last seq (`Conflict`), except a retried batch whose event ids are already stored at
@@ -94,8 +94,6 @@ class Store(Protocol):
     it also refuses the batch (`LeaseLost`) unless that lease is the session's current one.
     Without one it is a control-plane append (a user message, a decision, a cancel request):
     anyone may make those, and the worker holding the lease acts on them."""
-
-    url: str
 
     async def append(
         self,
@@ -105,20 +103,28 @@ class Store(Protocol):
         lease: Lease | None = None,
     ) -> None: ...
 
+    async def read(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        """The session's events after `after_seq`, in seq order: at most `limit` of them (the
+        first ones), or all with None. A reader that pages asks again after the last seq."""
+        ...
+
+    async def last_seq(self, session_id: str) -> int: ...
+
+    async def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """The last seq of each named session that has events, in one round trip."""
+        ...
+
+    async def sessions(self, limit: int = 100) -> list[SessionInfo]: ...
+
+
+class Leases(Protocol):
+    """Who runs each session: a lease per session, fencing the appends made under it."""
+
     async def claim(self, session_id: str, owner: str, ttl: float) -> Lease:
         """Take the session's lease if it is free or expired (`LeaseHeld` otherwise). Every
         claim counts one more claim of the lease; a clean `release` sets the count to 0."""
-        ...
-
-    def subscribe(self) -> News | None:
-        """News of other processes' appends and marks, pushed, for a watcher or a worker to
-        wake at once; None from a store that pushes none (its readers poll)."""
-        ...
-
-    async def hold(self, session_id: str, owner: str, ttl: float) -> Lease:
-        """Take the lease only to keep every worker off the session for `ttl` (a parked
-        session): nobody runs it under this lease, so its claim count is set to 0 and its
-        lapse makes no suspect (`claim_runnable`). To be replaced by `defer`."""
         ...
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
@@ -133,24 +139,15 @@ class Store(Protocol):
         """The session's lease if one is held and unexpired."""
         ...
 
+
+class WorkQueue(Protocol):
+    """The sessions with work for a runner: marks, claims and not-before times."""
+
     async def mark_runnable(self, session_id: str) -> None:
         """Note that the session has work for a runner (it was started, sent a message or a
         decision, or asked to stop). Marking a marked session bumps its token, keeps its place
         and keeps its not-before time (`defer`): a message to a parked session does not make
         it run sooner, since its model call would only park again."""
-        ...
-
-    async def defer(self, session_id: str, seconds: float, reason: DeferReason) -> None:
-        """Keep the session's mark off `runnable` and `claim_runnable` for `seconds` from now
-        (by the store's clock), replacing any earlier not-before time; 0 lifts a deferral.
-        The token is not bumped. A session with no mark is marked: a deferral says the session
-        has work to come back to, and a parked or failed run that lost its mark must not be
-        stranded. `UsageError` for a negative or non-finite time or an unknown reason."""
-        ...
-
-    async def queued(self, session_id: str) -> Queued | None:
-        """The session's not-before time and its reason while its mark is deferred into the
-        future; None when it is not marked or may be run now."""
         ...
 
     async def runnable(self, limit: int = 100) -> list[Wakeup]:
@@ -176,20 +173,22 @@ class Store(Protocol):
         True if removed."""
         ...
 
-    async def read(
-        self, session_id: str, after_seq: int = 0, limit: int | None = None
-    ) -> list[Event]:
-        """The session's events after `after_seq`, in seq order: at most `limit` of them (the
-        first ones), or all with None. A reader that pages asks again after the last seq."""
+    async def defer(self, session_id: str, seconds: float, reason: DeferReason) -> None:
+        """Keep the session's mark off `runnable` and `claim_runnable` for `seconds` from now
+        (by the store's clock), replacing any earlier not-before time; 0 lifts a deferral.
+        The token is not bumped. A session with no mark is marked: a deferral says the session
+        has work to come back to, and a parked or failed run that lost its mark must not be
+        stranded. `UsageError` for a negative or non-finite time or an unknown reason."""
         ...
 
-    async def last_seq(self, session_id: str) -> int: ...
-
-    async def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
-        """The last seq of each named session that has events, in one round trip."""
+    async def queued(self, session_id: str) -> Queued | None:
+        """The session's not-before time and its reason while its mark is deferred into the
+        future; None when it is not marked or may be run now."""
         ...
 
-    async def sessions(self, limit: int = 100) -> list[SessionInfo]: ...
+
+class Blobs(Protocol):
+    """Content-addressed bytes: what a log refers to rather than holds."""
 
     async def put_blob(self, data: bytes) -> str:
         """Keep `data` under its sha256 (hex), which it returns; storing it twice is a no-op."""
@@ -197,6 +196,18 @@ class Store(Protocol):
 
     async def get_blob(self, digest: str) -> bytes | None:
         """The data stored under `digest`, or None."""
+        ...
+
+
+class Store(EventLog, Leases, WorkQueue, Blobs, Protocol):
+    """A backend: all four parts above, news, readiness and closing. Every backend (memory,
+    SQLite, PostgreSQL) implements all of it and passes `tether.testing.STORE_CHECKS`."""
+
+    url: str
+
+    def subscribe(self) -> News | None:
+        """News of other processes' appends and marks, pushed, for a watcher or a worker to
+        wake at once; None from a store that pushes none (its readers poll)."""
         ...
 
     async def ready(self) -> None:

@@ -102,11 +102,6 @@ class MemoryStore:
     def subscribe(self) -> None:
         return None  # nothing is pushed: readers poll
 
-    async def hold(self, session_id: str, owner: str, ttl: float) -> Lease:
-        lease = await self.claim(session_id, owner, ttl)
-        self._claims[session_id] = 0  # nobody runs it under this lease: no suspect when it lapses
-        return lease
-
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         check_ttl(ttl)
         refusal = lease_refusal(lease.session_id, self._leases.get(lease.session_id), lease)

@@ -174,17 +174,6 @@ class PostgresStore:
             raise LeaseHeld(session_id, held_owner, float(expires))
         return Lease(session_id, held_owner, int(generation), float(expires))
 
-    async def hold(self, session_id: str, owner: str, ttl: float) -> Lease:
-        """Claim the lease only to keep workers off the session for `ttl` (a parked session),
-        without counting a claim: nobody runs it under this lease, so its expiry must not
-        make the session a suspect that only an idle worker may take (`claim_runnable`)."""
-        lease = await self.claim(session_id, owner, ttl)
-        await self.execute(
-            "UPDATE tether_leases SET claims = 0 WHERE session_id = %s AND generation = %s",
-            (session_id, lease.generation),
-        )
-        return lease
-
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         check_ttl(ttl)
         row = await self.fetch_one(

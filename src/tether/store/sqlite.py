@@ -98,14 +98,13 @@ STORE_FORMAT = "4"
 # refuses a format-4 file rather than fail at its first mark or claim.)
 _MIGRATES_FROM = ("2", "3")
 
-# `claims` counts claims since the last clean release (`Store.claim_runnable`'s suspects).
-_TAKE_LEASE = (
+# A claim. `claims` counts claims since the last clean release (`Store.claim_runnable`'s
+# suspects).
+_CLAIM = (
     "INSERT INTO leases (session_id, owner, generation, expires, claims) "
-    "VALUES (?, ?, ?, ?, {first}) ON CONFLICT(session_id) DO UPDATE SET owner = excluded.owner, "
-    "generation = excluded.generation, expires = excluded.expires, claims = {then}"
+    "VALUES (?, ?, ?, ?, 1) ON CONFLICT(session_id) DO UPDATE SET owner = excluded.owner, "
+    "generation = excluded.generation, expires = excluded.expires, claims = leases.claims + 1"
 )
-_COUNTED = _TAKE_LEASE.format(first="1", then="leases.claims + 1")  # a claim
-_UNCOUNTED = _TAKE_LEASE.format(first="0", then="0")  # a hold: nobody runs the session
 
 
 # How long opening a store waits out another connection that is setting the file up.
@@ -425,9 +424,6 @@ class SQLiteStore:
 
     # -- leases: written in the group commit too; a refusal is raised before any write -------
     async def claim(self, session_id: str, owner: str, ttl: float) -> Lease:
-        return await self._claim(session_id, owner, ttl, _COUNTED)
-
-    async def _claim(self, session_id: str, owner: str, ttl: float, write: str) -> Lease:
         check_ttl(ttl)
 
         def body(conn: sqlite3.Connection) -> Lease:
@@ -436,7 +432,7 @@ class SQLiteStore:
             if held is not None and held.expires > now and held.owner != owner:
                 raise LeaseHeld(session_id, held.owner, held.expires)
             lease = Lease(session_id, owner, (held.generation if held else 0) + 1, now + ttl)
-            conn.execute(write, (session_id, owner, lease.generation, lease.expires))
+            conn.execute(_CLAIM, (session_id, owner, lease.generation, lease.expires))
             self._leases[session_id] = lease
             return lease
 
@@ -444,11 +440,6 @@ class SQLiteStore:
 
     def subscribe(self) -> None:
         return None  # nothing is pushed: readers poll
-
-    async def hold(self, session_id: str, owner: str, ttl: float) -> Lease:
-        # Nobody runs the session under this lease: its claim count goes to 0, so its lapse
-        # makes no suspect.
-        return await self._claim(session_id, owner, ttl, _UNCOUNTED)
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         check_ttl(ttl)
@@ -555,7 +546,7 @@ class SQLiteStore:
             out: list[Claimed] = []
             for wakeup, generation, claims in sqlite_wakeups.free(conn, now, limit, alone):
                 lease = Lease(wakeup.session_id, owner, generation + 1, now + ttl)
-                conn.execute(_COUNTED, (lease.session_id, owner, lease.generation, lease.expires))
+                conn.execute(_CLAIM, (lease.session_id, owner, lease.generation, lease.expires))
                 self._leases[lease.session_id] = lease
                 out.append(Claimed(wakeup, lease, claims + 1))
             return out

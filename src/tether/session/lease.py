@@ -17,19 +17,6 @@ from tether.store.base import Lease, Store
 _PROCESS = f"{socket.gethostname()}:{os.getpid()}"
 
 
-# The owner of a lease that holds a parked session off the queue until its wait is over.
-# Nobody runs such a session, so a cancel need not wait for that owner (control.py).
-_PARKED = "parked:"
-
-
-def parked_owner(worker: str) -> str:
-    return f"{_PARKED}{worker}"
-
-
-def is_parked(owner: str) -> bool:
-    return owner.startswith(_PARKED)
-
-
 def worker_id() -> str:
     """A new owner name for each run: the host, the process, and a random part."""
     return f"{_PROCESS}:{secrets.token_hex(3)}"

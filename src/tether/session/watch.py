@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tether.errors import LeaseLost, StoreError
-from tether.session_log import SessionLog
+from tether.session.log import SessionLog
 from tether.store.base import Store
 
 
@@ -30,7 +30,7 @@ class Watched:
 class Watcher:
     """`interval`: how often to look for other processes' appends (a cancel is noticed
     within it). A lease is renewed once a third of its ttl has run, so two renewals can fail
-before it lapses."""
+    before it lapses."""
 
     def __init__(self, store: Store, interval: float = 0.5) -> None:
         self.store = store

@@ -17,12 +17,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tether.errors import Conflict, IdempotencyConflict, LeaseHeld, SessionNotFound, UsageError
-from tether.events import ApprovalDecided, CancelRequested, Event, UserMessage
+from tether.events import (
+    CANCEL_SCOPES,
+    ApprovalDecided,
+    CancelRequested,
+    CancelScope,
+    Event,
+    UserMessage,
+)
 from tether.fold import Folder
-from tether.lease import is_parked
 from tether.loop import close_canceled_turn
 from tether.messages import Message, user
-from tether.session_log import SessionLog
+from tether.session.log import SessionLog
 from tether.store.base import Store
 
 ATTEMPTS = 5  # a control append that races other writers re-checks and tries again
@@ -168,8 +174,7 @@ async def request_stop(
     With a worker running the session, this only asks, and the worker closes what it runs.
     With none, it takes the session's lease for a moment and closes it itself. Stopping an
     ended session, or interrupting an idle one, changes nothing. Returns what was done."""
-    if scope not in ("turn", "session"):
-        raise UsageError(f"scope must be 'turn' or 'session', not {scope!r}")
+    stops = _cancel_scope(scope)
     log = await _load(store, session_id, known)
     for _ in range(ATTEMPTS):
         folder = log.folder
@@ -179,14 +184,10 @@ async def request_stop(
             return f"nothing to do: no turn is running ({folder.state})"
         try:
             held = await store.current_lease(session_id)
-            if held is not None and is_parked(held.owner):
-                # Parked: no worker runs it until its wait is over, so close it here, now.
-                await store.release(held)
-                held = None
             if held is not None:
                 asked = folder.cancel_scope in ("session", scope)
                 if not asked:
-                    await log.append(CancelRequested(scope, reason))
+                    await log.append(CancelRequested(stops, reason))
                     # Should that worker die, whoever takes the session over closes it.
                     await store.mark_runnable(session_id)
                 if await store.current_lease(session_id) is not None:
@@ -197,14 +198,23 @@ async def request_stop(
                     )
                 # The worker released the session meanwhile, perhaps without seeing the
                 # request: close it here.
-            await _close_unattended(store, log, scope, reason)
+            await _close_unattended(store, log, stops, reason)
             return "canceled" if scope == "session" else "interrupted"
         except (Conflict, LeaseHeld):
             await log.refresh()
     raise Conflict(session_id, log.folder.last_seq, log.folder.last_seq)
 
 
-async def _close_unattended(store: Store, log: SessionLog, scope: str, reason: str | None) -> None:
+def _cancel_scope(scope: str) -> CancelScope:
+    for known in CANCEL_SCOPES:
+        if scope == known:
+            return known
+    raise UsageError(f"scope must be 'turn' or 'session', not {scope!r}")
+
+
+async def _close_unattended(
+    store: Store, log: SessionLog, scope: CancelScope, reason: str | None
+) -> None:
     lease = await store.claim(log.session_id, control_owner(), ttl=30)
     log.lease = lease
     try:
