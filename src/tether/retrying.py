@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 from collections.abc import Awaitable, Callable
 
 from tether.errors import ProviderError
 from tether.providers.base import Model, ModelRequest, ModelResponse
-from tether.scheduler.gateway import Gateway
 from tether.scheduler.retry import OutputWatch, RetryPolicy
 
 # What an `Agent` retries with unless told otherwise: the gateway's own default.
@@ -28,7 +28,11 @@ _JITTER = random.Random()
 def retried_by_gateway(model: object) -> bool:
     """A gateway, or a model bound to one (`Gateway.for_session`, a runtime's router): the
     gateway applies its own policy, and the agent's is not applied on top of it."""
-    return isinstance(model, Gateway) or isinstance(getattr(model, "gateway", None), Gateway)
+    gateways = sys.modules.get("tether.scheduler.gateway")
+    if gateways is None:  # no gateway was ever made in this process (nor imported)
+        return False
+    kind = gateways.Gateway
+    return isinstance(model, kind) or isinstance(getattr(model, "gateway", None), kind)
 
 
 async def complete(
