@@ -9,9 +9,8 @@ a worker then does with a session (run its turn) is the caller's: see `run_sessi
 
 from __future__ import annotations
 
-import asyncio
-
 from tether.recovery import closing
+from tether.session.lease import holding
 from tether.session.log import SessionLog
 from tether.store.base import Claimed, Store
 
@@ -55,13 +54,10 @@ async def end_poisoned(store: Store, item: Claimed, reason: str) -> None:
     with unknown effect, never run again), the turn closed, the session ended; then its
     wakeup cleared and its lease released."""
     log = await SessionLog.load(store, item.lease.session_id)
-    log.lease = item.lease
-    try:
+    async with holding(log, item.lease.owner, 0, lease=item.lease):
         # A session whose turn had ended was not what killed its workers: nothing to end.
         if log.folder.turn_open:
             batch = closing(log.folder, "error", reason, calls="abandoned", end="failed")
             if batch:
                 await log.append(*batch)
         await store.clear_runnable(item.wakeup)
-    finally:
-        await asyncio.shield(store.release(item.lease))

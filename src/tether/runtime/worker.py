@@ -31,7 +31,7 @@ from tether.runtime.claims import DEFAULT_MAX_CLAIMS, take_work
 from tether.runtime.gateways import Gateways
 from tether.runtime.sessions import Runner, build_runner
 from tether.scheduler import GatewayConfig
-from tether.session.lease import worker_id
+from tether.session.lease import holding, worker_id
 from tether.session.log import SessionLog
 from tether.session.run import Engine, Runs, run_session
 from tether.state import TERMINAL_STATES, session_outcome
@@ -304,52 +304,31 @@ class Worker:
             self._http = guarded_client(self.endpoints)
         return self._http
 
-    async def _under_lease(self, session_id: str, lease: Lease | None = None) -> SessionLog | None:
-        """The session's log under `lease`, or under a lease claimed now (None: it is held)."""
-        if lease is None:
-            try:
-                lease = await self.store.claim(session_id, self.owner, self.lease_ttl)
-            except LeaseHeld:
-                return None
-        session_log = await SessionLog.load(self.store, session_id, observers=self._observers())
-        session_log.lease = lease
-        return session_log
-
     def _observers(self) -> tuple[Callable[[Event], None], ...]:
         return (self.on_event,) if self.on_event else ()
 
     async def _settle(self, session_id: str) -> None:
         """End a session with `end_after_turn` whose turn stopped for good."""
-        session_log = await self._under_lease(session_id)
-        if session_log is None:
-            return
-        try:
-            f = session_log.folder
-            if f.turn_open or f.stop_reason is None:
-                return
-            end = session_outcome(f.stop_reason)
-            batch = (
-                [] if end is None else closing(f, f.stop_reason, end=end, end_detail=f.stop_detail)
-            )
-            if batch:
-                await session_log.append(*batch)
-        finally:
-            await self._release(session_log)
+        session_log = await SessionLog.load(self.store, session_id, observers=self._observers())
+        with contextlib.suppress(LeaseHeld):  # another worker has it: it settles it
+            async with holding(session_log, self.owner, self.lease_ttl):
+                f = session_log.folder
+                if f.turn_open or f.stop_reason is None:
+                    return
+                end = session_outcome(f.stop_reason)
+                if end is not None:
+                    batch = closing(f, f.stop_reason, end=end, end_detail=f.stop_detail)
+                    if batch:
+                        await session_log.append(*batch)
 
     async def _fail(self, session_id: str, detail: str, lease: Lease | None = None) -> None:
         """End a session no worker can run, saying why, rather than retry it forever."""
-        session_log = await self._under_lease(session_id, lease)
-        if session_log is None:
-            return
-        try:
-            batch = closing(session_log.folder, "error", detail, calls="abandoned", end="failed")
-            if batch:
-                await session_log.append(*batch)
-                log.warning("session %s failed: %s", session_id, detail)
-        finally:
-            await self._release(session_log)
-
-    async def _release(self, session_log: SessionLog) -> None:
-        if session_log.lease is not None:
-            await shielded(self.store.release(session_log.lease))
-            session_log.lease = None
+        session_log = await SessionLog.load(self.store, session_id, observers=self._observers())
+        with contextlib.suppress(LeaseHeld):  # another worker has it: it fails it in turn
+            async with holding(session_log, self.owner, self.lease_ttl, lease=lease):
+                batch = closing(
+                    session_log.folder, "error", detail, calls="abandoned", end="failed"
+                )
+                if batch:
+                    await session_log.append(*batch)
+                    log.warning("session %s failed: %s", session_id, detail)

@@ -28,6 +28,7 @@ from tether.events import (
 from tether.fold import Folder
 from tether.loop import close_canceled_turn
 from tether.messages import Message, user
+from tether.session.lease import holding
 from tether.session.log import SessionLog
 from tether.store.base import Store
 
@@ -198,7 +199,7 @@ async def request_stop(
                     )
                 # The worker released the session meanwhile, perhaps without seeing the
                 # request: close it here.
-            await _close_unattended(store, log, stops, reason)
+            await _close_unattended(log, stops, reason)
             return "canceled" if scope == "session" else "interrupted"
         except (Conflict, LeaseHeld):
             await log.refresh()
@@ -212,19 +213,11 @@ def _cancel_scope(scope: str) -> CancelScope:
     raise UsageError(f"scope must be 'turn' or 'session', not {scope!r}")
 
 
-async def _close_unattended(
-    store: Store, log: SessionLog, scope: CancelScope, reason: str | None
-) -> None:
-    lease = await store.claim(log.session_id, control_owner(), ttl=30)
-    log.lease = lease
-    try:
+async def _close_unattended(log: SessionLog, scope: CancelScope, reason: str | None) -> None:
+    async with holding(log, control_owner(), ttl=30):
         # Decide on what the log holds now: another closer may have finished meanwhile.
-        await log.refresh()
         if log.folder.terminal or (scope == "turn" and not log.folder.turn_open):
             return
         if log.folder.cancel_scope not in ("session", scope):
             await log.append(CancelRequested(scope, reason))
         await close_canceled_turn(log, "interrupted", end_session=scope == "session")
-    finally:
-        log.lease = None
-        await store.release(lease)
