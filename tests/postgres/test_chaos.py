@@ -9,6 +9,7 @@ twice, and no append may land unless its writer held the session's current lease
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -60,6 +61,13 @@ CREATE TRIGGER chaos_audit AFTER INSERT ON tether_events
 """
 
 
+def _signal(pid: int, signum: int) -> None:
+    """Signal a worker that may have just died by its own hand (a poisoned session kills its
+    worker at its model call): a pid already gone is no error."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
 class Fleet:
     """The `tether worker` processes, with the chaos done to them."""
 
@@ -101,7 +109,7 @@ class Fleet:
                 await self.start()
         for pid, until in list(self.stopped.items()):
             if until <= now:
-                os.kill(pid, signal.SIGCONT)
+                _signal(pid, signal.SIGCONT)
                 del self.stopped[pid]
         live = [p for p in self.procs if p.returncode is None and p.pid not in self.stopped]
         if not chaos or not live:
@@ -115,13 +123,13 @@ class Fleet:
             self.kills += 1
         elif self.stops < STOPS:
             # Long enough for its leases to expire and be taken over: a zombie on waking.
-            os.kill(victim.pid, signal.SIGSTOP)
+            _signal(victim.pid, signal.SIGSTOP)
             self.stopped[victim.pid] = now + TTL * 2 + rng.uniform(0.5, 1.5)
             self.stops += 1
 
     async def close(self) -> None:
         for pid in self.stopped:
-            os.kill(pid, signal.SIGCONT)
+            _signal(pid, signal.SIGCONT)
         for proc in self.procs:
             if proc.returncode is None:
                 proc.kill()
