@@ -34,6 +34,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "tether.session.log",
         "tether.session.lease",
         "tether.session.watch",
+        "tether.session.tail",
         "tether.retrying",
         "tether.process",
         "tether.render",

@@ -1,9 +1,10 @@
-"""Live event streams: one tail over the store per process, fanned out to every subscriber.
+"""Live event streams: the process's one tail over the store, fanned out to every subscriber.
 
 Owns `EventHub` and `stream_events`, the generator behind `Runtime.events`: the log so far,
-then live, each event once and in order. The hub looks for news with one `last_seqs` query
-per interval for all watched sessions (or at once, when this process appended: `poke`), reads
-each session's news once, and hands the same events to all its subscribers. A subscriber
+then live, each event once and in order. The hub follows the process's `Tail`, which looks
+for news with one `last_seqs` query per round for all watched sessions, the running ones
+included (each interval, or at once when this process appended: `poke`); the hub reads each
+session's news once, and hands the same events to all its subscribers. A subscriber
 that falls behind or sees a gap reads the store itself, so the hub may drop, never reorder.
 Every read is bounded: a stream holds at most a page of the log and its subscriber's buffer,
 however long the log and however slowly its client reads.
@@ -12,13 +13,13 @@ however long the log and however slowly its client reads.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from tether.errors import StoreError
+from tether.errors import StoreError, UsageError
 from tether.events import Event, SessionEnded
 from tether.providers.base import Delta
+from tether.session.tail import Tail
 from tether.store.base import Store
 
 PAGE = 500  # events a stream reads from the store at once
@@ -47,14 +48,21 @@ class Subscription:
 
 
 class EventHub:
-    def __init__(self, store: Store, interval: float = 0.1) -> None:
+    """A follower of the process's `Tail` (`session/tail.py`): every `interval`, or at once
+    when this process appended (`poke`) or the store pushed news, the tail asks the last seqs
+    of the subscribed sessions (with the running ones, in the same query), and the hub reads
+    each session's news once for all its subscribers. `tail`: shared with the process's
+    worker (None: the hub makes its own, and closes it)."""
+
+    def __init__(self, store: Store, interval: float = 0.1, *, tail: Tail | None = None) -> None:
+        if tail is not None and tail.store is not store:
+            raise UsageError("an event hub's tail must follow the hub's own store")
         self.store = store
         self.interval = interval
+        self.tail = tail if tail is not None else Tail(store)
+        self._owns_tail = tail is None
         self._subs: dict[str, set[Subscription]] = {}
         self._cursor: dict[str, int] = {}
-        self._poked: set[str] = set()
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
     @property
     def subscribers(self) -> int:
@@ -62,9 +70,11 @@ class EventHub:
 
     def subscribe(self, session_id: str, *, deltas: bool = False) -> Subscription:
         sub = Subscription(session_id, deltas=[] if deltas else None)
+        new = session_id not in self._subs
         self._subs.setdefault(session_id, set()).add(sub)
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="tether-hub")
+        self.tail.follow(self)
+        if new:
+            self.tail.poke(session_id)  # look now, not at the next interval
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
@@ -74,6 +84,8 @@ class EventHub:
             if not subs:
                 del self._subs[sub.session_id]
                 self._cursor.pop(sub.session_id, None)
+                if not self._subs:
+                    self.tail.unfollow(self)
 
     def publish_delta(self, session_id: str, delta: Delta) -> None:
         """A piece of a model's streamed answer in this process: to the session's subscribers
@@ -86,41 +98,27 @@ class EventHub:
     def poke(self, session_id: str) -> None:
         """This process appended to the session: look now rather than at the next interval."""
         if session_id in self._subs:
-            self._poked.add(session_id)
-            self._wake.set()
+            self.tail.poke(session_id)
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self.tail.unfollow(self)
+        if self._owns_tail:
+            await self.tail.close()
         for subs in self._subs.values():
             for sub in subs:
                 sub.closed = True
                 sub.notify.set()
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_poll = loop.time()
-        while self._subs:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, next_poll - loop.time())):
-                    await self._wake.wait()
-            self._wake.clear()
-            due, self._poked = self._poked, set()
-            if loop.time() >= next_poll:
-                next_poll = loop.time() + self.interval
-                due |= set(self._subs)
-            try:
-                await self._tick(due)
-            except StoreError:
-                continue  # a busy store: the next round looks again
+    # What the tail asks of a follower.
 
-    async def _tick(self, due: set[str]) -> None:
-        if not due:
-            return
-        seqs = await self.store.last_seqs(list(due))
+    def following(self) -> Collection[str]:
+        return self._subs.keys()
+
+    async def prepare(self) -> None:
+        pass
+
+    async def deliver(self, seqs: Mapping[str, int]) -> None:
+        """Read each session's news once and hand it to its subscribers."""
         for sid, seq in seqs.items():
             if sid not in self._subs:
                 continue

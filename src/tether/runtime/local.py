@@ -37,6 +37,7 @@ from tether.runtime.sessions import Views, build_runner, create_session, created
 from tether.runtime.worker import Worker
 from tether.scheduler import GatewayConfig, GatewayFigures
 from tether.session import control
+from tether.session.tail import Tail
 from tether.store.base import Store
 from tether.store.open import open_store
 from tether.tools.base import Tool
@@ -93,7 +94,10 @@ class LocalRuntime:
     ) -> None:
         owns = isinstance(store, str)
         the_store = open_store(store) if isinstance(store, str) else store
-        hub = EventHub(the_store, interval=poll_interval)
+        # One tail of the store for the process: the hub's streams and the worker's runs
+        # (lease renewals, cancels from elsewhere) follow it, one `last_seqs` per round.
+        tail = Tail(the_store)
+        hub = EventHub(the_store, interval=poll_interval, tail=tail)
         worker = None
         if workers > 0:
             worker = Worker(
@@ -107,6 +111,7 @@ class LocalRuntime:
                 park_after=park_after,
                 on_delta=hub.publish_delta,
                 endpoints=endpoints,
+                tail=tail,
             )
         folds = Views(the_store, views)
         self._core = _Core(the_store, owns, hub, folds, worker, Admission(the_store, folds))
@@ -445,5 +450,6 @@ class LocalRuntime:
             await core.worker.stop(drain=0.0)
             await core.worker.gateways.aclose()
         await core.hub.close()
+        await core.hub.tail.close()  # the worker's runs and the hub have stopped following
         if core.owns_store:
             await core.store.close()

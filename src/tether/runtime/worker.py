@@ -34,6 +34,7 @@ from tether.scheduler import GatewayConfig
 from tether.session.lease import holding, worker_id
 from tether.session.log import SessionLog
 from tether.session.run import Engine, Runs, run_session
+from tether.session.tail import Tail
 from tether.state import TERMINAL_STATES, session_outcome
 from tether.store.base import Claimed, DeferReason, Lease, News, Store, Wakeup
 from tether.tools.base import Toolbox
@@ -62,7 +63,8 @@ class Worker:
     is held off the queue until the wait is over (None: it waits in its slot). `on_delta`:
     the streamed output of the model calls it makes, with their sessions (never stored).
     `endpoints`: the model URLs it may call; a session whose model would call another is
-    failed, never run (None: any)."""
+    failed, never run (None: any). `tail`: the process's tail of `store`, shared with
+    its event hub (None: the worker's runs make their own)."""
 
     def __init__(
         self,
@@ -78,6 +80,7 @@ class Worker:
         park_after: float | None = 10.0,
         on_delta: SessionDeltaObserver | None = None,
         endpoints: EndpointPolicy | None = None,
+        tail: Tail | None = None,
     ) -> None:
         if concurrency < 1:
             raise UsageError(f"a worker needs concurrency of at least 1, not {concurrency}")
@@ -102,7 +105,7 @@ class Worker:
         self.parked = 0
         self._wake = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
-        self.runs = Runs(store, lease_ttl=lease_ttl, watch_interval=watch_interval)
+        self.runs = Runs(store, lease_ttl=lease_ttl, watch_interval=watch_interval, tail=tail)
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self.gateways = Gateways(gateway, park_after=park_after)
         self._attempts: dict[str, int] = {}  # failed runs in a row, by session

@@ -2,9 +2,10 @@
 
 `run_session` holds the lease (claimed here, or handed in by a worker that claimed it with
 the work), appends what opens the turn, drives `loop.run_turn`, and lets the lease go.
-`Runs` is what one process runs now: one `Watcher` renews every lease and folds in what
-other processes append (a cancel, an interrupt, a decision), and `Runs.stop(session_id,
-cause)` is the one way to stop a run from outside its turn (`loop.StopCause`).
+`Runs` is what one process runs now: one `Watcher` (a follower of the process's store
+`Tail`) renews every lease and folds in what other processes append (a cancel, an
+interrupt, a decision), and `Runs.stop(session_id, cause)` is the one way to stop a run
+from outside its turn (`loop.StopCause`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tether.scheduler.retry import RetryPolicy
 from tether.session import control
 from tether.session.lease import claim_lease, worker_id
 from tether.session.log import SessionLog
+from tether.session.tail import Tail
 from tether.session.watch import Watched, Watcher
 from tether.state import SessionView
 from tether.store.base import Lease, Store
@@ -50,12 +52,21 @@ class Engine:
 class Runs:
     """The turns this process runs now, by session. `lease_ttl`: how long a run's lease
     lasts unrenewed (a dead process's sessions wait this long for another); `watch_interval`:
-    how often other processes' appends are looked for (a cancel is noticed within it)."""
+    how often other processes' appends are looked for (a cancel is noticed within it);
+    `tail`: the process's tail of `store`, shared with its other followers (an event hub);
+    None: the runs make their own."""
 
-    def __init__(self, store: Store, *, lease_ttl: float = 30.0, watch_interval: float = 0.5):
+    def __init__(
+        self,
+        store: Store,
+        *,
+        lease_ttl: float = 30.0,
+        watch_interval: float = 0.5,
+        tail: Tail | None = None,
+    ):
         self.store = store
         self.lease_ttl = lease_ttl
-        self._watcher = Watcher(store, watch_interval)
+        self._watcher = Watcher(store, watch_interval, tail=tail)
         self._running: dict[str, tuple[asyncio.Task[None], TurnContext]] = {}
 
     def __contains__(self, session_id: object) -> bool:

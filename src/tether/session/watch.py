@@ -1,21 +1,22 @@
 """Keeping the sessions this process runs honest: renewing their leases, and noticing what
 other processes append to them (a cancel, an interrupt, a decision).
 
-One `Watcher` per store and process polls for all its running sessions at once, so a
-thousand running sessions cost one query per interval, not a thousand. It owns no loop
-logic: it folds the news in and calls back.
+A `Watcher` is a follower of its process's `Tail` (`session/tail.py`), which looks for news
+of all running sessions with one query per round, for the watcher and whoever else follows
+the store (the event hub), so a thousand running sessions cost one query per interval, not
+a thousand. The watcher owns the renewals, and no loop logic: it folds the news in and
+calls back.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from tether.errors import LeaseLost, StoreError
+from tether.errors import LeaseLost, UsageError
 from tether.session.log import SessionLog
+from tether.session.tail import Tail
 from tether.store.base import Store
 
 
@@ -30,49 +31,39 @@ class Watched:
 class Watcher:
     """`interval`: how often to look for other processes' appends (a cancel is noticed
     within it). A lease is renewed once a third of its ttl has run, so two renewals can fail
-    before it lapses."""
+    before it lapses. `tail`: the process's tail of `store`, shared with other followers
+    (None: the watcher makes its own, and closes it)."""
 
-    def __init__(self, store: Store, interval: float = 0.5) -> None:
+    def __init__(self, store: Store, interval: float = 0.5, *, tail: Tail | None = None) -> None:
+        if tail is not None and tail.store is not store:
+            raise UsageError("a watcher's tail must follow the watcher's own store")
         self.store = store
         self.interval = interval
+        self.tail = tail if tail is not None else Tail(store)
+        self._owns_tail = tail is None
         self._watched: dict[str, Watched] = {}
-        self._task: asyncio.Task[None] | None = None
 
     def watch(self, watched: Watched) -> None:
         self._watched[watched.log.session_id] = watched
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="tether-watcher")
+        self.tail.follow(self)
 
     def unwatch(self, session_id: str) -> None:
         self._watched.pop(session_id, None)
+        if not self._watched:
+            self.tail.unfollow(self)
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self.tail.unfollow(self)
+        if self._owns_tail:
+            await self.tail.close()
 
-    async def _run(self) -> None:
-        # A store that pushes news (PostgreSQL's NOTIFY) wakes the watcher at once; the
-        # interval stays the fallback, so a lost notification only delays.
-        news = self.store.subscribe()
-        try:
-            while self._watched:
-                if news is not None:
-                    await news.wait(self.interval)
-                else:
-                    await asyncio.sleep(self.interval)
-                try:
-                    await self.tick()
-                except StoreError:
-                    continue  # a busy or briefly unreachable store: the next tick tries again
-        finally:
-            if news is not None:
-                news.close()
+    # What the tail asks of a follower.
 
-    async def tick(self) -> None:
-        """One round: renew what is due, then fold in other processes' appends."""
+    def following(self) -> Collection[str]:
+        return self._watched.keys()
+
+    async def prepare(self) -> None:
+        """Renew what is due, before the tail looks for news."""
         now = time.time()
         for sid, w in list(self._watched.items()):
             lease = w.log.lease
@@ -82,9 +73,9 @@ class Watcher:
                 except LeaseLost:
                     self._watched.pop(sid, None)
                     w.on_lease_lost()
-        if not self._watched:
-            return
-        seqs = await self.store.last_seqs(list(self._watched))
+
+    async def deliver(self, seqs: Mapping[str, int]) -> None:
+        """Fold in other processes' appends, and call back."""
         for sid, seq in seqs.items():
             news = self._watched.get(sid)
             if news is not None and seq > news.log.folder.last_seq:
