@@ -20,13 +20,14 @@ from tether.context import ContextSetting, make_context
 from tether.errors import SessionNotFound, UsageError
 from tether.events import CancelRequested, CancelScope, Payload, SessionCreated, UserMessage
 from tether.limits import Limits, StopCondition
+from tether.loop import Engine
 from tether.messages import JSONValue, Message, Usage, user
 from tether.providers.base import Delta, DeltaObserver, Model
 from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
 from tether.session import control
 from tether.session.log import Clock, EventObserver, SessionLog, new_session_id
-from tether.session.run import Engine, Runs, run_session
+from tether.session.run import Runs, run_session
 from tether.state import SessionView
 from tether.store.base import Store
 from tether.store.open import DEFAULT_STORE_URL, open_store

@@ -28,7 +28,7 @@ from tether.limits import Limits, Stop, StopCondition, check_before_request, est
 from tether.messages import ToolCall
 from tether.providers.base import Caller, DeltaObserver, Model, ModelRequest
 from tether.recovery import Decision, closing, decide_calls, decide_open_calls
-from tether.retrying import complete
+from tether.retrying import DEFAULT_RETRY, complete
 from tether.scheduler.retry import RetryPolicy
 from tether.session.log import SessionLog
 from tether.state import session_outcome
@@ -41,16 +41,26 @@ StopCause = Literal["interrupted", "time_limit", "lease_lost", "handed_over"]
 WRITES_NOTHING: frozenset[StopCause] = frozenset({"lease_lost", "handed_over"})
 
 
-@dataclass
-class TurnContext:
-    log: SessionLog
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """What runs a session's turns: its model and tools, the limits of each turn, and the
+    policies around the model call. Built once and shared by every session it runs."""
+
     model: Model
     toolbox: Toolbox
     limits: Limits
     stop_when: StopCondition | None = None
+    # Retries of a failed model call (None: one attempt); a gateway's model retries there.
+    retry: RetryPolicy | None = DEFAULT_RETRY
+    # Clears and compacts the transcript before a request passes its budget; None: off.
+    context: ContextManager | None = None
+
+
+@dataclass
+class TurnContext:
+    log: SessionLog
+    engine: Engine
     on_delta: DeltaObserver | None = None
-    # Retries of a failed model call (None: one attempt); a gateway's model is retried there.
-    retry: RetryPolicy | None = None
     started_at: float = field(default_factory=time.monotonic)
     # Why the run was stopped (`stop`); "interrupted" until someone says otherwise.
     stop_cause: StopCause = "interrupted"
@@ -61,8 +71,6 @@ class TurnContext:
     # Tokens the model counted for its last request and answer: the next request holds
     # both, so it is a floor under the character estimate when the budget is checked.
     last_request_tokens: int = 0
-    # Clears and compacts the transcript before a request passes its budget; None: off.
-    context: ContextManager | None = None
     # Turns the log had closed when this run began: a turn opened after the one this run
     # closed (a message sent meanwhile) is not this run's to close on cancel.
     turns_before: int | None = None
@@ -103,7 +111,7 @@ async def _drive(ctx: TurnContext) -> None:
             await _close_cancelled(ctx)
             return
         if folder.open_calls:  # left open by an earlier runner, or waiting on a decision
-            decisions = decide_open_calls(folder.view(), ctx.toolbox)
+            decisions = decide_open_calls(folder.view(), ctx.engine.toolbox)
             if not await _settle_calls(ctx, decisions, ()):
                 return
             continue
@@ -117,14 +125,14 @@ async def _drive(ctx: TurnContext) -> None:
 
 def _check(ctx: TurnContext) -> Stop | None:
     folder = ctx.log.folder
-    if ctx.stop_when is not None and folder.turn_steps > 0:
-        reason = ctx.stop_when(folder.view())
+    if ctx.engine.stop_when is not None and folder.turn_steps > 0:
+        reason = ctx.engine.stop_when(folder.view())
         if reason:
             return Stop(reason, f"stop condition {reason!r} held after step {folder.steps}")
     estimate = max(_input_estimate(ctx), ctx.last_request_tokens)
-    estimate_cost = getattr(ctx.model, "estimate_cost", None)
+    estimate_cost = getattr(ctx.engine.model, "estimate_cost", None)
     return check_before_request(
-        ctx.limits,
+        ctx.engine.limits,
         turn_steps=folder.turn_steps,
         tokens_used=folder.total_tokens,
         cost_usd=folder.cost_usd,
@@ -137,33 +145,37 @@ def _check(ctx: TurnContext) -> Stop | None:
 
 def _input_estimate(ctx: TurnContext) -> int:
     folder = ctx.log.folder
-    return estimate_input_tokens(folder.transcript_chars, folder.system, ctx.toolbox.schema_chars)
+    return estimate_input_tokens(
+        folder.transcript_chars, folder.system, ctx.engine.toolbox.schema_chars
+    )
 
 
 def _request_hash(ctx: TurnContext, max_output: int | None) -> str:
     folder = ctx.log.folder
-    head = f"{ctx.model.name}\x00{folder.system}\x00{ctx.toolbox.schema_chars}\x00{max_output}"
+    head = f"{ctx.engine.model.name}\x00{folder.system}\x00{ctx.engine.toolbox.schema_chars}\x00{max_output}"
     return hashlib.sha256(f"{head}\x00{folder.transcript_hash}".encode()).hexdigest()
 
 
 async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     """One model call and its commit. False when the turn ended here."""
     folder = ctx.log.folder
-    max_output = ctx.limits.max_output_tokens
+    max_output = ctx.engine.limits.max_output_tokens
     # The context policy's decisions are events: the request below is built from them.
-    if ctx.context is not None:
-        failed = await ctx.context.before_request(ctx.log, ctx.toolbox, max_output, ctx.caller)
+    if ctx.engine.context is not None:
+        failed = await ctx.engine.context.before_request(
+            ctx.log, ctx.engine.toolbox, max_output, ctx.caller
+        )
         if failed is not None:  # the turn ends with the policy's error, by name
             await ctx.log.append(*_closing(ctx, "error", failed))
             return False
     await ctx.log.append(
-        ModelRequested(ctx.model.name, _request_hash(ctx, max_output), _input_estimate(ctx))
+        ModelRequested(ctx.engine.model.name, _request_hash(ctx, max_output), _input_estimate(ctx))
     )
     request = ModelRequest(
-        model=ctx.model.name,
+        model=ctx.engine.model.name,
         system=folder.system,
         messages=folder.messages,
-        tools=ctx.toolbox.specs,
+        tools=ctx.engine.toolbox.specs,
         max_output_tokens=max_output,
         on_delta=ctx.on_delta,
         on_retry=lambda error, attempt, wait: _record_retry(ctx, error, attempt, wait),
@@ -171,13 +183,15 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     )
     started = time.perf_counter()
     try:
-        response = await complete(ctx.model, request, ctx.retry)
+        response = await complete(ctx.engine.model, request, ctx.engine.retry)
     except ProviderError as exc:
         if (
             isinstance(exc, ContextOverflow)
-            and ctx.context is not None
+            and ctx.engine.context is not None
             and not after_overflow
-            and await ctx.context.after_overflow(ctx.log, ctx.toolbox, max_output, exc, ctx.caller)
+            and await ctx.engine.context.after_overflow(
+                ctx.log, ctx.engine.toolbox, max_output, exc, ctx.caller
+            )
         ):
             return await _step(ctx, after_overflow=True)  # compacted: one more attempt
         await ctx.log.append(
@@ -214,7 +228,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
         return False
     # Fresh calls are decided before the answer is folded, so the answer and the starts of
     # its calls commit in one batch: the answer is durable before any call runs.
-    decisions = decide_calls(calls, (), folder.decisions, (), ctx.toolbox)
+    decisions = decide_calls(calls, (), folder.decisions, (), ctx.engine.toolbox)
     return await _settle_calls(ctx, decisions, (answer,))
 
 

@@ -24,11 +24,12 @@ from tether.errors import LeaseHeld, LeaseLost, UsageError
 from tether.events import Event, SessionCreated, UserMessage
 from tether.fold import Folder
 from tether.limits import Limits
+from tether.loop import Engine
 from tether.messages import Message, user
 from tether.runtime.claims import take_work
 from tether.session.lease import worker_id
 from tether.session.log import SessionLog, new_session_id
-from tether.session.run import Engine, Runs, run_session
+from tether.session.run import Runs, run_session
 from tether.store.base import Lease
 from tether.store.postgres import Claimed, PostgresStore
 from tether.testing import Delay, ScriptedModel, call

@@ -24,6 +24,7 @@ from tether.context import make_context
 from tether.eager import shielded
 from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
 from tether.events import Event, SessionCreated
+from tether.loop import Engine
 from tether.providers.base import Caller
 from tether.providers.endpoints import EndpointPolicy
 from tether.recovery import closing
@@ -33,7 +34,7 @@ from tether.runtime.sessions import Runner, build_runner
 from tether.scheduler import GatewayConfig
 from tether.session.lease import holding, worker_id
 from tether.session.log import SessionLog
-from tether.session.run import Engine, Runs, run_session
+from tether.session.run import Runs, run_session
 from tether.session.tail import Tail
 from tether.state import TERMINAL_STATES, session_outcome
 from tether.store.base import Claimed, DeferReason, Lease, News, Store, Wakeup

@@ -13,17 +13,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
-from tether.context.manager import ContextManager
 from tether.eager import shielded
 from tether.errors import HandedOver, LeaseLost, UsageError
 from tether.events import Payload
-from tether.limits import Limits, StopCondition
-from tether.loop import StopCause, TurnContext, close_canceled_turn, run_turn
-from tether.providers.base import Caller, DeltaObserver, Model
-from tether.retrying import DEFAULT_RETRY
-from tether.scheduler.retry import RetryPolicy
+from tether.loop import Engine, StopCause, TurnContext, close_canceled_turn, run_turn
+from tether.providers.base import Caller, DeltaObserver
 from tether.session import control
 from tether.session.lease import claim_lease, worker_id
 from tether.session.log import SessionLog
@@ -31,22 +26,6 @@ from tether.session.tail import Tail
 from tether.session.watch import Watched, Watcher
 from tether.state import SessionView
 from tether.store.base import Lease, Store
-from tether.tools.base import Toolbox
-
-
-@dataclass(frozen=True, slots=True)
-class Engine:
-    """What runs a session's turns: its model and tools, the limits of each turn, and the
-    policies around the model call. Built once and shared by every session it runs."""
-
-    model: Model
-    toolbox: Toolbox
-    limits: Limits
-    stop_when: StopCondition | None = None
-    # Retries of a failed model call (None: one attempt); a gateway's model retries there.
-    retry: RetryPolicy | None = DEFAULT_RETRY
-    # Clears and compacts the transcript before a request passes its budget; None: off.
-    context: ContextManager | None = None
 
 
 class Runs:
@@ -130,7 +109,7 @@ async def _await_turn(inner: asyncio.Task[None], ctx: TurnContext) -> None:
     closes itself, then the cancel propagates); a cancel of the turn alone (`Runs.stop`,
     another process, the time limit) ends it here. A timer rather than `asyncio.wait`: with
     thousands of sessions, every object a waiting run holds counts."""
-    deadline = ctx.limits.max_seconds
+    deadline = ctx.engine.limits.max_seconds
     timer = None
     if deadline is not None:
 
@@ -195,14 +174,9 @@ async def run_session(
             raise
         ctx = TurnContext(
             log,
-            engine.model,
-            engine.toolbox,
-            engine.limits,
-            engine.stop_when,
+            engine,
             on_delta,
-            retry=engine.retry,
             started_at=time.monotonic(),
-            context=engine.context,
             end_after_turn=end_session,
             caller=caller,
         )
