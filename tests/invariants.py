@@ -20,6 +20,8 @@ from tether.events import (
     ModelResponded,
     SessionCreated,
     SessionEnded,
+    ThreadFinished,
+    ThreadStarted,
     ToolFinished,
     ToolStarted,
     TurnEnded,
@@ -42,9 +44,64 @@ def assert_log_invariants(events: Sequence[Event], *, turn_closed: bool = True) 
     `turn_closed=False` accepts a log whose last turn is still open (a crashed runner)."""
     assert events, "the log is empty"
     _check_envelope(events)
-    _check_calls(events)
-    _check_turns(events, turn_closed)
-    _check_views(events)
+    threads = _by_thread(events)
+    for thread, own in threads.items():
+        _check_calls(own, thread)
+        _check_turns(own, turn_closed, thread)
+    _check_threads(events, threads, turn_closed)
+    for thread in threads:
+        _check_views(events, thread)
+
+
+def _by_thread(events: Sequence[Event]) -> dict[str, list[Event]]:
+    """Each thread's own events, the main thread's first, the others in start order."""
+    out: dict[str, list[Event]] = {"": []}
+    for event in events:
+        out.setdefault(event.thread, []).append(event)
+    return out
+
+
+def _check_threads(
+    events: Sequence[Event], threads: dict[str, list[Event]], turn_closed: bool
+) -> None:
+    """A sub-agent's thread opens with `thread.started`, under a thread that started first
+    and for a call of it that was started; it finishes at most once, as its last event;
+    and it finishes before the parent's call is answered (its answer is the result)."""
+    position = {e.seq: i for i, e in enumerate(events)}
+    for thread, own in threads.items():
+        if not thread:
+            continue
+        first = own[0].payload
+        assert isinstance(first, ThreadStarted) and first.thread == thread, (
+            f"thread {thread} opens with {own[0].type}"
+        )
+        parent = thread.rpartition("/")[0]
+        assert parent in threads, f"thread {thread} has no parent thread {parent!r}"
+        parent_events = threads[parent]
+        assert parent_events[0].seq < own[0].seq, f"thread {thread} starts before its parent"
+        starts = [
+            e.seq
+            for e in parent_events
+            if isinstance(e.payload, ToolStarted)
+            and e.payload.call_id == first.parent_call_id
+            and e.seq < own[0].seq
+        ]
+        assert starts, f"thread {thread} runs call {first.parent_call_id}, never started"
+        finished = [e for e in own if isinstance(e.payload, ThreadFinished)]
+        assert len(finished) <= 1, f"thread {thread} finished {len(finished)} times"
+        if finished:
+            assert finished[0] is own[-1], f"thread {thread} has events after thread.finished"
+        answers = [
+            e
+            for e in parent_events
+            if isinstance(e.payload, ToolFinished)
+            and e.payload.call_id == first.parent_call_id
+            and e.seq > starts[-1]
+        ]
+        if answers and answers[0].payload.outcome in ("ok", "error") and turn_closed:
+            assert finished and position[finished[0].seq] < position[answers[0].seq], (
+                f"call {first.parent_call_id} was answered before thread {thread} finished"
+            )
 
 
 def _check_envelope(events: Sequence[Event]) -> None:
@@ -63,7 +120,7 @@ def _check_envelope(events: Sequence[Event]) -> None:
         assert ended[0] == events[-1].seq, f"events follow session.ended (seq {ended[0]})"
 
 
-def _check_calls(events: Sequence[Event]) -> None:
+def _check_calls(events: Sequence[Event], thread: str = "") -> None:
     """Every call of an executable answer is answered exactly once, before the next model
     request; only a call still waiting for a decision may stay unanswered."""
     asked: dict[str, int] = {}  # call id -> seq of the answer holding it
@@ -96,18 +153,21 @@ def _check_calls(events: Sequence[Event]) -> None:
     twice = sorted(c for c, n in finished.items() if n > 1)
     assert not twice, f"calls answered more than once: {twice}"
     assert not started_after_finish, f"calls started after their answer: {started_after_finish}"
-    _, view = fold(events)
+    _, view = fold(events, thread)
     unanswered = set(waiting) - set(view.pending_approvals)
     assert not unanswered, f"calls never answered: {sorted(unanswered)}"
 
 
-def _check_turns(events: Sequence[Event], turn_closed: bool) -> None:
-    """A user message (or a decision that makes the session runnable) opens a turn; exactly
-    one `turn.ended` closes it, and no model or tool work happens outside an open turn."""
+def _check_turns(events: Sequence[Event], turn_closed: bool, thread: str = "") -> None:
+    """A user message (or a decision that makes the session runnable, or a handoff's
+    conversation) opens a turn; exactly one `turn.ended` closes it, and no model or tool
+    work happens outside an open turn."""
     open_turn = False
     for event in events:
         p = event.payload
-        if isinstance(p, UserMessage):
+        if isinstance(p, ThreadStarted) and p.history:
+            open_turn = True
+        elif isinstance(p, UserMessage):
             assert not open_turn, f"seq {event.seq}: user.message while a turn is open"
             open_turn = True
         elif isinstance(p, ApprovalDecided):
@@ -122,16 +182,16 @@ def _check_turns(events: Sequence[Event], turn_closed: bool) -> None:
         assert not open_turn, "the last turn has no turn.ended"
 
 
-def _check_views(events: Sequence[Event]) -> None:
-    folder = Folder()
+def _check_views(events: Sequence[Event], thread: str = "") -> None:
+    folder = Folder(thread)
     previous = folder.view()
     for k, event in enumerate(events, start=1):
         folder.apply(event)
         current = folder.view()
-        if k > 1:  # the empty view before session.created has no session id yet
+        if k > 1 and (not thread or previous.session_id):
             validate_observation(previous, current)
         if len(events) <= _FULL_PREFIX_FOLDS or k == len(events):
-            transcript, view = fold(events[:k])
+            transcript, view = fold(events[:k], thread)
             assert view == current, f"incremental and full fold disagree after seq {k}"
             assert transcript.canonical() == folder.transcript().canonical(), (
                 f"incremental and full transcripts disagree after seq {k}"

@@ -47,10 +47,16 @@ def test_golden_logs_fold_to_byte_identical_transcripts(log: Path) -> None:
     assert transcript.canonical() + "\n" == expected
     expected_view = json.loads((GOLDEN / f"{name}.view.json").read_text())
     assert view.to_json() == expected_view
+    threads = GOLDEN / f"{name}.threads.json"
+    if threads.exists():  # schema 3: each sub-agent thread folds to its own transcript
+        for thread, body in json.loads(threads.read_text()).items():
+            assert thread in {node["thread"] for node in expected_view["threads"]}
+            assert fold(_read_log(log), thread)[0].to_json() == body
 
 
 def test_there_are_golden_logs_to_check() -> None:
     assert len(list(GOLDEN.glob("*.events.jsonl"))) >= 3
+    assert list(GOLDEN.glob("*.threads.json")), "no golden log has sub-agent threads"
 
 
 def test_results_of_one_turn_go_back_as_one_message_in_call_order() -> None:

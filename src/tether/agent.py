@@ -13,7 +13,7 @@ import importlib
 import inspect
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tether.context import ContextSetting, make_context
@@ -28,10 +28,17 @@ from tether.scheduler.retry import RetryPolicy
 from tether.session import control
 from tether.session.log import Clock, EventObserver, SessionLog, new_session_id
 from tether.session.run import Runs, run_session
+from tether.session.threads import (
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_THREADS,
+    HistoryFilter,
+    SubAgent,
+    check_name,
+)
 from tether.state import SessionView
 from tether.store.base import Store
 from tether.store.open import DEFAULT_STORE_URL, open_store
-from tether.tools.base import Tool, Toolbox
+from tether.tools.base import Tool, Toolbox, make_tool
 
 if TYPE_CHECKING:
     import httpx
@@ -131,7 +138,15 @@ class Agent:
     server's `retry-after` as a floor; never quota, authentication, bad requests or context
     overflow); `None` makes one attempt. Each retry is a `model.failed` event with
     `retrying_in`, and its wait counts against `limits.max_seconds`. A model behind a
-    `Gateway` is retried by the gateway's own policy only."""
+    `Gateway` is retried by the gateway's own policy only.
+
+    Sub-agents: a `name`d agent is offered to another as a tool with `as_tool()` (each call
+    runs it as a thread of the caller's session, its answer the call's result; calls in
+    one answer run in parallel), and `handoffs=[agent, ...]` offers `transfer_to_NAME`
+    tools that hand the rest of the turn, with the conversation so far, to that agent.
+    Every thread counts against the session's `limits`; `max_depth` and `max_threads` cap
+    how deep sub-agents nest and how many run at once (refused calls are answered as
+    errors the model reads)."""
 
     def __init__(
         self,
@@ -151,9 +166,20 @@ class Agent:
         metadata: dict[str, JSONValue] | None = None,
         context: ContextSetting = True,
         retry: RetryPolicy | None = DEFAULT_RETRY,
+        name: str | None = None,
+        handoffs: Iterable[Agent | Tool] = (),
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        max_threads: int = DEFAULT_MAX_THREADS,
     ) -> None:
+        self.name = None if name is None else check_name(name)
+        if max_depth < 0 or max_threads < 1:
+            raise UsageError(
+                f"max_depth must be 0 or more and max_threads 1 or more, "
+                f"not {max_depth} and {max_threads}"
+            )
         self.model = resolve_model(model)
-        self.toolbox = Toolbox(tools)
+        handoff_tools = [h.handoff_tool() if isinstance(h, Agent) else h for h in handoffs]
+        self.toolbox = Toolbox([*tools, *handoff_tools])
         self.system = system
         self.limits = limits or Limits()
         # context: True, the default policy; False, off; or a DefaultPolicy or function.
@@ -164,6 +190,8 @@ class Agent:
             stop_when,
             retry=retry,
             context=make_context(context, self.model),
+            max_depth=max_depth,
+            max_threads=max_threads,
         )
         self._store_arg = store
         self._store: Store | None = (
@@ -177,6 +205,68 @@ class Agent:
         self.watch_interval = watch_interval
         self.metadata = metadata or {}
         self._runs: Runs | None = None
+
+    def as_tool(
+        self,
+        *,
+        description: str | None = None,
+        limits: Limits | None = None,
+        name: str | None = None,
+    ) -> Tool:
+        """This agent as a tool another agent calls with one argument, `task`: each call runs
+        it as a thread of the caller's session, and its final answer (or how it stopped,
+        as an error) is the call's result. `limits` are the thread's own (by default this
+        agent's), and hold only within what the caller's session has left."""
+        tool_name = self._sub_name(name)
+
+        def ask(task: str) -> str:
+            """Args:
+            task: what to ask of it, with everything it needs to know: it sees nothing else
+            of this conversation."""
+            raise UsageError(f"{tool_name} is a sub-agent: it runs inside an agent's turn")
+
+        made = make_tool(
+            ask,
+            name=tool_name,
+            description=description
+            or f"Ask the {tool_name} agent to do a task; its final answer is the result.",
+            effect="idempotent",  # a call whose thread is in the log goes on, never anew
+            timeout=None,
+        )
+        engine = self.engine if limits is None else replace(self.engine, limits=limits)
+        return replace(made, subagent=SubAgent(tool_name, engine, self.system))
+
+    def handoff_tool(
+        self,
+        *,
+        description: str | None = None,
+        history_filter: HistoryFilter | None = None,
+        name: str | None = None,
+    ) -> Tool:
+        """A `transfer_to_NAME` tool: calling it hands the rest of the caller's turn to this
+        agent, on a thread of its own that starts with the conversation so far (through
+        `history_filter`, if given); its answer is the turn's."""
+        agent_name = self._sub_name(name)
+
+        def transfer() -> str:
+            raise UsageError(f"transfer_to_{agent_name} is a handoff: it runs inside a turn")
+
+        made = make_tool(
+            transfer,
+            name=f"transfer_to_{agent_name}",
+            description=description
+            or f"Hand the conversation over to the {agent_name} agent, who answers from here.",
+            effect="idempotent",
+            timeout=None,
+        )
+        sub = SubAgent(agent_name, self.engine, self.system, True, history_filter)
+        return replace(made, subagent=sub)
+
+    def _sub_name(self, name: str | None) -> str:
+        chosen = name or self.name
+        if chosen is None:
+            raise UsageError("a sub-agent needs a name: Agent(..., name='researcher')")
+        return check_name(chosen)
 
     @property
     def store(self) -> Store:

@@ -7,6 +7,9 @@ Schema changelog (one line per version; older logs must still fold to the same t
   1 — first version.
   2 — `model.failed` may carry `retrying_in`: seconds until the same request is sent again
       (the request stays open); absent or null, the request failed for good.
+  3 — sub-agent threads: `thread.started` (on the new thread: its agent, model, system, the
+      parent's call, and for a handoff the conversation it takes over) and `thread.finished`
+      (its output and stop reason); thread ids are paths (`researcher-1/critic-2`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 from tether.errors import CorruptLog
 from tether.messages import JSONObject, Message, Usage, canonical_json
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 Outcome = Literal[
     "ok",
@@ -153,16 +156,30 @@ class ContextCompacted:
 
 @dataclass(frozen=True, slots=True)
 class ThreadStarted:
+    """A sub-agent's thread begins, appended on that thread. Its parent is the thread named
+    by the id's path without its last part (`a-1/b-2` is a child of `a-1`; `a-1` of the
+    main thread), and `parent_call_id` the parent's call that runs it. A handoff carries
+    `history`: the conversation it takes over, as the new thread's first messages."""
+
     type: ClassVar[str] = "thread.started"
     thread: str
+    agent: str = ""
     parent_call_id: str | None = None
+    model: str = ""
+    system: str | None = None
+    handoff: bool = False
+    history: tuple[Message, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class ThreadFinished:
+    """A thread's last event: its final answer, or how it stopped (a limit, an error)."""
+
     type: ClassVar[str] = "thread.finished"
     thread: str
     output: str = ""
+    stop_reason: str = "end_turn"
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +298,7 @@ def _encode(value: object) -> Any:
     if isinstance(value, Message | Usage):
         return value.to_json()
     if isinstance(value, tuple):
-        return list(value)
+        return [_encode(v) for v in value]
     return value
 
 
@@ -294,6 +311,7 @@ _FIELD_DECODERS: dict[str, Callable[[Any], object]] = {
     "Message": Message.from_json,
     "Usage": Usage.from_json,
     "tuple[str, ...]": lambda v: tuple(str(x) for x in v),
+    "tuple[Message, ...]": lambda v: tuple(Message.from_json(x) for x in v),
 }
 
 

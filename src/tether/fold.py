@@ -25,6 +25,8 @@ from tether.events import (
     ModelResponded,
     SessionCreated,
     SessionEnded,
+    ThreadFinished,
+    ThreadStarted,
     ToolFinished,
     ToolStarted,
     TurnEnded,
@@ -41,7 +43,14 @@ from tether.messages import (
     Usage,
     canonical_json,
 )
-from tether.state import TERMINAL_STATES, SessionView, State
+from tether.state import (
+    TERMINAL_STATES,
+    SessionView,
+    State,
+    ThreadNode,
+    approval_key,
+    parent_thread,
+)
 
 CLEARED_PREFIX = "[result cleared to save context:"
 SUMMARY_PREFIX = "[summary of the earlier conversation:"
@@ -70,10 +79,16 @@ class Transcript:
 
 
 class Folder:
-    """Incremental fold of one thread of one session's log."""
+    """Incremental fold of one thread of one session's log.
+
+    A thread's own events make its transcript and state. Its sub-agents' events (the
+    threads below it) add to its counters (steps, tokens, cost: one budget for the tree),
+    its approvals (named `THREAD:CALL_ID`) and its tree of threads, and never to its
+    transcript."""
 
     def __init__(self, thread: str = "") -> None:
         self.thread = thread
+        self._below = f"{thread}/" if thread else ""  # the prefix of its descendants' ids
         self.session_id = ""
         self.model = ""
         self.system: str | None = None
@@ -117,6 +132,16 @@ class Folder:
         self._request_chars = 0
         # Chain hash over the transcript's messages: O(1) per step, names the request content.
         self.transcript_hash = hashlib.sha256(b"tether.transcript").hexdigest()
+        # -- threads: who runs this one, and those below it ---------------------------------
+        self.agent = ""
+        self.finished: ThreadFinished | None = None  # this thread's own end
+        # The threads started by the calls of the last answer, by call id (call ids repeat
+        # across answers with some models, so older ones are forgotten with their answer).
+        self.call_threads: dict[str, str] = {}
+        self.children_started = 0  # threads this one started, ever: numbers the next
+        self.thread_nodes: dict[str, ThreadNode] = {}  # every thread below, in start order
+        # A handoff of this turn that finished: its answer is the turn's.
+        self.handoff: ThreadFinished | None = None
 
     # -- reading ----------------------------------------------------------------------------
     def view(self) -> SessionView:
@@ -140,6 +165,7 @@ class Folder:
             cancel_scope=self.cancel_scope,
             model_request_open=self.model_request_open,
             transcript_chars=self.transcript_chars,
+            threads=tuple(self.thread_nodes.values()) if self.thread_nodes else (),
         )
 
     def transcript(self) -> Transcript:
@@ -171,13 +197,16 @@ class Folder:
         self.last_seq = event.seq
         if not self.session_id:
             self.session_id = event.session_id
-        if event.thread != self.thread:
-            return
         if self.terminal:
             return  # terminal states absorb: nothing after session.ended changes the view
+        if event.thread != self.thread:
+            if event.thread.startswith(self._below):  # a sub-agent's, at any depth
+                below = _APPLY_BELOW.get(type(event.payload))
+                if below is not None:
+                    below(self, event.thread, event.payload)
+            return
         # Dispatch on the payload's exact type: one dict lookup instead of a chain of
-        # isinstance checks on every event. Thread events belong to a later feature; they
-        # leave this thread's transcript as it is.
+        # isinstance checks on every event.
         apply = _APPLY.get(type(event.payload))
         if apply is not None:
             apply(self, event.payload)
@@ -188,10 +217,25 @@ class Folder:
 
     def _apply_user(self, p: UserMessage) -> None:
         self._add_message(p.message)
+        self._open_turn()
+
+    def _open_turn(self) -> None:
         self.turn_open = True
         self.turn_steps = 0
+        self.handoff = None
         self.stop_reason = self.stop_detail = None
         self.state = "canceling" if self.cancel_scope == "session" else "pending"
+
+    def _apply_thread_start(self, p: ThreadStarted) -> None:
+        """This thread's first event: what runs it, and a handoff's conversation so far."""
+        self.agent, self.model, self.system = p.agent, p.model, p.system
+        for message in p.history:
+            self._add_message(message)
+        if p.history:
+            self._open_turn()
+
+    def _apply_thread_end(self, p: ThreadFinished) -> None:
+        self.finished = p
 
     def _apply_request(self, p: ModelRequested) -> None:
         self._request_chars = self.transcript_chars
@@ -246,6 +290,8 @@ class Folder:
         self.open_calls = list(message.tool_calls)
         self.results = {}
         self.started = set()
+        if self.call_threads:
+            self.call_threads = {}
         self._set_running("waiting_tool" if self.open_calls else "pending")
 
     def _add_cost(self, usage: Usage, cost_usd: float | None) -> None:
@@ -339,9 +385,73 @@ class Folder:
         if self.cancel_scope == "session":
             self.state = "canceling"
         elif p.stop_reason == "awaiting_approval":
-            self.state = "waiting_approval"
+            if self.pending_approvals:
+                self.state = "waiting_approval"
+            else:  # every decision came in before the turn closed: it can go on at once
+                self.turn_open = True
+                self.state = "pending"
         else:
             self.state = "idle"
+
+    # -- the threads below this one ---------------------------------------------------------
+    def _below_answer(self, thread: str, p: ModelResponded) -> None:
+        self._add_cost(p.usage, p.cost_usd)
+        self.steps += 1
+        self.turn_steps += 1
+
+    def _below_compaction(self, thread: str, p: ContextCompacted) -> None:
+        if p.model is not None:
+            self._add_cost(p.usage, p.cost_usd)
+
+    def _below_approval_request(self, thread: str, p: ApprovalRequested) -> None:
+        key = approval_key(thread, p.call_id)
+        if key not in self.pending_approvals:
+            self.pending_approvals.append(key)
+        self._set_node(thread, "waiting_approval")
+        self._set_running("waiting_approval")
+
+    def _below_decision(self, thread: str, p: ApprovalDecided) -> None:
+        key = approval_key(thread, p.call_id)
+        if key in self.pending_approvals:
+            self.pending_approvals.remove(key)
+        self.decisions[key] = p
+        self.turn_open = True
+        self._set_node(thread, "running")
+        if not self.pending_approvals and self.state == "waiting_approval":
+            self.state = "waiting_tool" if self.open_calls else "pending"
+
+    def _below_start(self, thread: str, p: ThreadStarted) -> None:
+        self.thread_nodes[thread] = ThreadNode(thread, p.agent, p.parent_call_id, handoff=p.handoff)
+        if parent_thread(thread) == self.thread:
+            if p.parent_call_id is not None:
+                self.call_threads[p.parent_call_id] = thread
+            self.children_started += 1
+
+    def _below_turn_end(self, thread: str, p: TurnEnded) -> None:
+        node = self.thread_nodes.get(thread)
+        if node is not None and node.status != "finished":
+            status = "waiting_approval" if p.stop_reason == "awaiting_approval" else "stopped"
+            self.thread_nodes[thread] = _with(node, status, p.stop_reason)
+
+    def _below_finish(self, thread: str, p: ThreadFinished) -> None:
+        node = self.thread_nodes.get(thread)
+        if node is None:
+            return
+        self.thread_nodes[thread] = _with(node, "finished", p.stop_reason)
+        if node.handoff and parent_thread(thread) == self.thread:
+            self.handoff = p
+            self.last_output = p.output
+
+    def _set_node(self, thread: str, status: str) -> None:
+        node = self.thread_nodes.get(thread)
+        if node is not None:
+            self.thread_nodes[thread] = _with(node, status, node.stop_reason)
+
+
+def _with(node: ThreadNode, status: str, stop_reason: str | None) -> ThreadNode:
+    return ThreadNode(
+        node.thread, node.agent, node.parent_call_id, status, stop_reason, node.handoff
+    )
 
 
 def fold(
@@ -366,4 +476,17 @@ _APPLY: dict[type[Any], Callable[[Folder, Any], None]] = {
     TurnEnded: Folder._end_turn,
     ContextCompacted: Folder._apply_compaction,
     SessionEnded: Folder._apply_session_end,
+    ThreadStarted: Folder._apply_thread_start,
+    ThreadFinished: Folder._apply_thread_end,
+}
+
+# What a sub-agent's event (any thread below) changes in this thread's fold.
+_APPLY_BELOW: dict[type[Any], Callable[[Folder, str, Any], None]] = {
+    ModelResponded: Folder._below_answer,
+    ContextCompacted: Folder._below_compaction,
+    ApprovalRequested: Folder._below_approval_request,
+    ApprovalDecided: Folder._below_decision,
+    ThreadStarted: Folder._below_start,
+    TurnEnded: Folder._below_turn_end,
+    ThreadFinished: Folder._below_finish,
 }

@@ -24,13 +24,16 @@ from tether.events import (
     ToolFinished,
     ToolStarted,
 )
+from tether.fold import Folder
 from tether.limits import Limits, Stop, StopCondition, check_before_request, estimate_input_tokens
 from tether.messages import ToolCall
 from tether.providers.base import Caller, DeltaObserver, Model, ModelRequest
 from tether.recovery import Decision, closing, decide_calls, decide_open_calls
 from tether.retrying import DEFAULT_RETRY, complete
 from tether.scheduler.retry import RetryPolicy
+from tether.session import threads
 from tether.session.log import SessionLog
+from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
 from tether.state import session_outcome
 from tether.tools.base import Toolbox
 from tether.tools.run import CallOutcome, run_calls
@@ -54,6 +57,10 @@ class Engine:
     retry: RetryPolicy | None = DEFAULT_RETRY
     # Clears and compacts the transcript before a request passes its budget; None: off.
     context: ContextManager | None = None
+    # Sub-agent threads: how deep they may nest, and how many may run at once (those of
+    # the session's main engine hold for the whole session).
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_threads: int = DEFAULT_MAX_THREADS
 
 
 @dataclass
@@ -74,10 +81,30 @@ class TurnContext:
     # Turns the log had closed when this run began: a turn opened after the one this run
     # closed (a message sent meanwhile) is not this run's to close on cancel.
     turns_before: int | None = None
+    # A sub-agent's turn: the turn of the call that runs it (None for the session's own).
+    parent: TurnContext | None = None
+    # Tokens and dollars the model requests of this turn and those below it have in flight:
+    # counted against its limits as if spent, so parallel sub-agents cannot all pass a
+    # check that only one of them fits (reserve, then settle when the answer is folded).
+    reserved_tokens: int = 0
+    reserved_cost: float = 0.0
+    threads_running: int = 0  # on the session's own turn: sub-agent threads running now
 
     def __post_init__(self) -> None:
         if self.turns_before is None:
             self.turns_before = self.log.folder.turns
+
+    @property
+    def root(self) -> TurnContext:
+        """The session's own turn, which every sub-agent's turn runs inside."""
+        ctx = self
+        while ctx.parent is not None:
+            ctx = ctx.parent
+        return ctx
+
+    @property
+    def depth(self) -> int:
+        return 0 if self.parent is None else self.parent.depth + 1
 
     def stop(self, cause: StopCause) -> None:
         """Record why the run is being stopped; the caller then cancels its task. A run that
@@ -88,8 +115,9 @@ class TurnContext:
     @property
     def writes_nothing(self) -> bool:
         """The runner stopped for good: its lease is lost, or it handed the session over
-        (the turn stays open for whoever runs the session next)."""
-        return self.stop_cause in WRITES_NOTHING
+        (the turn stays open for whoever runs the session next). A sub-agent's turn stops
+        with the session's."""
+        return self.root.stop_cause in WRITES_NOTHING
 
 
 async def run_turn(ctx: TurnContext) -> None:
@@ -110,6 +138,10 @@ async def _drive(ctx: TurnContext) -> None:
         if folder.cancel_scope:
             await _close_cancelled(ctx)
             return
+        if folder.handoff is not None:  # the turn went to another agent, and it answered
+            agent = folder.thread_nodes[folder.handoff.thread].agent
+            await _end(ctx, Stop("end_turn", f"handed off to {agent}"))
+            return
         if folder.open_calls:  # left open by an earlier runner, or waiting on a decision
             decisions = decide_open_calls(folder.view(), ctx.engine.toolbox)
             if not await _settle_calls(ctx, decisions, ()):
@@ -124,6 +156,9 @@ async def _drive(ctx: TurnContext) -> None:
 
 
 def _check(ctx: TurnContext) -> Stop | None:
+    """Whether the next request may go: this turn's stop condition, then the limits of this
+    turn and of every turn it runs inside (a sub-agent's own limits are carved from what
+    its callers have left: whichever is tighter stops it)."""
     folder = ctx.log.folder
     if ctx.engine.stop_when is not None and folder.turn_steps > 0:
         reason = ctx.engine.stop_when(folder.view())
@@ -131,16 +166,47 @@ def _check(ctx: TurnContext) -> Stop | None:
             return Stop(reason, f"stop condition {reason!r} held after step {folder.steps}")
     estimate = max(_input_estimate(ctx), ctx.last_request_tokens)
     estimate_cost = getattr(ctx.engine.model, "estimate_cost", None)
-    return check_before_request(
-        ctx.engine.limits,
-        turn_steps=folder.turn_steps,
-        tokens_used=folder.total_tokens,
-        cost_usd=folder.cost_usd,
-        cost_known=folder.cost_known,
-        input_estimate=estimate,
-        input_cost_estimate=estimate_cost(estimate) if callable(estimate_cost) else None,
-        elapsed_seconds=time.monotonic() - ctx.started_at,
-    )
+    cost_estimate = estimate_cost(estimate) if callable(estimate_cost) else None
+    now = time.monotonic()
+    turn: TurnContext | None = ctx
+    while turn is not None:
+        counted = turn.log.folder
+        stop = check_before_request(
+            turn.engine.limits,
+            turn_steps=counted.turn_steps,
+            tokens_used=counted.total_tokens + turn.reserved_tokens,
+            cost_usd=(counted.cost_usd or 0.0) + turn.reserved_cost,
+            cost_known=counted.cost_known,
+            input_estimate=estimate,
+            input_cost_estimate=cost_estimate,
+            elapsed_seconds=now - turn.started_at,
+        )
+        if stop is not None:
+            if turn is not ctx:
+                whose = f"thread {turn.log.thread}" if turn.log.thread else "the session"
+                return Stop(stop.reason, f"{stop.detail} (the limits of {whose})")
+            return stop
+        turn = turn.parent
+    return None
+
+
+def _reserve(ctx: TurnContext, tokens: int, cost: float) -> None:
+    """Hold (or, negative, give back) a request's estimate on this turn and those above."""
+    turn: TurnContext | None = ctx
+    while turn is not None:
+        turn.reserved_tokens += tokens
+        turn.reserved_cost += cost
+        turn = turn.parent
+
+
+def _hold_estimate(ctx: TurnContext) -> tuple[int, float]:
+    """A sub-agent's request about to go: its estimate, reserved until it is answered (its
+    siblings run in parallel; a lone turn's own requests never overlap, and hold nothing)."""
+    tokens = max(_input_estimate(ctx), ctx.last_request_tokens)
+    estimate_cost = getattr(ctx.engine.model, "estimate_cost", None)
+    cost = estimate_cost(tokens) if callable(estimate_cost) else None
+    _reserve(ctx, tokens, cost or 0.0)
+    return tokens, cost or 0.0
 
 
 def _input_estimate(ctx: TurnContext) -> int:
@@ -182,6 +248,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
         caller=ctx.caller,
     )
     started = time.perf_counter()
+    held = _hold_estimate(ctx) if ctx.parent is not None else None
     try:
         response = await complete(ctx.engine.model, request, ctx.engine.retry)
     except ProviderError as exc:
@@ -207,6 +274,9 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
             ModelFailed("unexpected", detail, None, False, 1), *_closing(ctx, "error", detail)
         )
         return False
+    finally:
+        if held is not None:
+            _reserve(ctx, -held[0], -held[1])
     ctx.last_request_tokens = response.usage.input_tokens + response.usage.output_tokens
     answer = ModelResponded(
         message=response.message,
@@ -249,7 +319,11 @@ async def _settle_calls(
     tool, arguments that do not bind, a write a gone runner started, a denial) comes as an
     "answer" and is answered here, never started."""
     log = ctx.log
+    fresh = threads.fresh_answer(first)
+    decisions = threads.admit(ctx, decisions, fresh)
+    opened = threads.opening(ctx, decisions, fresh)
     batch: list[Payload] = list(first)
+    on_threads: list[str] = [log.thread] * len(batch)  # each payload's thread
     to_run: list[Decision] = []
     waiting = False
     for d in decisions:
@@ -257,15 +331,32 @@ async def _settle_calls(
             tool = d.tool
             assert tool is not None  # a call to run comes with its tool and bound arguments
             batch.append(ToolStarted(d.call.id, d.call.name, tool.effect))
+            on_threads.append(log.thread)
             to_run.append(d)
+            if d.call.id in opened:  # a sub-agent's thread opens in the same commit
+                thread, payloads = opened[d.call.id]
+                batch.extend(payloads)
+                on_threads.extend([thread] * len(payloads))
         elif d.answer is not None:  # action "answer"
             batch.append(d.answer)
+            on_threads.append(log.thread)
         elif d.action == "request_approval":
             batch.append(ApprovalRequested(d.call.id, d.call.name, d.call.arguments))
+            on_threads.append(log.thread)
             waiting = True
         else:
             waiting = True
-    if batch:
+    if opened:
+        # New threads' folds are opened first, so each sees its own first events; their
+        # runs (`threads.run_thread`) take them on and close them.
+        branches = [log.branch(Folder(thread)) for thread, _ in opened.values()]
+        try:
+            await log.append(*batch, threads=on_threads)
+        except BaseException:
+            for branch in branches:
+                branch.close()
+            raise
+    elif batch:
         await log.append(*batch)
 
     async def on_finish(call: ToolCall, outcome: CallOutcome) -> None:
@@ -278,7 +369,10 @@ async def _settle_calls(
         )
 
     if to_run:
-        await run_calls(to_run, log.session_id, on_finish)
+        left_open = await run_calls(
+            to_run, log.session_id, on_finish, lambda d: threads.run_thread(ctx, d)
+        )
+        waiting = waiting or bool(left_open)
     if waiting:
         await _end(ctx, Stop("awaiting_approval", "a call waits for a decision"))
     return not waiting
@@ -298,7 +392,8 @@ def _closing(ctx: TurnContext, reason: str, detail: str | None = None) -> list[P
 async def _close_cancelled(ctx: TurnContext) -> None:
     if ctx.writes_nothing:
         return
-    await close_canceled_turn(ctx.log, ctx.stop_cause, turns_before=ctx.turns_before)
+    # A sub-agent's turn is stopped with the session's, for the session's reason.
+    await close_canceled_turn(ctx.log, ctx.root.stop_cause, turns_before=ctx.turns_before)
 
 
 async def close_canceled_turn(

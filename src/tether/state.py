@@ -52,6 +52,46 @@ def session_outcome(stop_reason: str) -> EndOutcome | None:
     return "completed" if stop_reason == "end_turn" or stop_reason not in STOP_REASONS else "failed"
 
 
+def parent_thread(thread: str) -> str:
+    """The thread that started `thread`: its path without the last part ("" is the main one)."""
+    return thread.rpartition("/")[0]
+
+
+def approval_key(thread: str, call_id: str) -> str:
+    """How a call waiting for approval is named session-wide: its id on the main thread,
+    `THREAD:CALL_ID` in a sub-agent's (thread ids hold no ':')."""
+    return f"{thread}:{call_id}" if thread else call_id
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadNode:
+    """One sub-agent thread of a session: who runs it, for which call of which thread, and
+    where it stands (`running`, `waiting_approval`, `stopped` after an interrupt, or
+    `finished` with the stop reason of its last turn)."""
+
+    thread: str
+    agent: str
+    parent_call_id: str | None
+    status: str = "running"
+    stop_reason: str | None = None
+    handoff: bool = False
+
+    @property
+    def parent(self) -> str:
+        return parent_thread(self.thread)
+
+    def to_json(self) -> JSONObject:
+        return {
+            "thread": self.thread,
+            "parent": self.parent,
+            "agent": self.agent,
+            "parent_call_id": self.parent_call_id,
+            "status": self.status,
+            "stop_reason": self.stop_reason,
+            "handoff": self.handoff,
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class SessionView:
     """What a session is doing, derived from its log and never stored beside it.
@@ -59,8 +99,10 @@ class SessionView:
     `open_calls` are the calls of the last assistant message with no result yet, in call
     order; `started_calls` the subset whose `tool.started` is in the log. `decisions` holds
     the approval decisions by call id, each as its `approval.decided` payload (`allow`,
-    `reason`). `steps` counts model answers over the whole session, `turn_steps` those of
-    the current turn."""
+    `reason`); a call of a sub-agent's thread is named `THREAD:CALL_ID` there
+    (`approval_key`). `steps` counts model answers over the whole session, `turn_steps`
+    those of the current turn, each with every sub-agent thread's; `threads` is the tree of
+    sub-agent threads, in the order they started."""
 
     session_id: str = ""
     state: State = "pending"
@@ -81,6 +123,7 @@ class SessionView:
     cancel_scope: CancelScope | None = None
     model_request_open: bool = False
     transcript_chars: int = 0
+    threads: tuple[ThreadNode, ...] = ()
 
     @property
     def terminal(self) -> bool:
@@ -109,6 +152,7 @@ class SessionView:
             },
             "cancel_scope": self.cancel_scope,
             "model_request_open": self.model_request_open,
+            "threads": [t.to_json() for t in self.threads],
         }
 
 

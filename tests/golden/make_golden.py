@@ -18,6 +18,7 @@ from tether.demo import demo_model, tools
 from tether.errors import RateLimited
 from tether.store import MemoryStore
 from tether.testing import Fail, ScriptedModel, Truncated, call
+from tether.tools import Tool
 
 HERE = Path(__file__).parent
 
@@ -32,6 +33,29 @@ def transfer(amount: int, to: str) -> str:
 def lookup(key: str) -> str:
     """Look a key up."""
     return {"a": "alpha"}.get(key, "")
+
+
+def _subagents() -> tuple[ScriptedModel, list[Tool], str, Limits]:
+    """Schema 3: a parent that asks two sub-agents at once, each of which calls a tool."""
+    researcher = Agent(
+        ScriptedModel(
+            [
+                lambda messages: call("lookup", key=messages[0].text),
+                lambda messages: f"found {messages[-1].tool_results[0].content!r}",
+            ]
+        ),
+        name="researcher",
+        tools=[lookup],
+        system="Research one key.",
+        retry=None,
+    )
+    parent = ScriptedModel(
+        [
+            [call("researcher", task="a"), call("researcher", task="b")],
+            lambda messages: "; ".join(r.content for r in messages[-1].tool_results),
+        ]
+    )
+    return parent, [researcher.as_tool()], "look up a and b", Limits()
 
 
 SCENARIOS = {
@@ -55,6 +79,7 @@ SCENARIOS = {
         "hi",
         Limits(),
     ),
+    "subagents": _subagents(),
 }
 
 
@@ -76,6 +101,12 @@ async def main() -> None:
         (HERE / f"{name}.view.json").write_text(
             json.dumps(view.to_json(), indent=1, ensure_ascii=False) + "\n"
         )
+        threads = sorted({e.thread for e in events if e.thread})
+        if threads:  # each sub-agent thread's own transcript, as the fold gives it
+            body = {t: json.loads(fold(events, t)[0].canonical()) for t in threads}
+            (HERE / f"{name}.threads.json").write_text(
+                json.dumps(body, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+            )
         print(name, result.stop_reason, len(events), "events")
 
 

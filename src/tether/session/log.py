@@ -99,6 +99,11 @@ class Turnstile:
 
 
 class SessionLog:
+    """The log of a session as its main thread folds it; `branch` gives the same log as a
+    sub-agent's thread folds it. A branch appends on its thread through the session's log
+    (one numbering, one lease, one turnstile), and every event appended or read is folded
+    into the main fold and every open branch's."""
+
     def __init__(
         self,
         store: Store,
@@ -111,12 +116,15 @@ class SessionLog:
         self.store = store
         self.session_id = session_id
         self.folder = folder or Folder()
+        self.thread = self.folder.thread
         self.clock = clock or SYSTEM_CLOCK
         self.observers = observers
         # Set while this process runs the session as a worker: every append is fenced by it.
         self.lease: Lease | None = None
         # Parallel tool calls finish concurrently; appends to one session go one at a time.
         self._turns = Turnstile()
+        self.root = self
+        self._branches: dict[str, SessionLog] = {}  # open sub-agent threads (on the root)
 
     @classmethod
     async def load(
@@ -130,14 +138,49 @@ class SessionLog:
         folder = Folder().apply_all(await store.read(session_id))
         return cls(store, session_id, folder, clock=clock, observers=observers)
 
+    def branch(self, folder: Folder) -> SessionLog:
+        """The log as `folder`'s thread folds it, kept current from here on until `close`d:
+        for a new thread, an empty fold opened before its first append; else one read with
+        `load_branch`."""
+        root = self.root
+        log = SessionLog(root.store, root.session_id, folder, clock=root.clock)
+        log.root = root
+        root._branches[folder.thread] = log
+        return log
+
+    async def load_branch(self, thread: str) -> SessionLog:
+        """The log as `thread` folds it, read from the store (a thread begun by an earlier
+        run, taken on after a crash, a hand-over or an approval)."""
+        open_now = self.root._branches.get(thread)
+        if open_now is not None:
+            return open_now
+        # Folded, then opened, with no await between: an event appended meanwhile is of
+        # another thread (nothing runs this one), so the fold misses nothing of its own.
+        folder = Folder(thread).apply_all(await self.store.read(self.session_id))
+        return self.branch(folder)
+
+    def close(self) -> None:
+        """Stop keeping a branch's fold current (its thread's run is over here)."""
+        if self.root is not self:
+            self.root._branches.pop(self.thread, None)
+
     async def append(
-        self, *payloads: Payload, thread: str = "", ids: Sequence[str] | None = None
+        self,
+        *payloads: Payload,
+        ids: Sequence[str] | None = None,
+        threads: Sequence[str] | None = None,
     ) -> list[Event]:
         """Append as one batch. A worker (holding `lease`) whose append meets events another
         process added meanwhile (a cancel, a decision, a message) folds them in and appends
         after them; a control-plane writer gets the `Conflict`, its fold caught up, to decide
         again. A lost lease is `LeaseLost`, and nothing is written. `ids`: the events' ids,
-        one per payload, when the caller names them (an idempotency key); else new ones."""
+        one per payload, when the caller names them (an idempotency key); else new ones.
+        `threads`: the thread of each payload, for a batch that opens sub-agent threads;
+        else all are this log's thread's."""
+        if self.root is not self:
+            return await self.root.append(
+                *payloads, ids=ids, threads=threads or (self.thread,) * len(payloads)
+            )
         if not self._turns.enter():
             await self._turns.wait()
         try:
@@ -145,10 +188,18 @@ class SessionLog:
                 base = self.folder.last_seq
                 stamp = format_time(self.clock.time())
                 sid = self.session_id
-                events = [
-                    Event(sid, base + i, new_event_id(), stamp, payload, thread)
-                    for i, payload in enumerate(payloads, start=1)
-                ]
+                if threads is None:
+                    events = [
+                        Event(sid, base + i, new_event_id(), stamp, payload, self.thread)
+                        for i, payload in enumerate(payloads, start=1)
+                    ]
+                else:
+                    events = [
+                        Event(sid, base + i, new_event_id(), stamp, payload, thread)
+                        for i, (payload, thread) in enumerate(
+                            zip(payloads, threads, strict=True), start=1
+                        )
+                    ]
                 if ids is not None:
                     events = [replace(e, id=i) for e, i in zip(events, ids, strict=True)]
                 try:
@@ -172,6 +223,8 @@ class SessionLog:
 
     async def refresh(self) -> list[Event]:
         """Fold in whatever other processes appended since this log last looked."""
+        if self.root is not self:
+            return await self.root.refresh()
         if not self._turns.enter():
             await self._turns.wait()
         try:
@@ -185,7 +238,11 @@ class SessionLog:
         return events
 
     def _apply(self, events: list[Event]) -> None:
+        branches = self._branches
         for event in events:
             self.folder.apply(event)
+            if branches:
+                for branch in list(branches.values()):
+                    branch.folder.apply(event)
             for observer in self.observers:
                 observer(event)

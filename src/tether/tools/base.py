@@ -9,7 +9,7 @@ import hashlib
 import inspect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from pydantic import BaseModel
 
@@ -18,6 +18,9 @@ from tether.events import Effect
 from tether.messages import canonical_json
 from tether.providers.base import ToolSpec
 from tether.tools.schema import build_validator, json_schema, parse_docstring
+
+if TYPE_CHECKING:
+    from tether.session.threads import SubAgent
 
 EFFECTS: tuple[str, ...] = ("read", "idempotent", "write")
 DEFAULT_TIMEOUT = 60.0
@@ -40,6 +43,9 @@ class Tool:
     output_cap: int = DEFAULT_OUTPUT_CAP
     context_param: str | None = None
     is_async: bool = field(default=False)
+    # A sub-agent offered as a tool (or a handoff): its calls run as threads of the session
+    # (`tether.session.threads`), never through `fn`.
+    subagent: SubAgent | None = None
 
     @property
     def spec(self) -> ToolSpec:

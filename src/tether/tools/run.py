@@ -171,22 +171,39 @@ def _deadline(tool: Tool, started: float) -> asyncio.Timeout:
 
 
 OnFinish = Callable[[ToolCall, CallOutcome], Awaitable[None]]
+# Runs a sub-agent's call (its tool has a `subagent`): its result, or None while the
+# sub-agent waits for a decision (the call stays open).
+ThreadRunner = Callable[[Decision], Awaitable[CallOutcome | None]]
 
 
-async def run_calls(runs: Sequence[Decision], session_id: str, on_finish: OnFinish) -> None:
+async def run_calls(
+    runs: Sequence[Decision],
+    session_id: str,
+    on_finish: OnFinish,
+    run_thread: ThreadRunner | None = None,
+) -> list[str]:
     """Run a turn's calls in parallel, as `recovery.decide_calls` decided them (action
     "run": the tool and its bound arguments); `on_finish` commits each result as its call
     returns, and the fold puts results in call order. A call that cannot run is never given
     here: its decision answers it. On cancel every running call is cancelled and the cancel
     propagates, once each call that was running is answered through `on_finish` (see
     `CallCanceled`); answering calls that never started is the caller's job, since only it
-    knows what is committed."""
+    knows what is committed. Returns the ids of the calls left open: sub-agents' calls
+    (run by `run_thread`) that wait for a decision."""
+    left_open: list[str] = []
 
     async def one(run: Decision) -> None:
         call, tool = run.call, run.tool
         assert tool is not None, f"call {call.id} is not one to run: {run.action}"
         try:
-            outcome = await execute(tool, call, session_id, run.kwargs)
+            if tool.subagent is not None and run_thread is not None:
+                result = await run_thread(run)
+                if result is None:
+                    left_open.append(call.id)
+                    return
+                outcome = result
+            else:
+                outcome = await execute(tool, call, session_id, run.kwargs)
         except CallCanceled as canceled:
             # Answered here, with its real duration, while the cancel goes on; should the
             # commit fail, the turn's closer answers the call as for any cancel.
@@ -197,7 +214,7 @@ async def run_calls(runs: Sequence[Decision], session_id: str, on_finish: OnFini
 
     if len(runs) == 1:
         await one(runs[0])  # no task group for the common single call
-        return
+        return left_open
     try:
         async with asyncio.TaskGroup() as group:
             for run in runs:
@@ -206,3 +223,4 @@ async def run_calls(runs: Sequence[Decision], session_id: str, on_finish: OnFini
         # Tools never raise here (their failures are results): what does is a commit that
         # failed (a lost lease, a store error). It stops the turn; raise it as itself.
         raise group.exceptions[0] from None
+    return left_open
