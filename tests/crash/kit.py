@@ -182,3 +182,43 @@ APPROVAL_TOOLS: list[Tool] = [transfer]
 
 def approval_model() -> ScriptedModel:
     return ScriptedModel([call("transfer", amount=30), "transfer handled"])
+
+
+# -- the fan-out script: a parent asks three researchers at once, each of which writes ----
+
+
+@tool  # effect="write": never repeated after a crash
+async def note(topic: str) -> str:
+    """Write a note about a topic (not safe to repeat)."""
+    record("write", f"{topic}")
+    await asyncio.sleep(0)
+    return f"noted {topic}"
+
+
+def _researcher() -> Tool:
+    # Imported here: the kit's other scripts need no agent.
+    from tether import Agent
+
+    model = ScriptedModel(
+        [
+            lambda messages: call("note", topic=messages[0].text),
+            lambda messages: f"report: {messages[-1].tool_results[0].content}",
+        ]
+    )
+    return Agent(model, name="researcher", tools=[note], system="Research one topic.").as_tool()
+
+
+FAN_OUT_TOPICS = ("alpha", "beta", "gamma")
+
+
+def fan_out_model() -> ScriptedModel:
+    return ScriptedModel(
+        [
+            [call("researcher", task=topic) for topic in FAN_OUT_TOPICS],
+            lambda messages: " | ".join(r.content for r in messages[-1].tool_results),
+        ]
+    )
+
+
+def fan_out_tools() -> list[Tool]:
+    return [_researcher()]

@@ -32,6 +32,7 @@ from tether.tools import Tool
 
 SCRIPTS: dict[str, tuple[Callable[[], ScriptedModel], list[Tool]]] = {
     "crash": (kit.crash_model, kit.CRASH_TOOLS),
+    "fan_out": (kit.fan_out_model, kit.fan_out_tools()),
     "zombie_thread": (kit.zombie_model, [kit.hold_write_thread]),
     "zombie_blocking": (kit.zombie_model, [kit.hold_write_blocking]),
 }

@@ -139,7 +139,9 @@ async def decide(
     *,
     known: Known | None = None,
 ) -> None:
-    """Record an approval decision for a call that waits for one."""
+    """Record an approval decision for a call that waits for one. `call_id` is as the
+    session's view lists it: a sub-agent's call is `THREAD:CALL_ID`, and its decision is
+    appended on that thread."""
     log = await _load(store, session_id, known)
     for _ in range(ATTEMPTS):
         if log.folder.terminal:
@@ -153,13 +155,22 @@ async def decide(
                 f"call {call_id} of session {session_id} is not waiting for a decision "
                 f"(waiting: {waiting})"
             )
+        thread, call = _thread_call(log.folder, call_id)
         try:
-            await log.append(ApprovalDecided(call_id, allow, reason))
+            await log.append(ApprovalDecided(call, allow, reason), threads=(thread,))
             await store.mark_runnable(session_id)
             return
         except Conflict:
             continue
     raise Conflict(session_id, log.folder.last_seq, log.folder.last_seq)
+
+
+def _thread_call(folder: Folder, key: str) -> tuple[str, str]:
+    """The thread and call id an approval key names (`state.approval_key`)."""
+    thread, colon, call_id = key.partition(":")
+    if colon and thread in folder.thread_nodes:
+        return thread, call_id
+    return "", key
 
 
 async def request_stop(
