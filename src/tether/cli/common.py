@@ -1,5 +1,6 @@
 """What the `tether` subcommands share: the one-line error, exit codes by stop reason,
-opening the store a command names, loading `--tools` and `--mcp`, and common arguments.
+opening the store a command names, loading `--tools`, `--mcp` and `--agents`, and common
+arguments.
 
 It runs nothing; each subcommand's module does (`main`, `steer`, `chat`, `experiment`,
 `serve`, `db`).
@@ -8,19 +9,26 @@ It runs nothing; each subcommand's module does (`main`, `steer`, `chat`, `experi
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
+import tomllib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import LeaseHeld, TetherError, UsageError
 from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
+from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
 from tether.store.base import Store
 from tether.store.open import DEFAULT_STORE_URL, open_store, sqlite_path
 from tether.tools import load
 from tether.tools.base import Tool
+
+if TYPE_CHECKING:
+    from tether.runtime.base import AgentSpec
 
 
 class CliError(Exception):
@@ -55,6 +63,90 @@ def load_tools(specs: Sequence[str]) -> list[Tool]:
         return load.load_tools(specs, label="--tools")
     except UsageError as exc:
         raise CliError(str(exc)) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsFile:
+    """What an `--agents` file says: sub-agents by name (`AgentSpec`), and the caps on how
+    deep they nest and how many run at once."""
+
+    agents: dict[str, AgentSpec]
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_threads: int = DEFAULT_MAX_THREADS
+
+
+AGENTS_FILE_KEYS = ("agents", "max_depth", "max_threads")
+
+
+def load_agents(path: str) -> AgentsFile:
+    """An `--agents` file, TOML or JSON (by its suffix; JSON if it is `.json`): an `agents`
+    table of sub-agents by name, each as `SessionSpec.agents` takes them, and optionally
+    `max_depth` and `max_threads`. What is wrong is a one-line `CliError` naming the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        data: object = json.loads(text) if path.endswith(".json") else tomllib.loads(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"--agents {path}: cannot read it: {exc}") from exc
+    except (ValueError, tomllib.TOMLDecodeError) as exc:  # JSONDecodeError is a ValueError
+        kind = "JSON" if path.endswith(".json") else "TOML"
+        raise CliError(f"--agents {path}: not valid {kind}: {exc}") from exc
+    try:
+        return _agents_file(data)
+    except UsageError as exc:
+        raise CliError(f"--agents {path}: {exc}") from exc
+
+
+def agent_tools(loaded: AgentsFile, path: str) -> list[Tool]:
+    """The tools that offer the file's sub-agents to the main agent (`tether.runtime.sessions.
+    subagent_tools`: those no other sub-agent lists), their models and tools loaded now."""
+    from tether.runtime.sessions import build_runner, subagent_tools
+
+    try:
+        return subagent_tools(
+            loaded.agents, lambda _, agent: build_runner(agent.model, agent.tools)
+        )
+    except UsageError as exc:
+        raise CliError(f"--agents {path}: {exc}") from exc
+
+
+def agents_record(loaded: AgentsFile) -> dict[str, Any]:
+    """What `session.created` records of the file (`metadata.cli`), as a runtime records a
+    spec's sub-agents (`metadata.runner`), so a worker rebuilds them."""
+    from tether.runtime import wire
+
+    return {
+        "agents": {name: wire.to_json(agent) for name, agent in loaded.agents.items()},
+        "max_depth": loaded.max_depth,
+        "max_threads": loaded.max_threads,
+    }
+
+
+def _agents_file(data: object) -> AgentsFile:
+    # Here, not at the top: the runtime (and pydantic) would slow every command's start.
+    from tether.runtime.base import agents_from_json, check_agents
+
+    if not isinstance(data, dict):
+        raise UsageError("the file must hold a table with an agents table")
+    unknown = sorted(set(data) - set(AGENTS_FILE_KEYS))
+    if unknown or "agents" not in data:
+        raise UsageError(
+            f"unknown keys {', '.join(unknown)}; expected {', '.join(AGENTS_FILE_KEYS)}"
+            if unknown
+            else 'no agents table (e.g. [agents.researcher] model = "...")'
+        )
+    depth, threads = (
+        data.get("max_depth", DEFAULT_MAX_DEPTH),
+        data.get("max_threads", DEFAULT_MAX_THREADS),
+    )
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
+        raise UsageError(f"max_depth must be an integer 0 or more, not {depth!r}")
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise UsageError(f"max_threads must be an integer 1 or more, not {threads!r}")
+    agents = agents_from_json(data["agents"])
+    if not agents:
+        raise UsageError("the agents table is empty")
+    check_agents(agents, depth)
+    return AgentsFile(agents, depth, threads)
 
 
 def retry_policy(retries: int | None) -> RetryPolicy | None:

@@ -20,11 +20,15 @@ from tether.cli.common import (
     EXIT_INTERRUPTED,
     TIMELINE_HELP,
     TOOLS_ARGUMENT,
+    AgentsFile,
     CliError,
+    agent_tools,
+    agents_record,
     error_text,
     existing_store,
     exit_code,
     import_from_cwd,
+    load_agents,
     load_mcp_tools,
     load_tools,
     retry_policy,
@@ -42,7 +46,7 @@ from tether.render import Timeline, render_runner, render_transcript, render_vie
 from tether.retrying import DEFAULT_RETRY
 from tether.store.base import Store
 from tether.store.open import DEFAULT_STORE_URL
-from tether.tools.base import Tool
+from tether.tools.base import Tool, Toolbox
 
 
 def _result_json(result: RunResult) -> dict[str, Any]:
@@ -67,10 +71,16 @@ async def cmd_run(
     except TetherError as exc:
         raise CliError(f"--model {model}: {exc}") from exc
     tools = load_tools(tool_specs)
+    tools += _sub_agents(args, tools)
     # What `tether sessions resume` needs to rebuild this agent in another process.
-    args.metadata = {
-        "cli": {"model": model, "tools": list(tool_specs), "mcp": getattr(args, "mcp", None)}
+    recorded: dict[str, Any] = {
+        "model": model,
+        "tools": list(tool_specs),
+        "mcp": getattr(args, "mcp", None),
     }
+    if args.agents_file is not None:
+        recorded |= agents_record(args.agents_file)
+    args.metadata = {"cli": recorded}
     if not getattr(args, "mcp", None):
         return await _run_agent(args, task, resolved, tools)
     # MCP servers start and list their tools here, before the store is touched.
@@ -79,6 +89,21 @@ async def cmd_run(
         return await _run_agent(args, task, resolved, tools + mcp_tools)
     finally:
         await source.aclose()
+
+
+def _sub_agents(args: argparse.Namespace, tools: list[Tool]) -> list[Tool]:
+    """`--agents FILE`: the tools that offer its sub-agents to the main agent (none without
+    it); the file itself is kept in `args.agents_file` for its caps and its record."""
+    path: str | None = getattr(args, "agents", None)
+    args.agents_file = None if path is None else load_agents(path)
+    if path is None or args.agents_file is None:
+        return []
+    offered = agent_tools(args.agents_file, path)
+    try:
+        Toolbox([*tools, *offered])
+    except TetherError as exc:  # a sub-agent named as one of the --tools
+        raise CliError(f"--agents {path}: {exc}") from exc
+    return offered
 
 
 def output_mode(args: argparse.Namespace) -> str:
@@ -104,6 +129,7 @@ async def _run_agent(
     timeline = Timeline()
     view = LiveView(sys.stdout, Style.for_stream(sys.stdout))
     interrupts: Interrupts = getattr(args, "interrupts", None) or Interrupts()
+    caps = getattr(args, "agents_file", None) or AgentsFile({})  # the sub-agents' caps
 
     def show(event: Event) -> None:
         interrupts.session_id = event.session_id
@@ -122,6 +148,8 @@ async def _run_agent(
         on_delta=view.on_delta if mode == "live" else None,
         metadata=getattr(args, "metadata", None),
         retry=retry_policy(getattr(args, "retries", None)),
+        max_depth=caps.max_depth,
+        max_threads=caps.max_threads,
     )
     session_id = getattr(args, "session_id", None)
     try:
@@ -260,6 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="MCP servers: a JSON or TOML file with mcpServers",
+    )
+    run.add_argument(
+        "--agents",
+        default=None,
+        metavar="FILE",
+        help="sub-agents: a TOML or JSON file with [agents.NAME] model, tools, system, ...",
     )
     run.add_argument("--system", default=None)
     run.add_argument("--store", default=None, help=store_help)

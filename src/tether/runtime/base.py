@@ -1,7 +1,7 @@
 """The Runtime protocol: the managed-session face of tether, in-process or over HTTP.
 
-Owns `Runtime`, `Capabilities`, `SessionSpec`, `SessionRef`, `SessionStatus`, their JSON
-forms and `validate_capabilities`. It runs nothing: `LocalRuntime` and `HttpRuntime` do,
+Owns `Runtime`, `Capabilities`, `SessionSpec` (and its sub-agents, `AgentSpec`), `SessionRef`,
+`SessionStatus`, their JSON forms and `validate_capabilities`. It runs nothing: `LocalRuntime` and `HttpRuntime` do,
 and both pass `tether.testing`'s runtime conformance suite. Each dataclass here is the one
 definition of its wire shape: its JSON form and the API's JSON Schema derive from it (`wire`).
 """
@@ -13,6 +13,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import pydantic
+
 from tether.errors import UsageError
 from tether.events import Event
 from tether.limits import Limits
@@ -21,6 +23,7 @@ from tether.providers.base import Delta
 from tether.runtime import wire
 from tether.scheduler.queue import PRIORITIES, Priority
 from tether.scheduler.status import StatusKind
+from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS, check_name
 from tether.state import TERMINAL_STATES, SessionView
 
 # Metadata keys the runtime writes into session.created; a spec may not set them.
@@ -87,6 +90,100 @@ def validate_capabilities(declared: Capabilities, requested: Capabilities) -> No
 
 
 @dataclass(frozen=True, slots=True)
+class AgentSpec:
+    """A sub-agent of a session (`SessionSpec.agents`, under its name there): its model
+    string, system prompt, tool specs and limits, as for the main agent. `description`: what
+    the tool that runs it tells the model. `handoff`: offered as `transfer_to_NAME`, which
+    hands the rest of the turn over, instead of as a tool named NAME. `agents`: the names of
+    other sub-agents of the same spec it is offered in turn (a tree, or a graph without
+    cycles)."""
+
+    model: str
+    system: str | None = None
+    tools: tuple[str, ...] = ()
+    limits: Limits = Limits()
+    description: str | None = None
+    handoff: bool = False
+    agents: tuple[str, ...] = ()
+
+
+def _check_tools(where: str, tools: Iterable[str]) -> None:
+    for spec in tools:
+        if not spec.strip() or spec.startswith(":"):
+            raise UsageError(f"{where}: {spec!r} is not MODULE or MODULE:ATTR")
+
+
+def root_agents(agents: Mapping[str, AgentSpec]) -> list[str]:
+    """The sub-agents the main agent is offered: those no other sub-agent lists, in order."""
+    listed = {child for agent in agents.values() for child in agent.agents}
+    return [name for name in agents if name not in listed]
+
+
+def check_agents(agents: Mapping[str, AgentSpec], max_depth: int) -> None:
+    """Refuse (`UsageError`) a bad name, an empty model, a bad tool spec, a sub-agent that
+    lists an unknown one, a cycle, or a tree deeper than `max_depth` (its deepest calls
+    could never run)."""
+    for name, agent in agents.items():
+        try:
+            check_name(name)
+        except UsageError as exc:
+            raise UsageError(f"spec.agents: {exc}") from None
+        if not agent.model.strip():
+            raise UsageError(f"spec.agents.{name}.model is empty: name a model")
+        _check_tools(f"spec.agents.{name}.tools", agent.tools)
+        unknown = [child for child in agent.agents if child not in agents]
+        if unknown:
+            raise UsageError(
+                f"spec.agents.{name}.agents names {', '.join(map(repr, unknown))}, which "
+                f"spec.agents does not define (it defines: {', '.join(agents)})"
+            )
+    depth: dict[str, int] = {}  # how deep the tree below each sub-agent goes, itself included
+
+    def below(name: str, path: tuple[str, ...]) -> int:
+        if name in path:
+            cycle = " -> ".join([*path[path.index(name) :], name])
+            raise UsageError(f"spec.agents form a cycle: {cycle}")
+        if name not in depth:
+            children = agents[name].agents
+            depth[name] = 1 + max((below(c, (*path, name)) for c in children), default=0)
+        return depth[name]
+
+    deepest = max((below(name, ()) for name in agents), default=0)
+    if deepest > max_depth:
+        raise UsageError(
+            f"spec.agents nest {deepest} deep, more than max_depth={max_depth}: "
+            "the deepest could never be called"
+        )
+
+
+def agents_from_json(data: object) -> dict[str, AgentSpec]:
+    """Sub-agents from their JSON form (a spec's `agents`, a runner's record, a CLI file),
+    checked for what each says alone; a bad one is a one-line `UsageError` naming it."""
+    if not isinstance(data, Mapping):
+        raise UsageError(f"agents must be a table of sub-agents by name, not {type(data).__name__}")
+    known = {f.name for f in dataclasses.fields(AgentSpec)}
+    agents: dict[str, AgentSpec] = {}
+    for name, value in data.items():
+        if not isinstance(value, Mapping):
+            raise UsageError(f"agents.{name} must be a table, not {type(value).__name__}")
+        extra = sorted(set(value) - known)
+        if extra:
+            raise UsageError(
+                f"agents.{name} has unknown keys {', '.join(map(str, extra))} "
+                f"(known: {', '.join(sorted(known))})"
+            )
+        try:
+            agents[str(name)] = wire.from_json(AgentSpec, value)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in ("agents", name, *first["loc"]))
+            raise UsageError(f"{where}: {first['msg']}") from None
+        except UsageError as exc:  # Limits refuses a value of its own
+            raise UsageError(f"agents.{name}: {exc}") from None
+    return agents
+
+
+@dataclass(frozen=True, slots=True)
 class SessionSpec:
     """A session to start. `model` is a model string (`scripted:demo`, `python:MODULE:ATTR`,
     `anthropic:MODEL`, ...) and `tools` are `MODULE:ATTR` specs, so any worker process can
@@ -95,7 +192,9 @@ class SessionSpec:
     on an error or a limit); otherwise it stays idle for more messages. `requires`: the
     capabilities the caller relies on, refused before anything is created if not declared.
     `priority`: the session's model calls queue at the gateway as interactive (first) or
-    batch."""
+    batch. `agents`: sub-agents by name (`AgentSpec`); the main agent is offered those no
+    other sub-agent lists, and each runs as a thread of the session; `max_depth` and
+    `max_threads` cap how deep they nest and how many run at once (`loop.Engine`)."""
 
     model: str
     task: str
@@ -106,6 +205,9 @@ class SessionSpec:
     end_after_turn: bool = False
     requires: Capabilities = Capabilities()
     priority: Priority = "interactive"
+    agents: dict[str, AgentSpec] = field(default_factory=dict)
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_threads: int = DEFAULT_MAX_THREADS
 
     def check(self) -> None:
         """What is wrong whatever the runtime: raised as `UsageError`, before any I/O."""
@@ -113,9 +215,7 @@ class SessionSpec:
             raise UsageError("spec.model is empty: name a model, e.g. scripted:demo")
         if not self.task.strip():
             raise UsageError("spec.task is empty: a session starts with a task")
-        for spec in self.tools:
-            if not spec.strip() or spec.startswith(":"):
-                raise UsageError(f"spec.tools: {spec!r} is not MODULE or MODULE:ATTR")
+        _check_tools("spec.tools", self.tools)
         if self.priority not in PRIORITIES:
             raise UsageError(
                 f"spec.priority must be one of {', '.join(PRIORITIES)}, not {self.priority!r}"
@@ -125,17 +225,37 @@ class SessionSpec:
             raise UsageError(
                 f"spec.metadata may not set {', '.join(taken)}: the runtime writes them"
             )
+        if self.max_depth < 0 or self.max_threads < 1:
+            raise UsageError(
+                f"spec.max_depth must be 0 or more and spec.max_threads 1 or more, "
+                f"not {self.max_depth} and {self.max_threads}"
+            )
+        check_agents(self.agents, self.max_depth)
 
     def to_json(self) -> JSONObject:
         """The body of a start request (its fingerprint, too). `requires` is written as the
-        names it holds, sorted: what a caller writes, and what the server reads."""
+        names it holds, sorted: what a caller writes, and what the server reads. The
+        sub-agent fields are written only when they say something (sub-agents, or caps
+        other than the defaults), so a spec without them is the body, and has the
+        fingerprint, it had before they existed."""
+        data = wire.to_json(self)
+        for name, default in SUB_AGENT_DEFAULTS.items():
+            if data.get(name) == default:
+                del data[name]
         names = list[JSONValue](sorted(self.requires.held()))
-        return {**wire.to_json(self), "requires": names}
+        return {**data, "requires": names}
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> SessionSpec:
         requires = Capabilities.of(data.get("requires") or ())
         return wire.from_json(SessionSpec, {**data, "requires": requires})
+
+
+SUB_AGENT_DEFAULTS: dict[str, JSONValue] = {
+    "agents": {},
+    "max_depth": DEFAULT_MAX_DEPTH,
+    "max_threads": DEFAULT_MAX_THREADS,
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from tether.fold import Folder
 from tether.providers.base import Delta, Model
 from tether.providers.endpoints import EndpointPolicy
 from tether.runtime.base import (
+    AgentSpec,
     Capabilities,
     CapabilityRefused,
     SessionRef,
@@ -33,14 +34,20 @@ from tether.runtime.base import (
 )
 from tether.runtime.hub import EventHub, stream_events
 from tether.runtime.quotas import Admission, Quota, capped
-from tether.runtime.sessions import Views, build_runner, create_session, created_event
+from tether.runtime.sessions import (
+    Views,
+    build_runner,
+    create_session,
+    created_event,
+    subagent_tools,
+)
 from tether.runtime.worker import Worker
 from tether.scheduler import GatewayConfig, GatewayFigures
 from tether.session import control
 from tether.session.tail import Tail
 from tether.store.base import Store
 from tether.store.open import open_store
-from tether.tools.base import Tool
+from tether.tools.base import Tool, Toolbox
 
 BUILT = 256  # resolved (model, tools) pairs kept for starting sessions
 
@@ -182,9 +189,13 @@ class LocalRuntime:
         self._ensure_running()
         self._check_code(spec)
         spec = capped(spec, self.quota)
-        model, tools = self._build(spec)
-        self._check_endpoint(spec, model)
-        created = created_event(spec, model, tools, self.tenant, idempotency_key)
+        model, tools = self._build(spec.model, spec.tools)
+        self._check_endpoint(spec.model, model)
+        # Every sub-agent's model is resolved and checked as the main one is, here and
+        # again by the worker; the tree is built once to refuse what could not run.
+        offered = subagent_tools(spec.agents, self._build_agent)
+        Toolbox([*tools, *offered])  # two tools of one name are refused now, not in a worker
+        created = created_event(spec, model, [*tools, *offered], self.tenant, idempotency_key)
         async with (
             asyncio.timeout(timeout),
             self._core.admission.start(self.tenant, self.quota) as admitted,
@@ -199,18 +210,26 @@ class LocalRuntime:
         return SessionRef(sid)
 
     def _check_code(self, spec: SessionSpec) -> None:
+        """Refuse a `python:` model or tools, the session's or any sub-agent's, that the
+        operator did not allow."""
         allowed = self._core.allow_code
         if allowed is None:
             return
-        named = [spec.model.removeprefix("python:")] if spec.model.startswith("python:") else []
-        for code in [*named, *spec.tools]:
-            if not any(fnmatch.fnmatchcase(code, pattern) for pattern in allowed):
+        code: list[str] = []
+        for model, tools in [
+            (spec.model, spec.tools),
+            *((a.model, a.tools) for a in spec.agents.values()),
+        ]:
+            code += [model.removeprefix("python:")] if model.startswith("python:") else []
+            code += tools
+        for named in code:
+            if not any(fnmatch.fnmatchcase(named, pattern) for pattern in allowed):
                 raise UsageError(
-                    f"{code!r} is not code this runtime may load (allowed: "
+                    f"{named!r} is not code this runtime may load (allowed: "
                     f"{', '.join(allowed) or 'none'}; see tether serve --allow-code)"
                 )
 
-    def _check_endpoint(self, spec: SessionSpec, model: Model) -> None:
+    def _check_endpoint(self, model_spec: str, model: Model) -> None:
         """Refuse a model that would call a URL the operator did not allow."""
         policy = self._core.endpoints
         if policy is None:
@@ -218,17 +237,23 @@ class LocalRuntime:
         try:
             policy.check_model(model)
         except UsageError as exc:
-            raise CapabilityRefused(f"model {spec.model[:200]!r}: {exc}") from None
+            raise CapabilityRefused(f"model {model_spec[:200]!r}: {exc}") from None
 
-    def _build(self, spec: SessionSpec) -> tuple[Model, list[Tool]]:
-        key = (spec.model, spec.tools)
+    def _build(self, model: str, tools: tuple[str, ...]) -> tuple[Model, list[Tool]]:
+        key = (model, tools)
         built = self._core.built.get(key)
         if built is None:
-            built = build_runner(spec.model, spec.tools)
+            built = build_runner(model, tools)
             self._core.built[key] = built
             while len(self._core.built) > BUILT:
                 self._core.built.popitem(last=False)
         return built
+
+    def _build_agent(self, name: str, agent: AgentSpec) -> tuple[Model, list[Tool]]:
+        """A sub-agent's model and tools, its model checked exactly as the session's is."""
+        model, tools = self._build(agent.model, agent.tools)
+        self._check_endpoint(agent.model, model)  # `subagent_tools` names the sub-agent
+        return model, tools
 
     async def _folder(self, ref: SessionRef) -> Folder:
         """The session's current fold, if it exists and belongs to this tenant."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from tether.errors import QuotaExceeded, UsageError
 from tether.fold import Folder
+from tether.limits import Limits
 from tether.runtime.base import CapabilityRefused, SessionSpec
 from tether.runtime.sessions import Views
 from tether.store.base import Store
@@ -117,16 +118,24 @@ class TenantLoad:
 
 def capped(spec: SessionSpec, quota: Quota) -> SessionSpec:
     """The spec within the tenant's output-token cap: refused above it (`CapabilityRefused`),
-    capped at it when it names none."""
-    cap, asked = quota.max_output_tokens, spec.limits.max_output_tokens
+    capped at it when it names none; its sub-agents' limits alike (each sends its own)."""
+    cap = quota.max_output_tokens
     if cap is None:
         return spec
+    agents = {
+        name: dataclasses.replace(agent, limits=_capped(agent.limits, cap, f"agents.{name}."))
+        for name, agent in spec.agents.items()
+    }
+    return dataclasses.replace(spec, limits=_capped(spec.limits, cap), agents=agents)
+
+
+def _capped(limits: Limits, cap: int, where: str = "") -> Limits:
+    asked = limits.max_output_tokens
     if asked is not None and asked > cap:
         raise CapabilityRefused(
-            f"limits.max_output_tokens {asked} is over this tenant's cap of {cap}"
+            f"{where}limits.max_output_tokens {asked} is over this tenant's cap of {cap}"
         )
-    limits = dataclasses.replace(spec.limits, max_output_tokens=asked or cap)
-    return dataclasses.replace(spec, limits=limits)
+    return dataclasses.replace(limits, max_output_tokens=asked or cap)
 
 
 def is_running(folder: Folder) -> bool:

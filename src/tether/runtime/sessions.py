@@ -1,8 +1,8 @@
 """Creating managed sessions and rebuilding their runners; folds kept current for polling.
 
 Owns what `session.created` records for a runtime session (`metadata.runner`: model string,
-tool specs, `end_after_turn`, `priority`; `metadata.tenant`; `metadata.idempotency`), idempotent
-creation, and `Views`, the per-process cache of incremental folds behind `poll`. Running
+tool specs, `end_after_turn`, `priority`, the sub-agents and their caps; `metadata.tenant`;
+`metadata.idempotency`), building a spec's sub-agents into tools, idempotent creation, and `Views`, the per-process cache of incremental folds behind `poll`. Running
 sessions is `worker`; the operations themselves are `local`.
 """
 
@@ -10,21 +10,24 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tether.agent import resolve_model
+from tether.agent import Agent, resolve_model
 from tether.errors import Conflict, IdempotencyConflict, TetherError, UsageError
 from tether.events import Event, SessionCreated, UserMessage, format_time
 from tether.fold import Folder
 from tether.limits import Limits
 from tether.messages import JSONObject, JSONValue, canonical_json, user
 from tether.providers.base import Model
-from tether.runtime.base import SessionSpec
+from tether.runtime import wire
+from tether.runtime.base import AgentSpec, SessionSpec, agents_from_json, check_agents, root_agents
 from tether.runtime.gateways import priority_of
 from tether.scheduler.queue import Priority
 from tether.session.control import KEYED, Known
 from tether.session.log import new_event_id, new_session_id
+from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
 from tether.store.base import Store
 from tether.tools.base import Tool
 from tether.tools.load import load_tools
@@ -43,6 +46,9 @@ class Runner:
     end_after_turn: bool
     tenant: str | None = None
     priority: Priority = "interactive"
+    agents: JSONObject = field(default_factory=dict)  # as recorded: read by `sub_agents`
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_threads: int = DEFAULT_MAX_THREADS
 
     @staticmethod
     def from_created(created: SessionCreated) -> Runner | None:
@@ -51,6 +57,7 @@ class Runner:
         if not isinstance(recorded, dict) or not isinstance(recorded.get("model"), str):
             return None
         tools = recorded.get("tools") or []
+        agents = recorded.get("agents")
         return Runner(
             model=str(recorded["model"]),
             tools=tuple(str(t) for t in tools) if isinstance(tools, list) else (),
@@ -58,13 +65,89 @@ class Runner:
             end_after_turn=bool(recorded.get("end_after_turn", False)),
             tenant=tenant if isinstance(tenant := created.metadata.get("tenant"), str) else None,
             priority=priority_of(recorded.get("priority")),
+            agents=agents if isinstance(agents, dict) else {},
+            max_depth=_count(recorded.get("max_depth"), DEFAULT_MAX_DEPTH),
+            max_threads=_count(recorded.get("max_threads"), DEFAULT_MAX_THREADS),
         )
 
     def key(self) -> str:
-        return canonical_json([self.model, list(self.tools), self.limits])
+        return canonical_json(
+            [
+                self.model,
+                list(self.tools),
+                self.limits,
+                self.agents,
+                self.max_depth,
+                self.max_threads,
+            ]
+        )
+
+    def sub_agents(self) -> dict[str, AgentSpec]:
+        """The recorded sub-agents, checked again (unknown names, cycles, depth) as at
+        start: a record is rebuilt only if a spec could have said it. `UsageError` if not."""
+        if self.max_depth < 0 or self.max_threads < 1:
+            raise UsageError(
+                f"recorded max_depth {self.max_depth} or max_threads {self.max_threads} "
+                "is out of range"
+            )
+        agents = agents_from_json(self.agents)
+        check_agents(agents, self.max_depth)
+        return agents
 
     def build_limits(self) -> Limits:
         return Limits(**{k: v for k, v in self.limits.items() if v is not None})  # type: ignore[arg-type]
+
+
+def _count(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+# Builds one sub-agent's model and tools (by its name and spec), checked and routed as its
+# caller builds the main model: the same endpoint policy, the same gateways.
+BuildAgent = Callable[[str, AgentSpec], tuple[Model, list[Tool]]]
+
+
+def subagent_tools(agents: Mapping[str, AgentSpec], build: BuildAgent) -> list[Tool]:
+    """The tools that offer a spec's sub-agents to its main agent (`root_agents`), each one
+    made by `Agent.as_tool` or `Agent.handoff_tool` as a library user would, its own
+    sub-agents among its tools. A sub-agent listed by several is built once. A failure
+    names the sub-agent."""
+    check_agents(agents, len(agents))  # never recurse without end, whoever checked before
+    made: dict[str, Agent] = {}
+
+    def offer(name: str) -> Tool:
+        spec = agents[name]
+        agent = made.get(name)
+        if agent is None:
+            try:
+                model, tools = build(name, spec)
+            except UsageError as exc:
+                _name_in(exc, name)
+                raise
+            children = [offer(child) for child in spec.agents]
+            try:
+                agent = Agent(
+                    model,
+                    name=name,
+                    tools=[*tools, *children],
+                    system=spec.system,
+                    limits=spec.limits,
+                )
+            except UsageError as exc:  # e.g. two tools of one name
+                _name_in(exc, name)
+                raise
+            made[name] = agent
+        if spec.handoff:
+            return agent.handoff_tool(description=spec.description)
+        return agent.as_tool(description=spec.description)
+
+    return [offer(name) for name in root_agents(agents)]
+
+
+def _name_in(exc: UsageError, name: str) -> None:
+    """Say which sub-agent failed, keeping the error's class (a refused endpoint stays
+    `CapabilityRefused`, and so an HTTP 422)."""
+    exc.args = (f"sub-agent {name}: {exc}", *exc.args[1:])
 
 
 def build_runner(
@@ -95,12 +178,17 @@ def created_event(
     spec: SessionSpec, model: Model, tools: list[Tool], tenant: str | None, key: str | None
 ) -> SessionCreated:
     metadata: JSONObject = dict(spec.metadata)
-    metadata["runner"] = {
+    runner: JSONObject = {
         "model": spec.model,
         "tools": list[JSONValue](spec.tools),
         "end_after_turn": spec.end_after_turn,
         "priority": spec.priority,
     }
+    if spec.agents:
+        runner["agents"] = {name: wire.to_json(agent) for name, agent in spec.agents.items()}
+        runner["max_depth"] = spec.max_depth
+        runner["max_threads"] = spec.max_threads
+    metadata["runner"] = runner
     if tenant is not None:
         metadata["tenant"] = tenant
     if key is not None:

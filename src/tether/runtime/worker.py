@@ -25,12 +25,12 @@ from tether.eager import shielded
 from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
 from tether.events import Event, SessionCreated
 from tether.loop import Engine
-from tether.providers.base import Caller
+from tether.providers.base import Caller, Model
 from tether.providers.endpoints import EndpointPolicy
 from tether.recovery import closing
 from tether.runtime.claims import DEFAULT_MAX_CLAIMS, take_work
 from tether.runtime.gateways import Gateways
-from tether.runtime.sessions import Runner, build_runner
+from tether.runtime.sessions import Runner, build_runner, subagent_tools
 from tether.scheduler import GatewayConfig
 from tether.session.lease import holding, worker_id
 from tether.session.log import SessionLog
@@ -38,7 +38,7 @@ from tether.session.run import Runs, run_session
 from tether.session.tail import Tail
 from tether.state import TERMINAL_STATES, session_outcome
 from tether.store.base import Claimed, DeferReason, Lease, News, Store, Wakeup
-from tether.tools.base import Toolbox
+from tether.tools.base import Tool, Toolbox
 
 if TYPE_CHECKING:
     import httpx
@@ -285,17 +285,30 @@ class Worker:
         if engine is not None:
             self._engines.move_to_end(key)
             return engine
-        model, tools = build_runner(runner.model, runner.tools, self._model_client())
-        if self.endpoints is not None:
-            self.endpoints.check_model(model)  # a session written by an older or laxer server
-        routed = self.gateways.route(model, runner.model)
+        agents = runner.sub_agents()
+        model, tools = self._build(runner.model, runner.tools)
+        offered = subagent_tools(agents, lambda _, agent: self._build(agent.model, agent.tools))
         engine = Engine(
-            routed, Toolbox(tools), runner.build_limits(), context=make_context(True, routed)
+            model,
+            Toolbox([*tools, *offered]),
+            runner.build_limits(),
+            context=make_context(True, model),
+            max_depth=runner.max_depth,
+            max_threads=runner.max_threads,
         )
         self._engines[key] = engine
         while len(self._engines) > ENGINES:
             self._engines.popitem(last=False)
         return engine
+
+    def _build(self, model_spec: str, tool_specs: tuple[str, ...]) -> tuple[Model, list[Tool]]:
+        """A model string (the session's, or a sub-agent's: each is checked alike) resolved
+        with this worker's guarded client, checked against the endpoint policy, and routed
+        through its gateway; and its tools."""
+        model, tools = build_runner(model_spec, tool_specs, self._model_client())
+        if self.endpoints is not None:
+            self.endpoints.check_model(model)  # a session written by an older or laxer server
+        return self.gateways.route(model, model_spec), tools
 
     def _model_client(self) -> httpx.AsyncClient | None:
         """Under an endpoint policy, one client for every provider model here, whose every

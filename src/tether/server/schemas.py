@@ -10,15 +10,23 @@ Runtime protocol.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
 from tether.events import ApprovalDecided
 from tether.limits import Limits
 from tether.messages import JSONValue, Usage
-from tether.runtime.base import Capabilities, SessionSpec, SessionStatus, SessionSummary, Waiting
+from tether.runtime.base import (
+    AgentSpec,
+    Capabilities,
+    SessionSpec,
+    SessionStatus,
+    SessionSummary,
+    Waiting,
+)
 from tether.runtime.wire import adapter
+from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
 from tether.state import SessionView
 
 if TYPE_CHECKING:
@@ -26,6 +34,9 @@ if TYPE_CHECKING:
 else:  # Capabilities' field names, as a Literal: pydantic checks a name and documents them all
     CapabilityName = Literal[Capabilities.names()]
 Text = Field(min_length=1, max_length=200_000)
+MAX_AGENTS = 16  # sub-agents in one spec
+# A sub-agent's name (`SessionSpec.check` holds it to `tether.session.threads.check_name`).
+AgentName = Annotated[str, Field(min_length=1, max_length=64)]
 REF = "#/components/schemas/{model}"
 
 
@@ -43,6 +54,29 @@ class LimitsBody(_Body):
     max_output_tokens: int | None = Field(None, gt=0)
 
 
+class AgentBody(_Body):
+    """A sub-agent of a session to start (see `AgentSpec`)."""
+
+    model: str = Field(min_length=1, max_length=500)
+    system: str | None = Field(None, max_length=200_000)
+    tools: list[str] = Field(default_factory=list, max_length=100)
+    limits: LimitsBody = Field(default_factory=lambda: LimitsBody.model_validate({}))
+    description: str | None = Field(None, max_length=10_000)
+    handoff: bool = False
+    agents: list[AgentName] = Field(default_factory=list, max_length=MAX_AGENTS)
+
+    def to_spec(self) -> AgentSpec:
+        return AgentSpec(
+            model=self.model,
+            system=self.system,
+            tools=tuple(self.tools),
+            limits=Limits(**self.limits.model_dump()),
+            description=self.description,
+            handoff=self.handoff,
+            agents=tuple(self.agents),
+        )
+
+
 class StartBody(_Body):
     """A session to start (see `SessionSpec`)."""
 
@@ -55,6 +89,9 @@ class StartBody(_Body):
     end_after_turn: bool = False
     requires: list[CapabilityName] = Field(default_factory=list)
     priority: Literal["interactive", "batch"] = "interactive"
+    agents: dict[AgentName, AgentBody] = Field(default_factory=dict, max_length=MAX_AGENTS)
+    max_depth: int = Field(DEFAULT_MAX_DEPTH, ge=0, le=MAX_AGENTS)
+    max_threads: int = Field(DEFAULT_MAX_THREADS, ge=1, le=64)
 
     def to_spec(self) -> SessionSpec:
         return SessionSpec(
@@ -67,6 +104,9 @@ class StartBody(_Body):
             end_after_turn=self.end_after_turn,
             requires=Capabilities.of(self.requires),
             priority=self.priority,
+            agents={name: agent.to_spec() for name, agent in self.agents.items()},
+            max_depth=self.max_depth,
+            max_threads=self.max_threads,
         )
 
 
