@@ -77,6 +77,11 @@ def payloads(
         | st.builds(ToolCall, text, text, objects, st.none() | text)
         | st.builds(ToolResult, text, text, st.booleans())
     )
+    message = st.builds(
+        Message,
+        st.sampled_from(["user", "assistant", "tool"]),
+        st.lists(parts, max_size=4).map(tuple),
+    )
     by_annotation: dict[str, st.SearchStrategy[object]] = {
         "str": text,
         "str | None": st.none() | text,
@@ -86,11 +91,8 @@ def payloads(
         "float | None": st.none() | floats,
         "bool": st.booleans(),
         "JSONObject": objects,
-        "Message": st.builds(
-            Message,
-            st.sampled_from(["user", "assistant", "tool"]),
-            st.lists(parts, max_size=4).map(tuple),
-        ),
+        "Message": message,
+        "tuple[Message, ...]": st.lists(message, max_size=3).map(tuple),
         "Usage": st.builds(Usage, big_ints, big_ints, big_ints, big_ints, big_ints),
         "tuple[str, ...]": st.lists(text, max_size=3).map(tuple),
         # Closed sets: a row holds what was written, and old logs may hold any string.
