@@ -3,7 +3,10 @@ wall clock is too noisy for a few per cent (a shared or two-core machine).
 
 Each figure is the instructions of a process that runs `RUNS` agent turns of 50 steps, less
 those of the same process running none (imports, the store opened), divided by the steps;
-the bare-loop baseline is counted the same way. Also the cost of `from tether import Agent`
+the bare-loop baseline is counted the same way. `child` kinds run the same steps inside a
+sub-agent: a parent's one call to it (two steps of the parent's own per turn, counted as
+steps like the child's), so the figure beside the top-level one is a sub-agent's cost per
+step. Also the cost of `from tether import Agent`
 (with `SQLiteStore`), less a bare interpreter's. Needs valgrind (`apt-get install valgrind`);
 prints a line and exits without it. Never fails on a figure.
 
@@ -44,8 +47,9 @@ def count(*args: str) -> int:
 
 def per_step(kind: str) -> float:
     me = str(Path(__file__).resolve())
+    steps = STEPS + 2 if kind.endswith("child") else STEPS
     return (count(me, "--child", kind, str(RUNS)) - count(me, "--child", kind, "0")) / (
-        RUNS * STEPS
+        RUNS * steps
     )
 
 
@@ -57,7 +61,7 @@ async def child(kind: str, runs: int) -> None:
         for _ in range(runs):
             await bare_loop(STEPS)
         return
-    from tether import Agent, tool
+    from tether import Agent, Limits, tool
     from tether.store import MemoryStore, SQLiteStore, Store
     from tether.testing import ScriptedModel, call
 
@@ -68,12 +72,22 @@ async def child(kind: str, runs: int) -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         store: Store = (
-            MemoryStore() if kind == "memory" else SQLiteStore(str(Path(folder) / "bench.db"))
+            MemoryStore()
+            if kind.startswith("memory")
+            else SQLiteStore(str(Path(folder) / "bench.db"))
         )
         for _ in range(runs):
             model = ScriptedModel([call("echo", text="a")] * (STEPS - 1) + ["done"])
-            result = await Agent(model, tools=[echo], store=store).run("go")
-            assert result.steps == STEPS, result
+            if kind.endswith("child"):
+                roomy = Limits(max_steps=STEPS + 10)
+                sub = Agent(model, tools=[echo], name="sub", limits=roomy).as_tool()
+                parent = ScriptedModel([call("sub", task="go"), "done"])
+                agent = Agent(parent, tools=[sub], store=store, limits=roomy)
+                result = await agent.run("go")
+                assert result.steps == STEPS + 2, result
+            else:
+                result = await Agent(model, tools=[echo], store=store).run("go")
+                assert result.steps == STEPS, result
         await store.close()
 
 
@@ -85,7 +99,9 @@ def main() -> None:
     print(f"instructions per step, {RUNS} turns of {STEPS} steps (valgrind callgrind):")
     print(f"  bare loop        {bare / 1000:9.1f} k")
     for kind in ("memory", "sqlite"):
-        print(f"  tether, {kind:<8} {per_step(kind) / 1000:9.1f} k")
+        top, inside = per_step(kind), per_step(f"{kind}-child")
+        print(f"  tether, {kind:<8} {top / 1000:9.1f} k")
+        print(f"    in a sub-agent {inside / 1000:9.1f} k  ({inside / top - 1:+.1%})")
     imported = count("-c", "from tether import Agent; from tether.store import SQLiteStore")
     print(f"from tether import Agent: {(imported - count('-c', 'pass')) / 1e6:,.0f} M")
 

@@ -9,6 +9,7 @@ what a session is doing is always read from its fold.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import os
@@ -125,6 +126,28 @@ def _model_from_python(spec: str) -> Model:
     return value
 
 
+def _ask(task: str) -> str:
+    """Args:
+    task: what to ask of it, with everything it needs to know: it sees nothing else of
+    this conversation."""
+    raise UsageError("a sub-agent's tool runs inside an agent's turn, never by itself")
+
+
+def _transfer() -> str:
+    raise UsageError("a handoff's tool runs inside an agent's turn, never by itself")
+
+
+@functools.cache
+def _sub_agent_tools() -> tuple[Tool, Tool]:
+    """The two shapes of a sub-agent's tool (ask it a task; take the turn over), made once:
+    each agent's tool is one of them renamed. `idempotent`: a call whose thread is in the
+    log goes on with it after a crash, never starts anew; no timeout: a sub-agent's time
+    is bounded by its limits."""
+    ask = make_tool(_ask, name="ask", effect="idempotent", timeout=None)
+    transfer = make_tool(_transfer, name="transfer", effect="idempotent", timeout=None)
+    return ask, transfer
+
+
 class Agent:
     """`Agent(model, tools=..., system=..., limits=..., store=..., stop_when=...)`.
 
@@ -218,23 +241,14 @@ class Agent:
         as an error) is the call's result. `limits` are the thread's own (by default this
         agent's), and hold only within what the caller's session has left."""
         tool_name = self._sub_name(name)
-
-        def ask(task: str) -> str:
-            """Args:
-            task: what to ask of it, with everything it needs to know: it sees nothing else
-            of this conversation."""
-            raise UsageError(f"{tool_name} is a sub-agent: it runs inside an agent's turn")
-
-        made = make_tool(
-            ask,
+        engine = self.engine if limits is None else replace(self.engine, limits=limits)
+        return replace(
+            _sub_agent_tools()[0],
             name=tool_name,
             description=description
             or f"Ask the {tool_name} agent to do a task; its final answer is the result.",
-            effect="idempotent",  # a call whose thread is in the log goes on, never anew
-            timeout=None,
+            subagent=SubAgent(tool_name, engine, self.system),
         )
-        engine = self.engine if limits is None else replace(self.engine, limits=limits)
-        return replace(made, subagent=SubAgent(tool_name, engine, self.system))
 
     def handoff_tool(
         self,
@@ -247,20 +261,13 @@ class Agent:
         agent, on a thread of its own that starts with the conversation so far (through
         `history_filter`, if given); its answer is the turn's."""
         agent_name = self._sub_name(name)
-
-        def transfer() -> str:
-            raise UsageError(f"transfer_to_{agent_name} is a handoff: it runs inside a turn")
-
-        made = make_tool(
-            transfer,
+        return replace(
+            _sub_agent_tools()[1],
             name=f"transfer_to_{agent_name}",
             description=description
             or f"Hand the conversation over to the {agent_name} agent, who answers from here.",
-            effect="idempotent",
-            timeout=None,
+            subagent=SubAgent(agent_name, self.engine, self.system, True, history_filter),
         )
-        sub = SubAgent(agent_name, self.engine, self.system, True, history_filter)
-        return replace(made, subagent=sub)
 
     def _sub_name(self, name: str | None) -> str:
         chosen = name or self.name
