@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tether.store import SQLiteStore
+from threads.support import fan_out_agent
 
 
 def tether(
@@ -87,6 +88,54 @@ def test_sessions_ls_show_and_events_read_what_the_run_stored(tmp_path: Path) ->
     events = [json.loads(line) for line in lines]
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert events[-1]["type"] == "turn.ended"
+
+
+async def _fan_out(path: Path) -> str:
+    store = SQLiteStore(str(path))
+    agent = fan_out_agent(store)
+    try:
+        return (await agent.run("go")).session_id
+    finally:
+        await agent.close()
+        await store.close()
+
+
+def test_sessions_show_prints_the_thread_tree_and_a_threads_transcript(tmp_path: Path) -> None:
+    sid = asyncio.run(_fan_out(tmp_path / "tether.db"))
+    human = tether("sessions", "show", sid, cwd=tmp_path).stdout
+    assert "threads  3" in human
+    for n, topic in enumerate("abc"):
+        tree_line = f"  researcher-{n + 1}  researcher · finished (end_turn) · runs call_0_{n}"
+        assert tree_line in human, human
+        assert f"[tool] result [call_0_{n}] report: noted {topic}" in human
+    assert "[user] go" in human and "[user] b" not in human  # the main thread's transcript
+
+    one = tether("sessions", "show", sid, "--thread", "researcher-2", cwd=tmp_path).stdout
+    transcript = one.split("transcript of thread researcher-2\n", 1)[1].splitlines()
+    assert transcript == [
+        "[system] Research one topic.",
+        "[user] b",
+        '[assistant] call note({"topic":"b"}) [call_0_0]',
+        "[tool] result [call_0_0] noted b",
+        "[assistant] report: noted b",
+    ]
+    shown = json.loads(
+        tether("sessions", "show", sid, "--thread", "researcher-2", "--json", cwd=tmp_path).stdout
+    )
+    assert shown["thread"] == "researcher-2"
+    assert [t["thread"] for t in shown["view"]["threads"]] == [f"researcher-{n}" for n in (1, 2, 3)]
+    assert shown["transcript"]["messages"][-1]["parts"][0]["text"] == "report: noted b"
+
+    # The log of one thread, each line labelled with it; the whole log labels every thread.
+    lines = tether("sessions", "events", sid, "--thread", "researcher-3", cwd=tmp_path).stdout
+    assert lines.splitlines() and all("[researcher-3] " in line for line in lines.splitlines())
+    assert "thread.finished   end_turn: report: noted c" in lines
+    every = tether("sessions", "events", sid, cwd=tmp_path).stdout
+    assert all(f"[researcher-{n}] thread.started" in every for n in (1, 2, 3))
+
+    wrong = tether("sessions", "show", sid, "--thread", "researcher-9", cwd=tmp_path)
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    assert "no such thread" in wrong.stderr and "researcher-1, researcher-2" in wrong.stderr
 
 
 def test_run_loads_tools_from_a_module_and_honours_max_steps(tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ from tether.events import (
     ModelResponded,
     SessionCreated,
     SessionEnded,
+    ThreadFinished,
+    ThreadStarted,
     ToolFinished,
     ToolStarted,
     TurnEnded,
@@ -25,7 +27,7 @@ from tether.events import (
 )
 from tether.fold import Transcript
 from tether.messages import JSONObject, Message, Text, ToolCall, ToolResult, canonical_json
-from tether.state import SessionView
+from tether.state import SessionView, ThreadNode, parent_thread
 from tether.store.base import Lease, Queued
 
 
@@ -72,10 +74,38 @@ def summarize(event: Event) -> str:
         )
     if isinstance(p, CancelRequested):
         return f"scope {p.scope}" + (f": {p.reason}" if p.reason else "")
+    if isinstance(p, ThreadStarted):
+        return _thread_started(p)
+    if isinstance(p, ThreadFinished):
+        ended = p.stop_reason + (f" — {clip(p.detail, 60)}" if p.detail else "")
+        return ended + (f": {clip(p.output, 70)}" if p.output else "")
     if isinstance(p, TurnEnded | SessionEnded):
         name = p.stop_reason if isinstance(p, TurnEnded) else p.outcome
         return name + (f" — {p.detail}" if p.detail else "")
     return ""
+
+
+def _thread_started(p: ThreadStarted) -> str:
+    who = f"{p.agent or 'an agent'}" + (f" ({p.model})" if p.model else "")
+    where = _call_of(parent_thread(p.thread), p.parent_call_id)
+    if p.handoff:
+        return f"{who} takes the turn over from {where}, with {len(p.history)} message(s)"
+    return f"{who} runs {where}"
+
+
+def _call_of(parent: str, call_id: str | None) -> str:
+    thread = f"[{parent}]" if parent else "the main thread"
+    return f"{call_id} of {thread}" if call_id else thread
+
+
+def thread_label(thread: str) -> str:
+    """How a line names a sub-agent's thread: `[PATH] `, indented two spaces per level of the
+    tree; nothing for the main thread."""
+    return f"{_indent(thread)}[{thread}] " if thread else ""
+
+
+def _indent(thread: str) -> str:
+    return "  " * (thread.count("/") + 1)
 
 
 def _seconds(time_text: str) -> float:
@@ -92,7 +122,7 @@ class Timeline:
         t = _seconds(event.time)
         if self._start is None:
             self._start = t
-        indent = "  " if event.type.startswith("tool.") else ""
+        indent = thread_label(event.thread) + ("  " if event.type.startswith("tool.") else "")
         return (
             f"{event.seq:>5}  +{t - self._start:7.3f}s  {indent}{event.type:<17} {summarize(event)}"
         )
@@ -122,16 +152,32 @@ def _part_text(part: object) -> str:
 def render_view(view: SessionView) -> str:
     cost = "unknown" if view.cost_usd is None else f"${view.cost_usd:.6f}"
     stop = view.stop_reason or "-"
-    return "\n".join(
-        [
-            f"session  {view.session_id}",
-            f"state    {view.state}",
-            f"stop     {stop}" + (f" — {view.stop_detail}" if view.stop_detail else ""),
-            f"model    {view.model}",
-            f"steps    {view.steps} in {view.turns} turn(s)",
-            f"usage    {view.usage.input_tokens} input + {view.usage.output_tokens} output tokens",
-            f"cost     {cost}",
-        ]
+    lines = [
+        f"session  {view.session_id}",
+        f"state    {view.state}",
+        f"stop     {stop}" + (f" — {view.stop_detail}" if view.stop_detail else ""),
+        f"model    {view.model}",
+        f"steps    {view.steps} in {view.turns} turn(s)",
+        f"usage    {view.usage.input_tokens} input + {view.usage.output_tokens} output tokens",
+        f"cost     {cost}",
+    ]
+    if view.pending_approvals:
+        # Each as `tether sessions approve` takes it: THREAD:CALL_ID inside a sub-agent.
+        lines.append(f"waiting  approval of {', '.join(view.pending_approvals)}")
+    if view.threads:
+        lines.append(f"threads  {len(view.threads)}")
+        lines.extend(render_thread(node) for node in view.threads)
+    return "\n".join(lines)
+
+
+def render_thread(node: ThreadNode) -> str:
+    """One line of the thread tree: the thread, indented by its depth, its agent, where it
+    stands, and the call that runs it."""
+    status = node.status + (f" ({node.stop_reason})" if node.stop_reason else "")
+    runs = "takes the turn over from" if node.handoff else "runs"
+    return (
+        f"{_indent(node.thread)}{node.thread}  {node.agent} · {status}"
+        f" · {runs} {_call_of(node.parent, node.parent_call_id)}"
     )
 
 

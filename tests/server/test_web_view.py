@@ -1,7 +1,8 @@
 """The web view (`GET /ui` of `tether serve`) in a real Chromium: it lists the tenant's
 sessions, follows one live (its timeline and the model's streamed output), and steers it
-(send a message, decide an approval, cancel), all through the same API and token; it runs
-under its Content-Security-Policy with no violation, and no page of another origin can
+(send a message, decide an approval, cancel), all through the same API and token; it shows a
+session's sub-agent threads (the tree, a label on each row, an approval inside a thread); it
+runs under its Content-Security-Policy with no violation, and no page of another origin can
 frame it."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from server.support import ACME, GLOBEX, serve
+from tether.runtime.base import SessionSpec
 from tether.runtime.http import HttpRuntime
 from tether.server.web import CSP
 from tether.testing.runtime_conformance import Observer, spec
@@ -143,6 +145,109 @@ async def test_the_web_view_shows_model_and_tool_text_as_text(
             responded = page.locator('#timeline li[data-type="model.responded"]')
             await expect(responded).to_contain_text("<img src=x", timeout=WAIT_MS)
             assert await page.locator("#timeline img").count() == 0 and dialogs == []
+        finally:
+            await rt.close()
+
+
+# A boss whose manager asks a payer to pay: the payer's call waits for approval two threads
+# down (`manager-1/payer-1:call_0_0`). Loaded by the server's worker from the test's directory;
+# each model answers from its messages alone, so a worker that rebuilds it goes on the same.
+THREADED_MODULE = '''
+from tether import Agent, tool
+from tether.testing import ScriptedModel, call
+
+
+def _asks(tool_name, **arguments):
+    def reply(messages):
+        results = [r.content for m in messages if m.role == "tool" for r in m.tool_results]
+        return f"{tool_name}: {results[-1]}" if results else call(tool_name, **arguments)
+
+    return ScriptedModel([reply], repeat_last=True)
+
+
+@tool(effect="write", needs_approval=True)
+def pay(amount: int) -> str:
+    """Pay an amount."""
+    return f"paid {amount}"
+
+
+payer = Agent(_asks("pay", amount=30), name="payer", tools=[pay])
+manager = Agent(_asks("payer", task="pay 30"), name="manager", tools=[payer.as_tool()])
+tools = [manager.as_tool()]
+
+
+def model():
+    return _asks("manager", task="get it paid")
+'''
+
+
+async def test_the_web_view_shows_the_thread_tree_and_decides_a_sub_agents_call(
+    tmp_path: Path, browser: object
+) -> None:
+    from playwright.async_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    (tmp_path / "threaded.py").write_text(THREADED_MODULE)
+    allow = ("--allow-code", "threaded:*")
+    env = {"PYTHONPATH": str(tmp_path)}
+    with serve(tmp_path, "--workers", "2", *allow, env=env) as server:
+        rt = HttpRuntime(server.url, ACME)
+        try:
+            threaded = SessionSpec(
+                model="python:threaded:model", task="pay", tools=("threaded:tools",)
+            )
+            ref = await rt.start(threaded)
+            waiting = await Observer(rt, ref).until(
+                "the payer's call to wait", lambda s: bool(s.view.pending_approvals)
+            )
+            key = "manager-1/payer-1:call_0_0"
+            assert waiting.view.pending_approvals == (key,)
+
+            page = await browser.new_page()
+            await page.goto(f"{server.url}/ui#/s/{ref.session_id}")
+            await give_token(page, ACME)
+            # The tree: each thread under its parent, with its agent and where it stands.
+            tree = page.locator("#threads li")
+            await expect(tree).to_have_count(2, timeout=WAIT_MS)
+            manager, payer = tree.nth(0), tree.nth(1)
+            await expect(manager).to_have_attribute("data-thread", "manager-1")
+            # The manager waits too: its turn is held open by its child's call.
+            await expect(manager).to_contain_text("manager · waiting_approval")
+            await expect(manager).to_contain_text("runs call_0_0 of the main thread")
+            await expect(payer).to_have_class("depth-2")
+            await expect(payer).to_contain_text("payer · waiting_approval")
+            await expect(payer).to_contain_text("runs call_0_0 of [manager-1]")
+
+            # The timeline labels each row with its thread, deeper threads further in.
+            started = page.locator('#timeline li[data-type="thread.started"]')
+            await expect(started).to_have_count(2, timeout=WAIT_MS)
+            await expect(started.nth(1).locator(".thread")).to_have_text("manager-1/payer-1")
+            await expect(started.nth(1)).to_contain_text(
+                "payer (scripted) runs call_0_0 of [manager-1]"
+            )
+            main_row = page.locator('#timeline li[data-type="session.created"]')
+            assert await main_row.locator(".thread").count() == 0
+            indents = [
+                await page.eval_on_selector(
+                    f'#timeline li[data-type="user.message"][data-thread="{t}"]',
+                    "(e) => parseFloat(getComputedStyle(e).paddingLeft)",
+                )
+                for t in ("", "manager-1", "manager-1/payer-1")
+            ]
+            assert indents[0] < indents[1] < indents[2], indents
+
+            # The approval names its thread, and Allow sends the whole key.
+            line = page.locator(f'#approvals div[data-call="{key}"]')
+            await expect(line.locator(".thread")).to_have_text("manager-1/payer-1")
+            await expect(line).to_contain_text("call call_0_0 waits for a decision")
+            await line.locator("button", has_text="Allow").click()
+            await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)
+            await expect(tree.nth(1)).to_contain_text("payer · finished (end_turn)")
+            finished = page.locator('#timeline li[data-type="thread.finished"]')
+            await expect(finished.first).to_contain_text("end_turn: pay: paid 30", timeout=WAIT_MS)
+            status = await rt.poll(ref)
+            assert status.view.last_output == "manager: payer: pay: paid 30"
+            assert status.view.decisions[key].allow
         finally:
             await rt.close()
 

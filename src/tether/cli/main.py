@@ -201,31 +201,42 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
         events = await store.read(args.id)
         if not events:
             raise SessionNotFound(args.id)
+        thread = args.thread or ""
+        if thread and not any(e.thread == thread for e in events):
+            known = sorted({e.thread for e in events} - {""})
+            raise CliError(
+                f"--thread {thread}: no such thread in {args.id} "
+                f"(threads: {', '.join(known) or 'none'})"
+            )
         if args.sessions_command == "events":
-            _print_events(events, args.json)
+            _print_events([e for e in events if not thread or e.thread == thread], args.json)
         else:
-            transcript, view = fold(events)
-            lease = None if view.terminal else await store.current_lease(args.id)
-            queued = None if view.terminal or lease else await store.queued(args.id)
-            if args.json:
-                runner = runner_json(lease, queued)
-                print(
-                    json.dumps(
-                        {
-                            "view": view.to_json(),
-                            "runner": runner,
-                            "transcript": transcript.to_json(),
-                        },
-                        ensure_ascii=False,
-                    )
-                )
-            else:
-                print(render_view(view))
-                print(render_runner(lease, queued))
-                print("\n" + render_transcript(transcript))
+            await _show(store, args, events, thread)
         return 0
     finally:
         await store.close()
+
+
+async def _show(store: Store, args: argparse.Namespace, events: list[Event], thread: str) -> None:
+    """The session's view (with its thread tree) and runner, then the transcript of the main
+    thread or, with `--thread`, of that sub-agent's thread."""
+    _, view = fold(events)
+    transcript = fold(events, thread)[0]
+    lease = None if view.terminal else await store.current_lease(args.id)
+    queued = None if view.terminal or lease else await store.queued(args.id)
+    if args.json:
+        shown = {
+            "view": view.to_json(),
+            "runner": runner_json(lease, queued),
+            "thread": thread,
+            "transcript": transcript.to_json(),
+        }
+        print(json.dumps(shown, ensure_ascii=False))
+        return
+    print(render_view(view))
+    print(render_runner(lease, queued))
+    print(f"\ntranscript of thread {thread}" if thread else "")
+    print(render_transcript(transcript))
 
 
 async def _sessions_ls(store: Store, args: argparse.Namespace) -> int:
@@ -326,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = ssub.add_parser(name, help=text)
         p.add_argument("id")
+        p.add_argument(
+            "--thread", default=None, metavar="T", help="a sub-agent's thread, e.g. researcher-1"
+        )
     blob = ssub.add_parser("blob", help="the full text of a tool output cut at its cap")
     blob.add_argument("id")
     blob.add_argument("hash", help="the sha256 its marker names (blob sha256:HEX)")

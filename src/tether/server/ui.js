@@ -90,9 +90,59 @@ function describe(event) {
     case "cancel.requested": return d.scope;
     case "turn.ended": return d.stop_reason + (d.detail ? " — " + clip(d.detail, 120) : "");
     case "session.ended": return d.outcome;
+    case "thread.started": {
+      const who = (d.agent || "an agent") + (d.model ? " (" + d.model + ")" : "");
+      const where = callOf(parentOf(d.thread), d.parent_call_id);
+      return who + (d.handoff ? " takes the turn over from " + where : " runs " + where);
+    }
+    case "thread.finished":
+      return d.stop_reason + (d.detail ? " — " + clip(d.detail, 120) : "") + (d.output ? ": " + clip(d.output, 200) : "");
     case "model.failed": return d.error_class + ": " + clip(d.message, 160);
     default: return clip(JSON.stringify(d), 160);
   }
+}
+
+// Sub-agent threads are paths (`researcher-1/critic-2`); "" is the main thread.
+function parentOf(thread) {
+  const cut = thread.lastIndexOf("/");
+  return cut < 0 ? "" : thread.slice(0, cut);
+}
+
+function depthOf(thread) {
+  return thread ? thread.split("/").length : 0;
+}
+
+// Indentation by a class, never a style attribute (the page's policy allows none); the
+// deepest threads share the last step.
+function depthClass(thread) {
+  return "depth-" + Math.min(depthOf(thread), 4);
+}
+
+function callOf(parent, callId) {
+  const thread = parent ? "[" + parent + "]" : "the main thread";
+  return callId ? callId + " of " + thread : thread;
+}
+
+function threadLabel(thread) {
+  const label = document.createElement("span");
+  label.className = "thread";
+  label.textContent = thread;
+  return label;
+}
+
+function showThreads(threads) {
+  const list = $("threads");
+  list.replaceChildren();
+  for (const t of threads) {
+    const item = document.createElement("li");
+    item.dataset.thread = t.thread;
+    item.className = depthClass(t.thread);
+    const status = t.status + (t.stop_reason ? " (" + t.stop_reason + ")" : "");
+    const runs = t.handoff ? " takes the turn over from " : " runs ";
+    item.append(threadLabel(t.thread), " " + t.agent + " · " + status + " ·" + runs + callOf(t.parent, t.parent_call_id));
+    list.appendChild(item);
+  }
+  $("threads-panel").hidden = threads.length === 0;
 }
 
 function text(message) {
@@ -144,7 +194,12 @@ async function follow(sessionId) {
           if (event.type === "model.responded") answered = true;
           const item = document.createElement("li");
           item.dataset.type = event.type;
-          item.textContent = String(event.seq).padStart(4) + "  " + event.type.padEnd(18) + describe(event);
+          const thread = event.thread || "";
+          item.dataset.thread = thread;
+          item.className = depthClass(thread);
+          item.append(String(event.seq).padStart(4) + "  ");
+          if (thread) item.append(threadLabel(thread), " ");
+          item.append(event.type.padEnd(18) + describe(event));
           list.appendChild(item);
         }
       }
@@ -160,6 +215,7 @@ async function showSession(sessionId) {
   $("session-view").hidden = false;
   $("session-id").textContent = sessionId;
   $("timeline").replaceChildren();
+  showThreads([]);
   $("live").textContent = "";
   const path = "/v1/sessions/" + encodeURIComponent(sessionId);
   const refresh = async () => {
@@ -170,12 +226,19 @@ async function showSession(sessionId) {
     const cost = s.cost_usd == null ? "cost unknown" : "$" + s.cost_usd.toFixed(6);
     $("figures").textContent = s.steps + " steps · " + s.usage.input_tokens + "+" + s.usage.output_tokens + " tokens · " + cost;
     $("waiting").textContent = s.waiting_reason || "";
+    showThreads(s.threads || []);
     const box = $("approvals");
     box.replaceChildren();
     for (const callId of s.pending_approvals) {
+      // A sub-agent's call is named THREAD:CALL_ID (thread ids hold no ':'); that whole key
+      // is what a decision names.
+      const cut = callId.indexOf(":");
+      const thread = cut < 0 ? "" : callId.slice(0, cut);
       const line = document.createElement("div");
       line.dataset.call = callId;
-      line.append("call " + callId + " waits for a decision ");
+      line.dataset.thread = thread;
+      if (thread) line.append(threadLabel(thread), " ");
+      line.append("call " + (cut < 0 ? callId : callId.slice(cut + 1)) + " waits for a decision ");
       for (const [label, allow] of [["Allow", true], ["Deny", false]]) {
         const button = document.createElement("button");
         button.textContent = label;
