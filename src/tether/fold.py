@@ -197,7 +197,7 @@ class Folder:
         self.last_seq = event.seq
         if not self.session_id:
             self.session_id = event.session_id
-        if self.terminal:
+        if self.state in TERMINAL_STATES:
             return  # terminal states absorb: nothing after session.ended changes the view
         if event.thread != self.thread:
             if event.thread.startswith(self._below):  # a sub-agent's, at any depth

@@ -169,6 +169,7 @@ class SessionLog:
         *payloads: Payload,
         ids: Sequence[str] | None = None,
         threads: Sequence[str] | None = None,
+        thread: str | None = None,
     ) -> list[Event]:
         """Append as one batch. A worker (holding `lease`) whose append meets events another
         process added meanwhile (a cancel, a decision, a message) folds them in and appends
@@ -176,10 +177,10 @@ class SessionLog:
         again. A lost lease is `LeaseLost`, and nothing is written. `ids`: the events' ids,
         one per payload, when the caller names them (an idempotency key); else new ones.
         `threads`: the thread of each payload, for a batch that opens sub-agent threads;
-        else all are this log's thread's."""
+        else all are `thread`'s, by default this log's thread's."""
         if self.root is not self:
             return await self.root.append(
-                *payloads, ids=ids, threads=threads or (self.thread,) * len(payloads)
+                *payloads, ids=ids, threads=threads, thread=thread or self.thread
             )
         if not self._turns.enter():
             await self._turns.wait()
@@ -189,8 +190,9 @@ class SessionLog:
                 stamp = format_time(self.clock.time())
                 sid = self.session_id
                 if threads is None:
+                    one = self.thread if thread is None else thread
                     events = [
-                        Event(sid, base + i, new_event_id(), stamp, payload, self.thread)
+                        Event(sid, base + i, new_event_id(), stamp, payload, one)
                         for i, payload in enumerate(payloads, start=1)
                     ]
                 else:
@@ -241,8 +243,8 @@ class SessionLog:
         branches = self._branches
         for event in events:
             self.folder.apply(event)
-            if branches:
-                for branch in list(branches.values()):
+            if branches:  # a fold changes no branch: no copy of the dict needed
+                for branch in branches.values():
                     branch.folder.apply(event)
             for observer in self.observers:
                 observer(event)
