@@ -122,3 +122,27 @@ def test_a_bad_agents_file_is_one_line_and_stores_nothing(
     assert lines[0].startswith(f"tether: error: --agents {name}: "), lines[0]
     assert message in lines[0], lines[0]
     assert not (tmp_path / "tether.db").exists()
+
+
+def test_an_approval_inside_a_sub_agent_is_decided_by_key_and_resumed_with_its_agents(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "agents.toml").write_text(HELPER)
+    out = tether(
+        "run", "ask helper guarded wipe", "--model", PARENT, "--agents", "agents.toml", "--json",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 4, out.stderr
+    session_id = json.loads(out.stdout)["session_id"]
+    # stderr prints the command that decides the sub-agent's call, by THREAD:CALL_ID.
+    approve = next(line.split() for line in out.stderr.splitlines() if " approve " in line)
+    key = approve[approve.index(session_id) + 1]
+    assert key.startswith("helper-1:"), out.stderr
+    assert tether("sessions", "approve", session_id, key, cwd=tmp_path).returncode == 0
+    # The resume rebuilds the sub-agents the session recorded: no --agents needed again.
+    out = tether("sessions", "resume", session_id, "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["output"] == "helper said: guarded said: done: wipe"
+    finished = [e for e in events(session_id, tmp_path) if e["type"] == "thread.finished"]
+    assert [e["thread"] for e in finished] == ["helper-1"]

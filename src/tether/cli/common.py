@@ -91,14 +91,15 @@ def load_agents(path: str) -> AgentsFile:
         kind = "JSON" if path.endswith(".json") else "TOML"
         raise CliError(f"--agents {path}: not valid {kind}: {exc}") from exc
     try:
-        return _agents_file(data)
+        return agents_file(data)
     except UsageError as exc:
         raise CliError(f"--agents {path}: {exc}") from exc
 
 
-def agent_tools(loaded: AgentsFile, path: str) -> list[Tool]:
+def agent_tools(loaded: AgentsFile, where: str) -> list[Tool]:
     """The tools that offer the file's sub-agents to the main agent (`tether.runtime.sessions.
-    subagent_tools`: those no other sub-agent lists), their models and tools loaded now."""
+    subagent_tools`: those no other sub-agent lists), their models and tools loaded now;
+    `where` names the file (or the record) in an error."""
     from tether.runtime.sessions import build_runner, subagent_tools
 
     try:
@@ -106,7 +107,7 @@ def agent_tools(loaded: AgentsFile, path: str) -> list[Tool]:
             loaded.agents, lambda _, agent: build_runner(agent.model, agent.tools)
         )
     except UsageError as exc:
-        raise CliError(f"--agents {path}: {exc}") from exc
+        raise CliError(f"{where}: {exc}") from exc
 
 
 def agents_record(loaded: AgentsFile) -> dict[str, Any]:
@@ -121,7 +122,8 @@ def agents_record(loaded: AgentsFile) -> dict[str, Any]:
     }
 
 
-def _agents_file(data: object) -> AgentsFile:
+def agents_file(data: object) -> AgentsFile:
+    """An `--agents` file's table (or what `agents_record` recorded of one), checked."""
     # Here, not at the top: the runtime (and pydantic) would slow every command's start.
     from tether.runtime.base import agents_from_json, check_agents
 

@@ -92,17 +92,22 @@ async def cmd_run(
 
 
 def _sub_agents(args: argparse.Namespace, tools: list[Tool]) -> list[Tool]:
-    """`--agents FILE`: the tools that offer its sub-agents to the main agent (none without
-    it); the file itself is kept in `args.agents_file` for its caps and its record."""
+    """`--agents FILE` (or, resuming, the sub-agents the session recorded: `args.
+    agents_loaded`): the tools that offer them to the main agent (none without either);
+    what was loaded is kept in `args.agents_file` for its caps and its record."""
     path: str | None = getattr(args, "agents", None)
-    args.agents_file = None if path is None else load_agents(path)
-    if path is None or args.agents_file is None:
+    loaded: AgentsFile | None = getattr(args, "agents_loaded", None)
+    if loaded is None and path is not None:
+        loaded = load_agents(path)
+    args.agents_file = loaded
+    if loaded is None:
         return []
-    offered = agent_tools(args.agents_file, path)
+    where = f"--agents {path}" if path is not None else "the session's recorded sub-agents"
+    offered = agent_tools(loaded, where)
     try:
         Toolbox([*tools, *offered])
     except TetherError as exc:  # a sub-agent named as one of the --tools
-        raise CliError(f"--agents {path}: {exc}") from exc
+        raise CliError(f"{where}: {exc}") from exc
     return offered
 
 

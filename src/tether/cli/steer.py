@@ -9,8 +9,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tether.cli.common import TIMELINE_HELP, TOOLS_ARGUMENT, existing_store
-from tether.errors import SessionNotFound
+from tether.cli.common import (
+    AGENTS_FILE_KEYS,
+    TIMELINE_HELP,
+    TOOLS_ARGUMENT,
+    AgentsFile,
+    CliError,
+    agents_file,
+    existing_store,
+)
+from tether.errors import SessionNotFound, UsageError
 from tether.events import SessionCreated
 from tether.session import control
 from tether.store.base import Store
@@ -91,6 +99,7 @@ async def continue_session(args: argparse.Namespace, task: str | None) -> int:
     model = args.model or setup.model
     tools = args.tools if args.tools is not None else setup.tools
     args.mcp = args.mcp or setup.mcp
+    args.agents_loaded = setup.agents
     args.system = setup.system
     args.session_id = args.id
     return await cmd_run(args, task=task, model=model, tool_specs=tools)
@@ -99,12 +108,14 @@ async def continue_session(args: argparse.Namespace, task: str | None) -> int:
 @dataclass(frozen=True, slots=True)
 class StoredSetup:
     """What a session ran with, as `session.created` recorded it: the model string and
-    tools specs the command line gave (`metadata.cli`), else the model's name."""
+    tools specs the command line gave (`metadata.cli`), else the model's name; the
+    sub-agents and caps of its `--agents` file, if it had one."""
 
     model: str
     tools: list[str]
     mcp: str | None
     system: str | None
+    agents: AgentsFile | None = None
 
 
 async def stored_setup(store: Store, session_id: str) -> StoredSetup:
@@ -118,11 +129,18 @@ async def stored_setup(store: Store, session_id: str) -> StoredSetup:
     if isinstance(created.metadata.get("cli"), dict):
         recorded = dict(created.metadata["cli"])  # type: ignore[arg-type]
     mcp = recorded.get("mcp")
+    agents = None
+    if "agents" in recorded:
+        try:
+            agents = agents_file({k: recorded[k] for k in AGENTS_FILE_KEYS if k in recorded})
+        except UsageError as exc:
+            raise CliError(f"session {session_id}: its recorded sub-agents: {exc}") from exc
     return StoredSetup(
         str(recorded.get("model") or created.model),
         [str(t) for t in recorded.get("tools") or []],
         str(mcp) if mcp else None,
         created.system,
+        agents,
     )
 
 
