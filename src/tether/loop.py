@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tether import stops
 from tether.context.blobs import keep_output
 from tether.context.manager import ContextManager
 from tether.errors import ContextOverflow, Parked, ProviderError
@@ -161,7 +162,7 @@ def _check(ctx: TurnContext) -> Stop | None:
     its callers have left: whichever is tighter stops it)."""
     folder = ctx.log.folder
     if ctx.engine.stop_when is not None and folder.turn_steps > 0:
-        reason = ctx.engine.stop_when(folder.view())
+        reason = stops.check(ctx.engine.stop_when, folder.view(), folder.messages)
         if reason:
             return Stop(reason, f"stop condition {reason!r} held after step {folder.steps}")
     estimate = max(_input_estimate(ctx), ctx.last_request_tokens)

@@ -44,6 +44,19 @@ def call(name: str, /, **arguments: JSONValue) -> ScriptedCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Say:
+    """An answer with text and tool calls together, as a model that thinks aloud gives."""
+
+    text: str
+    calls: tuple[ScriptedCall, ...] = ()
+
+
+def say(text: str, *calls: ScriptedCall) -> Say:
+    """`say("checking the draft", call("lint", path="a.md"))`: text, then the calls."""
+    return Say(text, calls)
+
+
+@dataclass(frozen=True, slots=True)
 class Fail:
     """Raise `error` instead of answering."""
 
@@ -72,6 +85,7 @@ class Truncated:
 
 Reply: TypeAlias = (
     str
+    | Say
     | ScriptedCall
     | Sequence[ScriptedCall]
     | Fail
@@ -186,6 +200,9 @@ class ScriptedModel:
     def _build(reply: Reply, turn: int) -> Message:
         if isinstance(reply, str):
             return Message("assistant", (Text(reply),))
+        if isinstance(reply, Say):
+            said = ScriptedModel._build(list(reply.calls), turn).parts if reply.calls else ()
+            return Message("assistant", ((Text(reply.text),) if reply.text else ()) + said)
         calls: list[object] = [reply] if isinstance(reply, ScriptedCall) else list(reply)  # type: ignore[arg-type]
         if not all(isinstance(c, ScriptedCall) for c in calls):
             raise ProviderError(
