@@ -6,6 +6,7 @@ never written: auth headers are dropped and the key's own text is scrubbed where
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator, Callable
@@ -137,14 +138,27 @@ class RecordingTransport(httpx.AsyncBaseTransport):
         secrets: tuple[str, ...] = (),
     ) -> None:
         self.cassette = cassette
-        self._inner = inner or httpx.AsyncHTTPTransport()
+        self._given = inner
+        self._own: httpx.AsyncHTTPTransport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         # Keys seen in auth headers are added as they pass; these are known up front.
         self._secrets: set[str] = {s for s in secrets if len(s) >= 8}
+
+    def _inner(self) -> httpx.AsyncBaseTransport:
+        if self._given is not None:
+            return self._given
+        # The pool's connections belong to the loop that opened them: a model recorded across
+        # `asyncio.run` calls (`Agent.run_sync` twice) needs a fresh pool per loop, as
+        # `http.Endpoint` renews its own client. The old pool's loop is gone: it is dropped.
+        loop = asyncio.get_running_loop()
+        if self._own is None or self._loop is not loop:
+            self._own, self._loop = httpx.AsyncHTTPTransport(), loop
+        return self._own
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         content = await request.aread()
         self._secrets.update(_secret_values(request.headers))
-        response = await self._inner.handle_async_request(request)
+        response = await self._inner().handle_async_request(request)
         headers = {
             k.lower(): self._scrub(v)
             for k, v in response.headers.items()
@@ -181,7 +195,11 @@ class RecordingTransport(httpx.AsyncBaseTransport):
         return value
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        if self._given is not None:
+            await self._given.aclose()
+        elif self._own is not None:
+            own, self._own = self._own, None
+            await own.aclose()
 
 
 def _secret_values(headers: httpx.Headers) -> set[str]:
