@@ -28,7 +28,7 @@ from tether.providers.common import (
     tool_call,
     truncated,
 )
-from tether.providers.http import Endpoint, SSEDecoder
+from tether.providers.http import Endpoint, SSEDecoder, SSEEvent
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_VERSION = "2023-06-01"
@@ -191,6 +191,22 @@ class _Block:
         self.parts: list[str] = []
 
 
+# The events whose data the answer is built from (`message` is SSE's default name, which a
+# proxy may write out); `error` raises.
+_READ_EVENTS = frozenset(
+    {
+        "message",
+        "message_start",
+        "message_delta",
+        "message_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "error",
+    }
+)
+
+
 class StreamAssembler:
     """Folds SSE events into one assistant message. Blocks are keyed by `index`, so fragments
     of different blocks may interleave. Deltas go to the observer as they arrive."""
@@ -206,11 +222,11 @@ class StreamAssembler:
 
     def feed(self, chunk: bytes) -> None:
         for event in self._sse.feed(chunk):
-            self._handle(event.data)
+            self._event(event)
 
     def finish(self, body: bytes) -> ModelResponse:
         for event in self._sse.close():
-            self._handle(event.data)
+            self._event(event)
         if not self._done:
             raise ConnectionFailed("the stream ended before message_stop")
         ordered = [self._blocks[i] for i in sorted(self._blocks)]
@@ -228,6 +244,12 @@ class StreamAssembler:
             body=body,
             incomplete=cut,
         )
+
+    def _event(self, event: SSEEvent) -> None:
+        # As the official SDK does, a named event the answer does not need (`ping`, or one
+        # added later) is skipped by its name, its data unread: a cut keep-alive is harmless.
+        if event.event is None or event.event in _READ_EVENTS:
+            self._handle(event.data)
 
     def _handle(self, data: str) -> None:
         payload = load_json(data)
