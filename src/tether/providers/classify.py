@@ -54,9 +54,11 @@ def _info(data: Mapping[str, JSONValue]) -> ErrorInfo:
         message = f"{message}: {upstream}" if message else upstream
     code = data.get("code")
     status = code if isinstance(code, int) and not isinstance(code, bool) else None
+    kind = text(data, "type") or ""
     return ErrorInfo(
         message or "no error message",
-        text(data, "type") or "",
+        # A flat error event (Responses) is typed `error` as an event, not as an error kind.
+        "" if kind == "error" else kind,
         code if isinstance(code, str) else "",
         status,
     )
@@ -118,11 +120,19 @@ MAX_UPSTREAM_TEXT = 500
 
 def _message(status: int | None, info: ErrorInfo) -> str:
     where = f"HTTP {status}" if status is not None else "error inside the stream"
-    label = info.type[:100] or info.code[:100]
+    label = _label(info.type[:100], info.code[:100])
     said = info.message
     if len(said) > MAX_UPSTREAM_TEXT:
         said = f"{said[:MAX_UPSTREAM_TEXT]}… ({len(said) - MAX_UPSTREAM_TEXT} more characters cut)"
     return f"{where}: {label}: {said}" if label else f"{where}: {said}"
+
+
+def _label(kind: str, code: str) -> str:
+    """The error's type and its code: OpenAI's type is broad (`invalid_request_error`), its
+    code says what happened (`context_length_exceeded`)."""
+    if kind and code and code != kind:
+        return f"{kind} ({code})"
+    return kind or code
 
 
 def _wait_hint(headers: Mapping[str, str], message: str) -> float | None:

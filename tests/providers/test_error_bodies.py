@@ -1,0 +1,219 @@
+"""Error bodies over real HTTP, streamed or not: a streaming request the server answers with a
+JSON error (an error status, or 200 with `application/json`) reports the provider's own
+message, type or code and status, classified as the same body is when not streamed; a whole
+answer's error body is not said to come from a stream; a Responses error names its code."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tether import errors
+from tether.messages import user
+from tether.providers.base import Model, ModelRequest
+from tether.providers.registry import model_from_string
+
+from .fake_servers import FakeServer, Reply
+
+MODELS = {
+    "anthropic": "anthropic:claude-sonnet-4-5",
+    "openai": "openai:gpt-4.1",
+    "openai-responses": "openai-responses:gpt-4.1",
+    "openrouter": "openrouter:meta-llama/llama-3.3-70b-instruct",
+}
+
+
+def build(dialect: str, url: str, stream: bool) -> Model:
+    base = url if dialect == "anthropic" else url + "/v1"
+    return model_from_string(MODELS[dialect], api_key="sk-loopback", base_url=base, stream=stream)
+
+
+@dataclass(frozen=True)
+class Case:
+    dialect: str
+    status: int  # the HTTP status the body comes with when it is not sent with 200
+    body: Any
+    expected: type[errors.ProviderError]
+    said: str  # the provider's own words, which the error must carry
+    label: str = ""  # its type and/or code, as the error message names them
+    stated: int | None = None  # a status the body itself states (OpenRouter's `code`)
+
+    @property
+    def raw(self) -> bytes:
+        return json.dumps(self.body).encode()
+
+
+def _anthropic(kind: str, message: str) -> Any:
+    return {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_1"}
+
+
+def _openai(message: str, kind: str | None, code: str | None) -> Any:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+RATE = "Rate limit reached for gpt-4.1 on tokens per min (TPM). Please try again in 84ms."
+QUOTA = "You exceeded your current quota, please check your plan and billing details."
+WINDOW = "Your input exceeds the context window of this model. Please adjust your input."
+UPSTREAM = "meta-llama/llama-3.3-70b-instruct is temporarily rate-limited upstream."
+
+CASES = [
+    Case(
+        "anthropic",
+        529,
+        _anthropic("overloaded_error", "Overloaded"),
+        errors.Overloaded,
+        "Overloaded",
+        "overloaded_error",
+    ),
+    Case(
+        "anthropic",
+        400,
+        _anthropic("invalid_request_error", "prompt is too long: 205000 tokens > 200000 maximum"),
+        errors.ContextOverflow,
+        "prompt is too long",
+        "invalid_request_error",
+    ),
+    Case(
+        "anthropic",
+        401,
+        _anthropic("authentication_error", "invalid x-api-key"),
+        errors.AuthenticationError,
+        "invalid x-api-key",
+        "authentication_error",
+    ),
+    Case(
+        "openai",
+        429,
+        _openai(RATE, "tokens", "rate_limit_exceeded"),
+        errors.RateLimited,
+        "Rate limit reached for gpt-4.1",
+        "rate_limit_exceeded",
+    ),
+    Case(
+        "openai",
+        429,
+        _openai(QUOTA, "insufficient_quota", "insufficient_quota"),
+        errors.QuotaExhausted,
+        "exceeded your current quota",
+        "insufficient_quota",
+    ),
+    Case(
+        "openai-responses",
+        400,
+        _openai(WINDOW, "invalid_request_error", "context_length_exceeded"),
+        errors.ContextOverflow,
+        "exceeds the context window",
+        "context_length_exceeded",
+    ),
+    Case(
+        "openai-responses",
+        429,
+        _openai(RATE, "tokens", "rate_limit_exceeded"),
+        errors.RateLimited,
+        "Rate limit reached for gpt-4.1",
+        "rate_limit_exceeded",
+    ),
+    Case(
+        "openrouter",
+        429,
+        {
+            "error": {
+                "message": "Provider returned error",
+                "code": 429,
+                "metadata": {"raw": UPSTREAM, "provider_name": "OpenInference"},
+            },
+            "user_id": "user_1",
+        },
+        errors.RateLimited,
+        "temporarily rate-limited upstream",
+        stated=429,
+    ),
+    Case(
+        "openrouter",
+        402,
+        {"error": {"message": "Insufficient credits. Add more using /credits", "code": 402}},
+        errors.QuotaExhausted,
+        "Insufficient credits",
+        stated=402,
+    ),
+    Case(
+        "openrouter",
+        401,
+        {"error": {"message": "No auth credentials found", "code": 401}},
+        errors.AuthenticationError,
+        "No auth credentials found",
+        stated=401,
+    ),
+]
+IDS = [f"{c.dialect}-{c.status}-{c.expected.__name__}" for c in CASES]
+
+
+async def _failure(case: Case, reply: Reply, stream: bool) -> errors.ProviderError:
+    async with FakeServer(lambda _: reply) as server:
+        model = build(case.dialect, server.url, stream)
+        with pytest.raises(errors.ProviderError) as caught:
+            await model.complete(ModelRequest(model.name, None, (user("hi"),)))
+        await model.aclose()  # type: ignore[attr-defined]
+    return caught.value
+
+
+def _same(one: errors.ProviderError, other: errors.ProviderError) -> None:
+    assert type(one) is type(other)
+    assert (one.message, one.status, one.retryable, one.retry_after, one.body) == (
+        other.message,
+        other.status,
+        other.retryable,
+        other.retry_after,
+        other.body,
+    )
+
+
+LABELLED = [pytest.param(c, id=i) for c, i in zip(CASES, IDS, strict=True) if c.label]
+
+
+@pytest.mark.parametrize("case", LABELLED)
+async def test_an_error_status_names_the_error_type_or_code(case: Case) -> None:
+    reply = Reply(case.status, case.raw, {"content-type": "application/json"})
+    error = await _failure(case, reply, stream=False)
+    assert error.message.startswith(f"HTTP {case.status}: ")
+    assert case.label in error.message
+
+
+def _responses_stream(event: Any) -> Reply:
+    started = {"type": "response.created", "sequence_number": 0, "response": {"status": "x"}}
+    chunks = [
+        f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode()
+        for e in (started, {**event, "sequence_number": 1})
+    ]
+    return Reply(chunks=chunks, headers={"content-type": "text/event-stream"})
+
+
+@pytest.mark.parametrize(
+    ("code", "said", "expected"),
+    [
+        ("rate_limit_exceeded", RATE, errors.RateLimited),
+        ("context_length_exceeded", WINDOW, errors.ContextOverflow),
+        ("server_error", "The server had an error.", errors.ServerError),
+    ],
+)
+async def test_a_responses_stream_error_event_names_its_code(
+    code: str, said: str, expected: type[errors.ProviderError]
+) -> None:
+    event = {"type": "error", "code": code, "message": said, "param": None}
+    case = Case("openai-responses", 200, event, expected, said)
+    error = await _failure(case, _responses_stream(event), stream=True)
+    assert type(error) is expected
+    assert error.message == f"error inside the stream: {code}: {said}"
+    assert error.status is None
+
+
+async def test_a_failed_response_event_names_its_code() -> None:
+    failed = {"status": "failed", "error": {"code": "rate_limit_exceeded", "message": RATE}}
+    event = {"type": "response.failed", "response": failed}
+    case = Case("openai-responses", 200, event, errors.RateLimited, RATE)
+    streamed = await _failure(case, _responses_stream(event), stream=True)
+    assert type(streamed) is errors.RateLimited
+    assert streamed.message == f"error inside the stream: rate_limit_exceeded: {RATE}"
