@@ -1,31 +1,21 @@
-"""Experiments: one task run many times, each run its own session, and what varied between
-the runs, with intervals.
-
-A model's answers vary from run to run, so one run says little about a prompt, a model or a
-set of tools. `run_experiment` runs the task `runs` times (up to `concurrency` at once) on
-one agent; every run is a session of its own in the agent's store, tagged with the
-experiment's id in `session.created`, so any run can be looked at afterwards. The report
-gives how the runs ended (each stop reason's share, with a Wilson score interval) and the
-mean of their steps, tokens, cost and wall time (with a bootstrap interval of the mean).
-"""
+"""One task run many times on one agent (`run_experiment`), each run its own session, and
+what varied between the runs, with intervals (`Report`, `render_report`). Comparing agents
+is `matrix`'s; the statistics are `stats`'."""
 
 from __future__ import annotations
 
 import asyncio
-import math
-import random
 import secrets
-import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tether.agent import Agent
 from tether.errors import UsageError
+from tether.experiment.stats import Interval, Summary, check_confidence, summarize, wilson
 from tether.messages import JSONObject
 
-BOOTSTRAP_RESAMPLES = 2_000
 METRICS = ("steps", "tokens", "cost_usd", "seconds")
 
 
@@ -41,36 +31,6 @@ class RunRecord:
     def value(self, metric: str) -> float | None:
         value: float | int | None = getattr(self, metric)
         return None if value is None else float(value)
-
-
-@dataclass(frozen=True, slots=True)
-class Interval:
-    low: float
-    high: float
-
-    def to_json(self) -> JSONObject:
-        return {"low": self.low, "high": self.high}
-
-
-@dataclass(frozen=True, slots=True)
-class Summary:
-    """The mean over the runs, the interval it lies in at the report's confidence, and the
-    median and range for the shape."""
-
-    mean: float
-    interval: Interval
-    median: float
-    low: float
-    high: float
-
-    def to_json(self) -> JSONObject:
-        return {
-            "mean": self.mean,
-            "interval": self.interval.to_json(),
-            "median": self.median,
-            "min": self.low,
-            "max": self.high,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,20 +51,12 @@ class Report:
         }
 
     def summary(self, metric: str) -> Summary | None:
-        """None when some run does not know the figure (a model without prices: the cost)."""
+        """Over the runs that know the figure, with how many do not (`Summary.unknown`);
+        None when no run knows it (a model without prices: the cost)."""
         if metric not in METRICS:
             raise UsageError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
         values = [r.value(metric) for r in self.runs]
-        known = [v for v in values if v is not None]
-        if not known or len(known) < len(values):
-            return None
-        return Summary(
-            statistics.fmean(known),
-            bootstrap_mean(known, self.confidence, seed=self.experiment_id),
-            statistics.median(known),
-            min(known),
-            max(known),
-        )
+        return summarize(values, self.confidence, seed=self.experiment_id)
 
     def to_json(self) -> JSONObject:
         summaries = {m: self.summary(m) for m in METRICS}
@@ -121,44 +73,6 @@ class Report:
             "metrics": {m: None if s is None else s.to_json() for m, s in summaries.items()},
             "sessions": [r.session_id for r in self.runs],
         }
-
-
-def wilson(successes: int, n: int, confidence: float = 0.95) -> Interval:
-    """The Wilson score interval of a share: unlike the normal approximation it stays within
-    [0, 1] and says something even at 0 or n successes."""
-    if n <= 0 or not 0 <= successes <= n:
-        raise UsageError(f"a share needs 0 <= successes <= n and n > 0, not {successes}/{n}")
-    z = _z(confidence)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    # At 0 or n successes the bound is exactly 0 or 1; rounding would leave a speck.
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return Interval(low, high)
-
-
-def bootstrap_mean(
-    values: Sequence[float], confidence: float = 0.95, *, seed: int | str = 0
-) -> Interval:
-    """The percentile bootstrap interval of the mean: no assumption about the shape of the
-    values (run times and token counts are skewed), and the same for the same `seed`."""
-    if not values:
-        raise UsageError("a bootstrap interval needs at least one value")
-    _z(confidence)  # checks it
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(statistics.fmean(rng.choices(values, k=n)) for _ in range(BOOTSTRAP_RESAMPLES))
-    tail = (1 - confidence) / 2
-    low = means[int(tail * (BOOTSTRAP_RESAMPLES - 1))]
-    high = means[math.ceil((1 - tail) * (BOOTSTRAP_RESAMPLES - 1))]
-    return Interval(low, high)
-
-
-def _z(confidence: float) -> float:
-    if not 0 < confidence < 1:
-        raise UsageError(f"confidence must be between 0 and 1, not {confidence}")
-    return statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
 async def run_experiment(
@@ -182,7 +96,7 @@ async def run_experiment(
         raise UsageError(f"an experiment needs at least 1 run, not {runs}")
     if concurrency < 1:
         raise UsageError(f"concurrency must be at least 1, not {concurrency}")
-    _z(confidence)
+    check_confidence(confidence)
     experiment_id = f"exp_{secrets.token_hex(6)}"
     saved = agent.metadata
     agent.metadata = {**saved, "experiment": {"id": experiment_id, "task": task}}
@@ -234,22 +148,29 @@ def render_report(report: Report) -> str:
             f"[{share.low:.0%}, {share.high:.0%}]"
         )
     for metric in METRICS:
-        s = report.summary(metric)
-        if s is None:
-            lines.append(f"{metric:<9}unknown (some run has no figure)")
-            continue
-        fmt = _format(metric)
-        lines.append(
-            f"{metric:<9}mean {fmt(s.mean)}   [{fmt(s.interval.low)}, {fmt(s.interval.high)}]"
-            f"   median {fmt(s.median)}   range {fmt(s.low)}–{fmt(s.high)}"
-        )
+        lines.append(f"{metric:<9}{summary_text(metric, report.summary(metric), n)}")
     lines.append(f"sessions {' '.join(r.session_id for r in report.runs)}")
     return "\n".join(lines)
 
 
-def _format(metric: str) -> Callable[[float], str]:
+def summary_text(metric: str, s: Summary | None, n: int) -> str:
+    """`mean … [low, high] median … range …`, and `k of n unknown` when some runs have no
+    figure: the known mean is shown, never hidden by the runs without one."""
+    if s is None:
+        return f"unknown ({n} of {n} runs have no figure)"
+    fmt = format_for(metric)
+    text = (
+        f"mean {fmt(s.mean)}   [{fmt(s.interval.low)}, {fmt(s.interval.high)}]"
+        f"   median {fmt(s.median)}   range {fmt(s.low)}–{fmt(s.high)}"
+    )
+    return text + (f"   {s.unknown} of {n} unknown" if s.unknown else "")
+
+
+def format_for(metric: str) -> Callable[[float], str]:
     if metric == "cost_usd":
         return lambda v: f"${v:.6f}"
     if metric == "seconds":
         return lambda v: f"{v:.3f} s"
+    if metric in ("pass_rate", "score"):
+        return lambda v: f"{v:.2f}"
     return lambda v: f"{v:,.1f}"

@@ -1,0 +1,262 @@
+"""Experiments that compare: `run_matrix` runs every (variant, task, repeat) cell of a plan
+as a session of its own, tagged so that the same experiment id run again runs only the
+cells still missing; `read_matrix` rebuilds the report from the store alone. The records
+are `records`'; the statistics `report`'s."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+
+from tether.agent import Agent
+from tether.errors import UsageError
+from tether.experiment.plan import NAME, Cell, Check, Plan, Task, import_check, make_plan
+from tether.experiment.records import (
+    MatrixRun,
+    StoredRun,
+    counted_and_abandoned,
+    read_sessions,
+    record_of,
+)
+from tether.experiment.report import MatrixReport, ordered
+from tether.experiment.stats import check_confidence
+from tether.messages import JSONObject, JSONValue
+from tether.store.base import Store
+
+Progress = Callable[[MatrixReport], None]
+
+
+async def run_matrix(
+    variants: Mapping[str, Agent],
+    tasks: Sequence[Task],
+    runs: int,
+    *,
+    concurrency: int = 4,
+    seed: int = 0,
+    experiment_id: str | None = None,
+    max_cost_usd: float | None = None,
+    confidence: float = 0.95,
+    on_progress: Progress | None = None,
+) -> MatrixReport:
+    """Run each task `runs` times on each variant, at most `concurrency` runs at once, each
+    run a new session (ended with its turn) whose `session.created` metadata `experiment`
+    names the experiment, variant, task and repeat. The cells run repeat by repeat, in an
+    order shuffled by `seed` within each repeat; `seed` also seeds the report's intervals.
+
+    `experiment_id` names the experiment (a new `exp_...` when None). Given the id of one in
+    the variants' store, it is continued: only the cells without a finished run are run.
+    A run whose turn never ended (its process died) or ended `interrupted` is *abandoned*:
+    kept in the store and in `report.aside`, never counted, and its cell run again in a
+    new session. A variant must be the same agent as before (model, system, tools and
+    limits), else `UsageError`: a continuation must not mix two agents under one name.
+
+    `max_cost_usd` caps the experiment's spend, over all its sessions: once the known cost
+    reaches it, or a run's cost is unknown (so it cannot be kept), no new run starts (the
+    runs under way finish) and the report says so. `on_progress` is told the report so far
+    as each run ends. All variants must share one store object."""
+    if concurrency < 1:
+        raise UsageError(f"concurrency must be at least 1, not {concurrency}")
+    check_confidence(confidence)
+    plan = make_plan(list(variants), list(tasks), runs, seed, max_cost_usd)
+    experiment_id = _experiment_id(experiment_id)
+    store = _one_store(variants)
+    by_name = {t.key: t for t in tasks}
+    checks = {t.key: t.check for t in tasks}
+    earlier = await read_sessions(store, experiment_id)
+    for stored in earlier:
+        _check_same_agent(stored, variants, experiment_id)
+    records = await _records(earlier, plan, checks)
+    tag: JSONObject = {"id": experiment_id, "plan": plan.to_json()}
+    agents = {name: _tagged_copies(agent) for name, agent in variants.items()}
+
+    state = _Live(experiment_id, plan, confidence, records)
+    todo = iter(_order(state.todo(), seed))
+    gate = asyncio.Lock()  # the check of the cap and the take of the next cell, together
+
+    async def worker() -> None:
+        while True:
+            async with gate:
+                if state.halted() is not None:
+                    return
+                cell = next(todo, None)
+            if cell is None:
+                return
+            task = by_name[cell.task]
+            agent = agents[cell.variant](
+                {**tag, "variant": cell.variant, "task": cell.task, "repeat": cell.repeat}
+            )
+            result = await agent.run(task.prompt, end_session=True)
+            stored = StoredRun(result.session_id, {}, await store.read(result.session_id))
+            state.add(await record_of(stored, cell, task.check, task.pass_at))
+            if on_progress is not None:
+                on_progress(state.report())
+
+    try:
+        # A task group: cancelled, it returns once every run has closed its turn.
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(concurrency, len(plan.cells()))):
+                group.create_task(worker())
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None  # the first run that raised, as itself
+    return state.report()
+
+
+async def read_matrix(
+    store: Store,
+    experiment_id: str,
+    *,
+    checks: Mapping[str, Check] | None = None,
+    confidence: float = 0.95,
+) -> MatrixReport:
+    """The report of an experiment from the store alone: its plan as its newest session
+    recorded it, every run folded from its log and checked again. A check is found by the
+    `MODULE:QUALNAME` recorded for its task, unless `checks` gives it (by task name): so a
+    check must depend on the run's result alone, and a fixed check re-scores old runs."""
+    check_confidence(confidence)
+    stored = await read_sessions(store, experiment_id)
+    if not stored:
+        raise UsageError(f"no experiment {experiment_id!r} in store {store.url}")
+    plan = Plan.from_json(stored[-1].tag.get("plan"))
+    given = checks or {}
+    found: dict[str, Check | None] = {
+        t.name: given.get(t.name) or (import_check(t.check) if t.check else None)
+        for t in plan.tasks
+    }
+    records = await _records(stored, plan, found)
+    counted, aside = counted_and_abandoned(records)
+    return MatrixReport(experiment_id, plan, confidence, ordered(plan, counted), tuple(aside))
+
+
+class _Live:
+    """The records of a running experiment, and whether it may start another run."""
+
+    def __init__(
+        self, experiment_id: str, plan: Plan, confidence: float, records: list[MatrixRun]
+    ) -> None:
+        self.experiment_id, self.plan, self.confidence = experiment_id, plan, confidence
+        self.records = records
+        self.ran = 0
+
+    def add(self, record: MatrixRun) -> None:
+        self.records.append(record)
+        self.ran += 1
+
+    def todo(self) -> list[Cell]:
+        counted, _ = counted_and_abandoned(self.records)
+        return [c for c in self.plan.cells() if c not in counted]
+
+    def halted(self) -> str | None:
+        cap = self.plan.max_cost_usd
+        if cap is None:
+            return None
+        unknown = sum(r.cost_usd is None and r.steps > 0 for r in self.records)
+        if unknown:
+            return f"a run's cost is unknown ({unknown} of {len(self.records)}), so the spend cap cannot be kept"
+        spent = sum(r.cost_usd or 0.0 for r in self.records)
+        if spent >= cap:
+            return f"the spend cap was reached (${spent:.6f} of ${cap:.6f})"
+        return None
+
+    def report(self) -> MatrixReport:
+        counted, aside = counted_and_abandoned(self.records)
+        return MatrixReport(
+            self.experiment_id,
+            self.plan,
+            self.confidence,
+            ordered(self.plan, counted),
+            tuple(aside),
+            self.ran,
+            self.halted(),
+        )
+
+
+async def _records(
+    stored: Sequence[StoredRun], plan: Plan, checks: Mapping[str, Check | None]
+) -> list[MatrixRun]:
+    """The records of the stored runs whose cell is in the plan."""
+    records = []
+    for run in stored:
+        cell = run.cell
+        if cell is None or cell.variant not in plan.variants or cell.task not in checks:
+            continue
+        task = plan.task(cell.task)
+        records.append(await record_of(run, cell, checks[cell.task], task.pass_at))
+    return records
+
+
+def _order(cells: list[Cell], seed: int) -> list[Cell]:
+    """Repeat by repeat, shuffled within each: any prefix holds the variants about equally,
+    and neither always runs first (a rate limit or a warm cache would favour it)."""
+    rng = random.Random(seed)
+    blocks: dict[int, list[Cell]] = {}
+    for cell in cells:
+        blocks.setdefault(cell.repeat, []).append(cell)
+    for block in blocks.values():
+        rng.shuffle(block)
+    return [c for r in sorted(blocks) for c in blocks[r]]
+
+
+def _experiment_id(given: str | None) -> str:
+    if given is None:
+        return f"exp_{secrets.token_hex(6)}"
+    if not NAME.fullmatch(given):
+        raise UsageError(f"experiment id {given!r}: letters, digits, '.', '_' and '-' only")
+    return given
+
+
+def _one_store(variants: Mapping[str, Agent]) -> Store:
+    stores = {id(agent.store): agent.store for agent in variants.values()}
+    if len(stores) != 1:
+        raise UsageError(
+            "the variants of an experiment must share one store object "
+            "(Agent(..., store=store) for each): its runs are looked up there"
+        )
+    return next(iter(stores.values()))
+
+
+def _tagged_copies(agent: Agent) -> Callable[[JSONObject], Agent]:
+    """A maker of copies of `agent` that differ only in the `experiment` tag of their
+    metadata: runs under way at once each need their own tag. The copies share the agent's
+    store and its runs (made here, before copying), so closing the agent closes theirs."""
+    agent.store, agent.runs  # noqa: B018  (made once, shared by the copies)
+
+    def tagged(tag: JSONObject) -> Agent:
+        one = copy.copy(agent)
+        one.metadata = {**agent.metadata, "experiment": tag}
+        return one
+
+    return tagged
+
+
+def _fingerprint(agent: Agent) -> JSONObject:
+    return {
+        "model": agent.model.name,
+        "system": agent.system,
+        "tools": {t.name: t.schema_hash for t in agent.toolbox},
+        "limits": agent.limits.to_json(),
+    }
+
+
+def _check_same_agent(stored: StoredRun, variants: Mapping[str, Agent], exp: str) -> None:
+    cell = stored.cell
+    if cell is None or cell.variant not in variants:
+        return
+    created = stored.events[0].payload
+    recorded: JSONValue = {
+        "model": getattr(created, "model", None),
+        "system": getattr(created, "system", None),
+        "tools": getattr(created, "tools", None),
+        "limits": getattr(created, "limits", None),
+    }
+    now = _fingerprint(variants[cell.variant])
+    if recorded != now:
+        assert isinstance(recorded, dict)
+        differ = [k for k in now if recorded.get(k) != now[k]]
+        raise UsageError(
+            f"variant {cell.variant!r} of experiment {exp} ran as another agent before "
+            f"(its {', '.join(differ)} differ, session {stored.session_id}): "
+            "give the changed agent a new variant name, or start a new experiment"
+        )

@@ -1,0 +1,158 @@
+"""One record per run of an experiment that compares (`MatrixRun`), made the same way live
+and later: from the run's session log, folded, and its check applied. Also finding an
+experiment's sessions in a store (`read_sessions`). Does not decide what to run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from tether.agent import RunResult
+from tether.events import Event, SessionCreated, TurnEnded
+from tether.experiment.plan import Cell, Check, apply_check
+from tether.fold import fold
+from tether.messages import JSONObject, JSONValue
+from tether.store.base import Store
+
+# How many sessions a store is asked for when looking for an experiment's: all of them in
+# any store an experiment is run on (the store API lists newest first, with a limit).
+SCAN_LIMIT = 1_000_000
+
+METRICS = ("pass_rate", "score", "steps", "tokens", "cost_usd", "seconds")
+HIGHER_IS_BETTER = frozenset({"pass_rate", "score"})
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixRun:
+    """A run of one cell. `stop_reason` is "" while its turn never ended (its process died);
+    such a run and an `interrupted` one are *abandoned*: kept, never counted, and their
+    cell is run again."""
+
+    session_id: str
+    variant: str
+    task: str
+    repeat: int
+    created: str
+    stop_reason: str
+    passed: bool
+    score: float
+    check_error: str | None
+    steps: int
+    tokens: int  # input and output
+    cost_usd: float | None
+    seconds: float | None  # from session.created to turn.ended, by the log's clock
+
+    @property
+    def cell(self) -> Cell:
+        return Cell(self.variant, self.task, self.repeat)
+
+    @property
+    def abandoned(self) -> bool:
+        return self.stop_reason in ("", "interrupted")
+
+    def value(self, metric: str) -> float | None:
+        if metric == "pass_rate":
+            return float(self.passed)
+        value: float | int | None = getattr(self, metric)
+        return None if value is None else float(value)
+
+    def to_json(self) -> JSONObject:
+        return {
+            "session_id": self.session_id,
+            "variant": self.variant,
+            "task": self.task,
+            "repeat": self.repeat,
+            "stop_reason": self.stop_reason or None,
+            "passed": self.passed,
+            "score": self.score,
+            "check_error": self.check_error,
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "cost_usd": self.cost_usd,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    """A session of the experiment as the store holds it: its tag and its log."""
+
+    session_id: str
+    tag: JSONObject  # session.created's metadata.experiment
+    events: list[Event]
+
+    @property
+    def cell(self) -> Cell | None:
+        variant, task, repeat = (self.tag.get(k) for k in ("variant", "task", "repeat"))
+        if isinstance(variant, str) and isinstance(task, str) and isinstance(repeat, int):
+            return Cell(variant, task, repeat)
+        return None
+
+
+async def read_sessions(store: Store, experiment_id: str) -> list[StoredRun]:
+    """The sessions whose `session.created` names the experiment (as `run_matrix` tags
+    them), oldest first. Reads the first event of every session in the store."""
+    found: list[StoredRun] = []
+    for info in await store.sessions(limit=SCAN_LIMIT):
+        first = await store.read(info.session_id, limit=1)
+        tag = _tag(first[0]) if first else None
+        if tag is not None and tag.get("id") == experiment_id and "variant" in tag:
+            found.append(StoredRun(info.session_id, tag, await store.read(info.session_id)))
+    found.sort(key=lambda s: (s.events[0].time, s.session_id))
+    return found
+
+
+def _tag(event: Event) -> JSONObject | None:
+    payload = event.payload
+    if not isinstance(payload, SessionCreated):
+        return None
+    tag: JSONValue = payload.metadata.get("experiment")
+    return tag if isinstance(tag, dict) else None
+
+
+async def record_of(
+    stored: StoredRun, cell: Cell, check: Check | None, pass_at: float
+) -> MatrixRun:
+    """The run's record: its result folded from the log, its check applied (not for an
+    abandoned run, nor one that did not finish)."""
+    _, view = fold(stored.events)
+    result = RunResult.from_view(view)
+    ended = next((e for e in reversed(stored.events) if isinstance(e.payload, TurnEnded)), None)
+    stop = result.stop_reason if ended is not None else ""
+    checked = await apply_check(check, pass_at, result)
+    usage = result.usage
+    return MatrixRun(
+        stored.session_id,
+        cell.variant,
+        cell.task,
+        cell.repeat,
+        stored.events[0].time,
+        stop,
+        checked.passed,
+        checked.score,
+        checked.error,
+        result.steps,
+        usage.input_tokens + usage.output_tokens,
+        result.cost_usd,
+        None if ended is None else _seconds(stored.events[0].time, ended.time),
+    )
+
+
+def _seconds(start: str, end: str) -> float:
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def counted_and_abandoned(
+    records: Sequence[MatrixRun],
+) -> tuple[dict[Cell, MatrixRun], list[MatrixRun]]:
+    """One counted record per cell (the first created that was not abandoned), and the
+    rest: abandoned runs, and duplicates should two processes have run the same cell."""
+    counted: dict[Cell, MatrixRun] = {}
+    aside: list[MatrixRun] = []
+    for record in sorted(records, key=lambda r: (r.created, r.session_id)):
+        if record.abandoned or record.cell in counted:
+            aside.append(record)
+        else:
+            counted[record.cell] = record
+    return counted, aside
