@@ -171,6 +171,31 @@ def _same(one: errors.ProviderError, other: errors.ProviderError) -> None:
     )
 
 
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+async def test_an_error_body_in_a_whole_200_answer_is_not_said_to_be_in_a_stream(
+    case: Case,
+) -> None:
+    reply = Reply(200, case.raw, {"content-type": "application/json"})
+    error = await _failure(case, reply, stream=False)
+    assert type(error) is case.expected
+    assert "inside the stream" not in error.message
+    assert error.message.startswith("HTTP 2xx with an error body: ")
+    assert case.said in error.message and error.status == case.stated
+
+
+async def test_an_ollama_error_body_in_a_whole_200_answer_is_not_said_to_be_in_a_stream() -> None:
+    stream = False
+    body = json.dumps({"error": "model runner has unexpectedly stopped"}).encode()
+    async with FakeServer(lambda _: Reply(200, body, {"content-type": "application/json"})) as s:
+        model = model_from_string("ollama:qwen3", base_url=s.url, stream=stream)
+        with pytest.raises(errors.ServerError) as caught:
+            await model.complete(ModelRequest(model.name, None, (user("hi"),)))
+    assert caught.value.message == (
+        "HTTP 2xx with an error body: model runner has unexpectedly stopped"
+    )
+    assert caught.value.retryable and caught.value.body == body.decode()
+
+
 LABELLED = [pytest.param(c, id=i) for c, i in zip(CASES, IDS, strict=True) if c.label]
 
 
@@ -210,10 +235,16 @@ async def test_a_responses_stream_error_event_names_its_code(
     assert error.status is None
 
 
-async def test_a_failed_response_event_names_its_code() -> None:
+async def test_a_failed_response_names_its_code_streamed_or_whole() -> None:
     failed = {"status": "failed", "error": {"code": "rate_limit_exceeded", "message": RATE}}
     event = {"type": "response.failed", "response": failed}
     case = Case("openai-responses", 200, event, errors.RateLimited, RATE)
     streamed = await _failure(case, _responses_stream(event), stream=True)
     assert type(streamed) is errors.RateLimited
     assert streamed.message == f"error inside the stream: rate_limit_exceeded: {RATE}"
+    whole = {"id": "resp_1", "object": "response", "output": [], **failed}
+    reply = Reply(200, json.dumps(whole).encode(), {"content-type": "application/json"})
+    error = await _failure(case, reply, stream=False)
+    assert type(error) is errors.RateLimited
+    assert error.message == f"HTTP 2xx with an error body: rate_limit_exceeded: {RATE}"
+    assert error.body == json.dumps(whole)

@@ -15,7 +15,7 @@ from tether.errors import ConnectionFailed
 from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, ToolResult, Usage
 from tether.providers import catalog
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
-from tether.providers.classify import classify_anthropic, stream_error
+from tether.providers.classify import body_error, classify_anthropic, stream_error
 from tether.providers.codec import CodecModel
 from tether.providers.common import (
     count,
@@ -155,7 +155,7 @@ def decode_response(model: str, body: bytes) -> ModelResponse:
     if not is_obj(data):
         raise ConnectionFailed("the model host answered 200 with a body that is not JSON")
     if data.get("type") == "error":
-        raise stream_error(data, body.decode("utf-8", "replace"))
+        raise body_error(data, body.decode("utf-8", "replace"))
     stop = text(data, "stop_reason")
     texts: list[str] = []
     calls: list[ToolCall] = []

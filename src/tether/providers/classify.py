@@ -1,6 +1,7 @@
-"""Error classification: a failed answer (status, body, headers), or an error inside a 200
-stream, becomes the right `tether.errors.ProviderError`, with its wait hint. One entry point per
-dialect; all share the reading of the body shapes the wire examples show.
+"""Error classification: a failed answer (status, body, headers), an error body sent with 200,
+or an error inside a 200 stream, becomes the right `tether.errors.ProviderError`, with its wait
+hint. One entry point per dialect; all share the reading of the body shapes the wire examples
+show.
 
 Context overflow has no reliable code anywhere, so it is read from the message text.
 """
@@ -81,16 +82,21 @@ _TRY_AGAIN = re.compile(r"try again in (\d+(?:\.\d+)?(?:ms|h|m|s)(?:\d+(?:\.\d+)
 
 
 def classify(
-    status: int | None, info: ErrorInfo, headers: Mapping[str, str] | None = None
+    status: int | None,
+    info: ErrorInfo,
+    headers: Mapping[str, str] | None = None,
+    *,
+    where: str | None = None,
 ) -> errors.ProviderError:
-    """`status` is None for an error that arrived inside a 200 stream."""
+    """`status` is None for an error stated in a 2xx answer (inside a stream, or as its body):
+    then the body alone decides. `where` says where it was found, for the message."""
     headers = headers or {}
     effective = status if status is not None else info.status
     kind = info.type.lower()
     code = info.code.lower()
     lowered = info.message.lower()
     body = f"{kind} {code} {lowered}"
-    message = _message(status, info)
+    message = _message(where or _where(status), info)
     cls: type[errors.ProviderError]
     if effective != 429 and any(m in body for m in _OVERFLOW):
         cls = errors.ContextOverflow
@@ -118,8 +124,11 @@ def classify(
 MAX_UPSTREAM_TEXT = 500
 
 
-def _message(status: int | None, info: ErrorInfo) -> str:
-    where = f"HTTP {status}" if status is not None else "error inside the stream"
+def _where(status: int | None) -> str:
+    return f"HTTP {status}" if status is not None else "error inside the stream"
+
+
+def _message(where: str, info: ErrorInfo) -> str:
     label = _label(info.type[:100], info.code[:100])
     said = info.message
     if len(said) > MAX_UPSTREAM_TEXT:
@@ -170,5 +179,15 @@ def classify_ollama(status: int, body: bytes, headers: Mapping[str, str]) -> err
 def stream_error(payload: JSONValue, raw: str = "") -> errors.ProviderError:
     """An error event inside a 200 stream, any dialect."""
     error = classify(None, read_error(payload, raw))
+    error.body = raw or None
+    return error
+
+
+def body_error(payload: JSONValue, raw: str = "") -> errors.ProviderError:
+    """An error that is the whole body of a 2xx answer, any dialect: the body decides its
+    class, and its `status` is the one the body states (OpenRouter's `code`), if any."""
+    info = read_error(payload, raw)
+    error = classify(None, info, where="HTTP 2xx with an error body")
+    error.status = info.status
     error.body = raw or None
     return error

@@ -12,7 +12,7 @@ import httpx
 from tether.errors import ConnectionFailed
 from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, Usage
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
-from tether.providers.classify import classify_ollama, stream_error
+from tether.providers.classify import body_error, classify_ollama, stream_error
 from tether.providers.codec import CodecModel
 from tether.providers.common import (
     count,
@@ -173,7 +173,7 @@ def decode_response(model: str, body: bytes, seed: str = "") -> ModelResponse:
     if not is_obj(data):
         raise ConnectionFailed("the model host answered 200 with a body that is not JSON")
     if data.get("error") is not None:
-        raise stream_error(data, body.decode("utf-8", "replace"))
+        raise body_error(data, body.decode("utf-8", "replace"))
     message = obj(data, "message")
     calls = _decode_calls(items(message, "tool_calls"), seed, 0)
     return _finish(model, [text(message, "content") or ""], calls, data, body)

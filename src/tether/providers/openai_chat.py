@@ -13,7 +13,7 @@ import httpx
 from tether.errors import ConnectionFailed
 from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, Usage
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
-from tether.providers.classify import classify_openai, stream_error
+from tether.providers.classify import body_error, classify_openai, stream_error
 from tether.providers.codec import CodecModel
 from tether.providers.common import (
     count,
@@ -184,7 +184,7 @@ def decode_response(model: str, body: bytes, seed: str = "") -> ModelResponse:
     if not is_obj(data):
         raise ConnectionFailed("the model host answered 200 with a body that is not JSON")
     if _is_error(data) and not items(data, "choices"):
-        raise stream_error(data, body.decode("utf-8", "replace"))
+        raise body_error(data, body.decode("utf-8", "replace"))
     choice = next((c for c in items(data, "choices") if is_obj(c)), {})
     message = obj(choice, "message")
     answer = _content_text(message.get("content")) or text(message, "refusal") or ""

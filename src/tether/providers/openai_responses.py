@@ -13,7 +13,7 @@ import httpx
 from tether.errors import ConnectionFailed
 from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, Usage
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
-from tether.providers.classify import classify_openai, stream_error
+from tether.providers.classify import body_error, classify_openai, stream_error
 from tether.providers.codec import CodecModel
 from tether.providers.common import (
     count,
@@ -138,15 +138,27 @@ def decode_response(model: str, body: bytes) -> ModelResponse:
     data = load_json(body)
     if not is_obj(data):
         raise ConnectionFailed("the model host answered 200 with a body that is not JSON")
+    failure = _failure(data)
+    if failure is not None:
+        raise body_error(failure, body.decode("utf-8", "replace"))
     return _decode(model, data, items(data, "output"), body)
+
+
+def _failure(response: JSONObject) -> JSONValue | None:
+    """What a failed response (or a bare error body) says of its error; None when it did not
+    fail."""
+    error = response.get("error")
+    if response.get("status") == "failed" or is_obj(error):
+        return {"error": error} if is_obj(error) else response
+    return None
 
 
 def _decode(
     model: str, response: JSONObject, output: list[JSONValue], body: bytes
 ) -> ModelResponse:
-    error = response.get("error")
-    if response.get("status") == "failed" or is_obj(error):
-        raise stream_error({"error": error} if is_obj(error) else response)
+    failure = _failure(response)
+    if failure is not None:
+        raise stream_error(failure)
     texts: list[str] = []
     calls: list[ToolCall] = []
     wire_items = [i for i in output if is_obj(i)]
