@@ -16,7 +16,7 @@ from typing import Any
 
 from tether import Agent
 from tether.messages import Message
-from tether.testing import ScriptedModel
+from tether.testing import Hang, ScriptedModel
 
 CALLS_ENV = "REVIEW_CALLS"
 PRICE = (1.0, 2.0)  # dollars per million tokens: a review's cost is known
@@ -157,3 +157,16 @@ def garbled_model() -> ScriptedModel:
 
 def shortening_model() -> ScriptedModel:
     return model(shortening, "shortening")
+
+
+def hanging_model() -> ScriptedModel:
+    """Records its call, then never answers (until the review is interrupted)."""
+
+    def reply(messages: Sequence[Message]) -> Hang:
+        calls = os.environ.get(CALLS_ENV)
+        if calls:
+            with open(calls, "a") as f:
+                f.write(f"{os.getpid()} {digest(messages[0].text)}\n")
+        return Hang()
+
+    return ScriptedModel([reply], name="scripted:hanging")

@@ -123,17 +123,19 @@ async def review(
     limits: Limits | None = None,
     store: Store | str | None = None,
     on_event: EventObserver | None = None,
+    lease_ttl: float = 30.0,
 ) -> ReviewResult:
     """Review `artifact`: each round the critics (in parallel threads) raise objections and
     the proposer answers each and may revise, until the review converges (no new objection
     and no changed disposition for `stable_rounds` rounds) or stops. One session holds it
     all: `limits` (by default no step cap: `max_rounds` bounds it) are the whole review's,
-    every thread included. The store is as for `Agent` (a `Store`, a URL, or the default)."""
+    every thread included. The store is as for `Agent` (a `Store`, a URL, or the default);
+    `lease_ttl` is how long the run's lease outlives a crashed process."""
     if not artifact.strip():
         raise UsageError("there is nothing to review: the artifact is empty")
     config = Config(*participants(proposer, critics), max_rounds, stable_rounds)
     chair, owned = _chair(config, proposer, critics, limits or Limits(max_steps=None), store)
-    chair.on_event = on_event
+    chair.on_event, chair.lease_ttl = on_event, lease_ttl
     try:
         run = await chair.run(artifact, end_session=True)
         return await review_from_log(chair.store, run.session_id)
@@ -150,10 +152,12 @@ async def resume_review(
     limits: Limits | None = None,
     on_event: EventObserver | None = None,
     lease_wait: float = 0.0,
+    lease_ttl: float = 30.0,
 ) -> ReviewResult:
     """Go on with a review a crashed process left open, with the same participants (by
     name): finished threads give their recorded answers without running again, and the
-    chair decides as before. A review that had ended is read back as it is."""
+    chair decides as before. A review that had ended is read back as it is. `lease_wait`:
+    how long to wait for the lease a crashed process left to expire."""
     opened = _open(store)
     try:
         folder = await _folder(opened, session_id)
@@ -166,7 +170,7 @@ async def resume_review(
             )
         if folder.turn_open and not folder.terminal:
             chair, _ = _chair(config, proposer, critics, limits or _recorded(folder), opened)
-            chair.on_event = on_event
+            chair.on_event, chair.lease_ttl = on_event, lease_ttl
             try:
                 await chair.run(
                     None, session_id=session_id, lease_wait=lease_wait, end_session=True
