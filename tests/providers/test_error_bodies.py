@@ -6,17 +6,19 @@ answer's error body is not said to come from a stream; a Responses error names i
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 
 from tether import errors
 from tether.messages import user
-from tether.providers.base import Model, ModelRequest
+from tether.providers.base import Delta, Model, ModelRequest
 from tether.providers.registry import model_from_string
 
-from .fake_servers import FakeServer, Reply
+from .fake_servers import FakeServer, Handler, Received, Reply
+from .test_loopback import MODEL_NAMES
+from .toy_dialects import HANDLERS, ToyModel
 
 MODELS = {
     "anthropic": "anthropic:claude-sonnet-4-5",
@@ -172,6 +174,31 @@ def _same(one: errors.ProviderError, other: errors.ProviderError) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
+async def test_a_streamed_request_refused_with_an_error_status_reads_the_body(case: Case) -> None:
+    reply = Reply(case.status, case.raw, {"content-type": "application/json"})
+    streamed = await _failure(case, reply, stream=True)
+    assert type(streamed) is case.expected and streamed.retryable is case.expected.retryable
+    assert streamed.status == case.status
+    assert case.said in streamed.message and streamed.body == case.raw.decode()
+    _same(streamed, await _failure(case, reply, stream=False))
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+async def test_a_streamed_request_answered_200_with_a_json_error_reads_the_body(
+    case: Case,
+) -> None:
+    reply = Reply(200, case.raw, {"content-type": "application/json; charset=utf-8"})
+    streamed = await _failure(case, reply, stream=True)
+    assert type(streamed) is case.expected and streamed.retryable is case.expected.retryable
+    assert case.said in streamed.message
+    assert streamed.status == case.stated
+    assert streamed.body == case.raw.decode()
+    assert "the stream ended" not in streamed.message
+    # the very error a request that did not stream gets from the same answer
+    _same(streamed, await _failure(case, reply, stream=False))
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
 async def test_an_error_body_in_a_whole_200_answer_is_not_said_to_be_in_a_stream(
     case: Case,
 ) -> None:
@@ -183,8 +210,10 @@ async def test_an_error_body_in_a_whole_200_answer_is_not_said_to_be_in_a_stream
     assert case.said in error.message and error.status == case.stated
 
 
-async def test_an_ollama_error_body_in_a_whole_200_answer_is_not_said_to_be_in_a_stream() -> None:
-    stream = False
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+async def test_an_ollama_error_body_in_a_whole_200_answer_is_not_said_to_be_in_a_stream(
+    stream: bool,
+) -> None:
     body = json.dumps({"error": "model runner has unexpectedly stopped"}).encode()
     async with FakeServer(lambda _: Reply(200, body, {"content-type": "application/json"})) as s:
         model = model_from_string("ollama:qwen3", base_url=s.url, stream=stream)
@@ -194,6 +223,49 @@ async def test_an_ollama_error_body_in_a_whole_200_answer_is_not_said_to_be_in_a
         "HTTP 2xx with an error body: model runner has unexpectedly stopped"
     )
     assert caught.value.retryable and caught.value.body == body.decode()
+
+
+DIALECTS = ["anthropic", "openai", "openai-responses", "ollama"]
+
+
+def _served_as(content_type: str, stream: bool, dialect: str) -> Handler:
+    """The toy dialect's answer, streamed or whole whatever was asked, typed `content_type`."""
+    handler = HANDLERS["openai" if dialect == "openrouter" else dialect](ToyModel([]))
+
+    def handle(request: Received) -> Reply:
+        asked = {**request.json(), "stream": stream}
+        reply = handler(replace(request, body=json.dumps(asked).encode()))
+        reply.headers["content-type"] = content_type
+        return reply
+
+    return handle
+
+
+async def _answer(handler: Handler, dialect: str) -> tuple[str, list[Delta]]:
+    seen: list[Delta] = []
+    async with FakeServer(handler) as server:
+        base = server.url + "/v1" if dialect.startswith("openai") else server.url
+        model = model_from_string(
+            f"{dialect}:{MODEL_NAMES[dialect]}", api_key="sk-loopback", base_url=base, stream=True
+        )
+        response = await model.complete(
+            ModelRequest(model.name, None, (user("hi"),), on_delta=seen.append)
+        )
+    return response.message.text, seen
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_a_stream_request_answered_with_a_whole_json_answer_reads_it_whole(
+    dialect: str,
+) -> None:
+    text, seen = await _answer(_served_as("application/json", False, dialect), dialect)
+    assert text.strip() == "Results:" and seen == []
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_a_stream_mistyped_as_json_is_still_read_as_a_stream(dialect: str) -> None:
+    text, seen = await _answer(_served_as("application/json", True, dialect), dialect)
+    assert text.strip() == "Results:" and "".join(d.text for d in seen) == text
 
 
 LABELLED = [pytest.param(c, id=i) for c, i in zip(CASES, IDS, strict=True) if c.label]

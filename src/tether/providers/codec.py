@@ -6,11 +6,12 @@ request to a neutral response, whole or streamed. A codec module supplies only i
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import Protocol
 
 from tether.messages import JSONObject, canonical_json
 from tether.providers.base import DeltaObserver, ModelRequest, ModelResponse
-from tether.providers.common import request_seed, with_rate_limits
+from tether.providers.common import load_json, request_seed, with_rate_limits
 from tether.providers.http import Endpoint
 
 
@@ -68,6 +69,14 @@ class CodecModel:
         if self.streaming:
             assembler = self.assembler(request.on_delta, seed)
             raw = await self._endpoint.stream(body, assembler.feed)
-            return with_rate_limits(assembler.finish(raw.body), raw.headers)
-        raw = await self._endpoint.post(body)
+            if not raw.streamed and load_json(raw.body) is None:
+                # Typed as JSON but not one JSON document: a stream after all, read at its end.
+                assembler.feed(raw.body)
+                raw = replace(raw, streamed=True)
+            if raw.streamed:
+                return with_rate_limits(assembler.finish(raw.body), raw.headers)
+        else:
+            raw = await self._endpoint.post(body)
+        # A whole JSON answer, to a stream request too: an error body there raises the very
+        # error it raises unstreamed, with the provider's own message, type and code.
         return with_rate_limits(self.decode(raw.body, seed), raw.headers)

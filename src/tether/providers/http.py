@@ -33,6 +33,9 @@ class RawResponse:
     status: int
     headers: Mapping[str, str]
     body: bytes
+    # True when the body was fed to a stream assembler as it came; False for a whole answer,
+    # which a stream request also gets when the server sends one JSON document instead.
+    streamed: bool = False
 
     @property
     def sha256(self) -> str:
@@ -92,7 +95,9 @@ class Endpoint:
 
     async def stream(self, body: JSONObject, feed: Callable[[bytes], None]) -> RawResponse:
         """POST the body and hand every received chunk to `feed` as it arrives. `feed` may raise
-        (an error event inside a 200 stream); the connection is closed either way."""
+        (an error event inside a 200 stream); the connection is closed either way. A 2xx
+        answer typed as one JSON document (an error body some servers send with 200) is not a
+        stream: it comes back whole and unfed (`streamed` False), for the codec to decode."""
         chunks: list[bytes] = []
         try:
             async with self.client().stream(
@@ -102,15 +107,23 @@ class Endpoint:
                 if not 200 <= response.status_code < 300:
                     error_body = await response.aread()
                     raise self.classify(response.status_code, error_body, headers)
+                if is_json(headers):
+                    return RawResponse(response.status_code, headers, await response.aread())
                 async for chunk in response.aiter_bytes():
                     chunks.append(chunk)
                     feed(chunk)
         except httpx.HTTPError as exc:
             raise _connection_failed(exc) from exc
-        return RawResponse(response.status_code, headers, b"".join(chunks))
+        return RawResponse(response.status_code, headers, b"".join(chunks), streamed=True)
 
     def _request_headers(self) -> dict[str, str]:
         return {"content-type": "application/json", **self.headers}
+
+
+def is_json(headers: Mapping[str, str]) -> bool:
+    """`application/json` or a `+json` type; NDJSON (`application/x-ndjson`) is a stream."""
+    media = headers.get("content-type", "").partition(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
 
 
 def _connection_failed(exc: httpx.HTTPError) -> ConnectionFailed:
