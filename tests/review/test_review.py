@@ -11,12 +11,13 @@ import pytest
 
 from invariants import read_checked
 from review import participants as p
-from tether import Agent, Limits
-from tether.errors import UsageError
+from tether import Agent, Folder, Limits, tool
+from tether.errors import ProviderError, UsageError
 from tether.events import Event, ModelResponded, ThreadStarted
 from tether.review import CriticCount, Headline, resume_review, review, review_from_log
+from tether.session import control
 from tether.store import MemoryStore, Store
-from tether.testing import Hang, ScriptedModel
+from tether.testing import Fail, Hang, ScriptedModel, call
 
 
 def minutes(events: list[Event]) -> list[dict[str, object]]:
@@ -266,3 +267,81 @@ async def test_a_session_that_is_not_a_review_is_not_read_as_one() -> None:
     plain = await Agent(ScriptedModel(["hello"]), store=store).run("hi")
     with pytest.raises(UsageError, match="not a review session"):
         await review_from_log(store, plain.session_id)
+
+
+async def test_a_participant_whose_model_fails_stops_the_review_error(store: Store) -> None:
+    failing = Agent(ScriptedModel([Fail(ProviderError("the provider is down"))]), retry=None)
+    result = await review(
+        p.ARTIFACT,
+        proposer=p.agent(p.shortening, "writer"),
+        critics=[p.agent(p.stubborn, "stubborn"), failing],
+        store=store,
+    )
+
+    assert result.stop_reason == "error"
+    assert result.detail is not None
+    assert result.detail.startswith("critic2: sub-agent critic2 stopped: error")
+    assert "the provider is down" in result.detail
+    await read_checked(store, result.session_id)
+
+
+async def test_a_participant_stopped_by_its_own_limit_stops_the_review_budget(
+    store: Store,
+) -> None:
+    @tool(effect="read")
+    def look() -> str:
+        """Look something up."""
+        return "nothing"
+
+    looping = Agent(
+        ScriptedModel([call("look")], repeat_last=True),
+        name="looper",
+        tools=[look],
+        limits=Limits(max_steps=2),
+    )
+    result = await review(
+        p.ARTIFACT, proposer=p.agent(p.shortening, "writer"), critics=[looping], store=store
+    )
+
+    assert result.stop_reason == "budget"
+    assert result.detail is not None and "looper stopped: turn_limit" in result.detail
+
+
+async def test_a_critic_call_that_needs_approval_pauses_the_review_until_it_is_decided(
+    store: Store,
+) -> None:
+    @tool(needs_approval=True)
+    def fetch_policy() -> str:
+        """Fetch the style policy."""
+        return "no long introductions"
+
+    def auditor() -> Agent:
+        objection = p.objections({"text": "The introduction is long."})
+        model = ScriptedModel(  # the policy is fetched in round 1 only
+            [
+                lambda m: call("fetch_policy") if p.round_of(m[0].text) == 1 else objection,
+                lambda m: objection,
+            ]
+        )
+        return Agent(model, name="auditor", tools=[fetch_policy])
+
+    writer = p.agent(p.shortening, "writer")
+    paused = await review(
+        p.ARTIFACT, proposer=writer, critics=[auditor()], stable_rounds=1, store=store
+    )
+    assert paused.stop_reason == "awaiting_approval"
+    events = await store.read(paused.session_id)
+    (key,) = Folder().apply_all(events).pending_approvals
+    assert key == "auditor-1:call_0_0"
+
+    await control.decide(store, paused.session_id, key, True)
+    done = await resume_review(
+        paused.session_id,
+        proposer=p.agent(p.shortening, "writer"),
+        critics=[auditor()],
+        store=store,
+    )
+    assert (done.stop_reason, done.rounds) == ("converged", 2)
+    assert [(o.id, o.disposition) for o in done.ledger] == [("auditor#1", "accepted")]
+    assert done.artifact == "The plan: a short introduction, then the steps.\n"
+    await read_checked(store, done.session_id)
