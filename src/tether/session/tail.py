@@ -66,6 +66,11 @@ class Tail:
             self._followers[follower] = loop.time() + follower.interval
             self._wake.set()  # the loop may be waiting for a later due time
         if self._task is None or self._task.done():
+            if self._task is not None and self._task.get_loop() is not loop:
+                # A new event loop (`Agent.run_sync` again): an Event waited on in the old
+                # one is bound to it, and would fail the new task's first wait.
+                self._wake = asyncio.Event()
+                self._wake.set()
             self._task = loop.create_task(self._run(), name="tether-tail")
 
     def unfollow(self, follower: Follower) -> None:
