@@ -1,8 +1,13 @@
-"""`tether experiment TASK --model MODEL --runs N`: the task run N times, each run a session
-of its own, and how the runs ended and what they cost, with intervals (`tether.experiment`).
-A progress line with the running tally goes to stderr while it runs; Ctrl-C prints the
-report of the runs that ended (exit 130). Exits 1 when any run ended in error (the report is
-printed all the same).
+"""`tether experiment`: experiments from the command line (`tether.experiment`).
+
+- `tether experiment TASK --model MODEL --runs N`: one task run N times on one agent.
+- `tether experiment run SPEC.toml [--id ID]`: the variants x tasks x runs of a spec file;
+  the same `--id` again runs only the missing runs.
+- `tether experiment report ID` and `compare ID A B`: rebuilt from the store alone.
+
+The first word picks the form: `run`, `report` and `compare` are subcommands; a task that is
+one of those words is given as `--task WORD`. A progress bar with the running tally goes to
+stderr while runs run; Ctrl-C prints the report of the runs that ended (exit 130).
 """
 
 from __future__ import annotations
@@ -12,23 +17,44 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from tether.agent import Agent, resolve_model
-from tether.cli.common import TOOLS_ARGUMENT, CliError, load_tools, store_from
-from tether.errors import TetherError
-from tether.experiment import Report, render_report
+from tether.cli.common import (
+    EXIT_ERROR,
+    EXIT_LIMIT,
+    TOOLS_ARGUMENT,
+    CliError,
+    existing_store,
+    load_tools,
+    store_from,
+)
+from tether.errors import TetherError, UsageError
+from tether.experiment import (
+    MATRIX_METRICS,
+    Comparison,
+    MatrixReport,
+    Report,
+    chart_svg,
+    read_matrix,
+    render_comparison,
+    render_matrix,
+    render_report,
+)
 from tether.limits import Limits
 
 PLAIN_EVERY = 2.0  # seconds between progress lines when stderr is not a terminal
 BAR = 20  # characters of the progress bar
+SUBCOMMANDS = ("run", "report", "compare")
 
 
 class Progress:
     """The running tally: on a terminal one line redrawn in place, with a bar; elsewhere a
     plain line as runs end, at most every `PLAIN_EVERY` seconds, and one for the last."""
 
-    def __init__(self, out: TextIO, total: int) -> None:
+    def __init__(self, out: TextIO, total: int, done: int = 0) -> None:
         self.out = out
         self.total = total
         self.tty = out.isatty()
@@ -36,15 +62,12 @@ class Progress:
         self.shown = float("-inf")  # the first run to end is shown at once
         self.drawn = False
         if self.tty:
-            self._draw(f"{' ' * BAR}▏ 0/{total} runs")
+            self._draw(f"{self._bar(done)}▏ {done}/{total} runs")
 
-    def update(self, report: Report) -> None:
-        done = len(report.runs)
-        tally = " · ".join(f"{reason} {n}" for reason, (n, _) in report.outcomes().items())
+    def update(self, done: int, tally: str) -> None:
         line = f"{done}/{self.total} runs · {tally} · {time.monotonic() - self.started:.1f} s"
         if self.tty:
-            filled = round(BAR * done / self.total)
-            self._draw(f"{'█' * filled}{'░' * (BAR - filled)}▏ {line}")
+            self._draw(f"{self._bar(done)}▏ {line}")
         elif done == self.total or time.monotonic() - self.shown >= PLAIN_EVERY:
             self.shown = time.monotonic()
             print(f"tether: {line}", file=self.out, flush=True)
@@ -55,6 +78,10 @@ class Progress:
             self.out.flush()
             self.drawn = False
 
+    def _bar(self, done: int) -> str:
+        filled = round(BAR * done / self.total) if self.total else BAR
+        return f"{'█' * filled}{'░' * (BAR - filled)}"
+
     def _draw(self, text: str) -> None:
         self.out.write(f"\r\x1b[K{text}")
         self.out.flush()
@@ -62,64 +89,125 @@ class Progress:
 
 
 def add_experiment_command(sub: Any, store_help: str) -> None:
-
-    p = sub.add_parser("experiment", help="run a task many times and report with intervals")
-    p.add_argument("task")
-    p.add_argument("--model", required=True, help="as for `tether run`")
-    p.add_argument("--tools", **TOOLS_ARGUMENT)
-    p.add_argument("--system", default=None)
-    p.add_argument("--runs", type=int, default=10, help="how many runs (default 10)")
-    p.add_argument("--concurrency", type=int, default=4, help="runs at once (default 4)")
-    p.add_argument("--max-steps", type=int, default=50)
-    p.add_argument("--confidence", type=float, default=0.95, help="of the intervals (default 0.95)")
+    p = sub.add_parser(
+        "experiment",
+        help="run a task many times, or compare agents on tasks, and report with intervals",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "words", nargs="*", metavar="TASK | run SPEC | report ID | compare ID A B", default=[]
+    )
     p.add_argument("--store", default=None, help=store_help)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--confidence", type=float, default=None, help="of the intervals (0.95)")
+    p.add_argument("--runs", type=int, default=None, help="runs of each task (TASK: 10)")
+    p.add_argument("--concurrency", type=int, default=None, help="runs at once (4)")
+    one = p.add_argument_group("TASK: one task on one agent")
+    one.add_argument("--task", default=None, help="the task, when it is a subcommand's word")
+    one.add_argument("--model", default=None, help="as for `tether run`")
+    one.add_argument("--tools", **TOOLS_ARGUMENT)
+    one.add_argument("--system", default=None)
+    one.add_argument("--max-steps", type=int, default=50)
+    many = p.add_argument_group("run, report, compare: experiments that compare")
+    many.add_argument("--id", default=None, help="run: the experiment's id (continues it)")
+    many.add_argument("--max-cost", type=float, default=None, metavar="USD", help="run: cap")
+    many.add_argument(
+        "--metric",
+        default="pass_rate",
+        choices=MATRIX_METRICS,
+        help="compare, and the chart: what to compare (pass_rate)",
+    )
+    many.add_argument("--chart", default=None, metavar="FILE.svg", help="run, report: a chart")
 
 
 async def cmd_experiment(args: argparse.Namespace) -> int:
-    from tether.experiment import run_experiment
+    words: list[str] = args.words
+    if args.task is not None:
+        if words:
+            raise CliError(f"--task and a positional task ({words[0]!r}): give one of them")
+        return await cmd_one_task(args, args.task)
+    if not words:
+        raise CliError("tether experiment needs a TASK, or run SPEC, report ID, compare ID A B")
+    form, rest = words[0], words[1:]
+    _check_numbers(args)
+    if form not in SUBCOMMANDS:
+        if rest:
+            raise CliError(f"one TASK, not {len(words)} words: quote the task")
+        return await cmd_one_task(args, form)
+    if args.model is not None or args.tools or args.system is not None:
+        raise CliError(f"--model, --tools and --system are the TASK form's; {form} reads a spec")
+    arity = {"run": 1, "report": 1, "compare": 3}[form]
+    if len(rest) != arity:
+        usage = {"run": "run SPEC.toml", "report": "report ID", "compare": "compare ID A B"}
+        raise CliError(f"usage: tether experiment {usage[form]}")
+    if args.chart is not None and not args.chart.endswith(".svg"):
+        raise CliError(
+            f"--chart {args.chart}: only SVG is written (a PNG would need matplotlib, "
+            "which tether does not depend on)"
+        )
+    if form == "run":
+        return await cmd_run_spec(args, rest[0])
+    return await cmd_read(args, form, rest)
 
-    # Everything the user named is checked before the store is touched.
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Everything the user named is checked before the store is touched."""
     for name, value in (("runs", args.runs), ("concurrency", args.concurrency)):
-        if value < 1:
+        if value is not None and value < 1:
             raise CliError(f"--{name} must be at least 1, not {value}")
     if args.max_steps <= 0:
         raise CliError(f"--max-steps must be positive, not {args.max_steps}")
-    if not 0 < args.confidence < 1:
+    if args.confidence is not None and not 0 < args.confidence < 1:
         raise CliError(f"--confidence must be between 0 and 1, not {args.confidence}")
+    if args.max_cost is not None and not args.max_cost > 0:
+        raise CliError(f"--max-cost must be positive, not {args.max_cost}")
+
+
+async def cmd_one_task(args: argparse.Namespace, task: str) -> int:
+    """`tether experiment TASK --model MODEL`: the task run `--runs` times on one agent."""
+    from tether.experiment import run_experiment
+
+    _check_numbers(args)
+    if args.model is None:
+        raise CliError("tether experiment TASK needs --model (or: run SPEC.toml)")
+    if args.id is not None or args.max_cost is not None or args.chart is not None:
+        raise CliError("--id, --max-cost and --chart are for `tether experiment run SPEC`")
+    runs = 10 if args.runs is None else args.runs
+    confidence = 0.95 if args.confidence is None else args.confidence
     try:
         model = resolve_model(args.model)
     except TetherError as exc:
         raise CliError(f"--model {args.model}: {exc}") from exc
     tools = load_tools(args.tools)
-    store = store_from(args.store)
     agent = Agent(
         model,
         tools=tools,
         system=args.system,
         limits=Limits(max_steps=args.max_steps),
-        store=store,
+        store=store_from(args.store),
         metadata={"cli": {"model": args.model, "tools": list(args.tools), "mcp": None}},
     )
-    progress = Progress(sys.stderr, args.runs)
+    progress = Progress(sys.stderr, runs)
     so_far: list[Report] = []
 
     def on_progress(report: Report) -> None:
         so_far[:] = [report]
-        progress.update(report)
+        tally = " · ".join(f"{reason} {n}" for reason, (n, _) in report.outcomes().items())
+        progress.update(len(report.runs), tally)
 
     try:
         report = await run_experiment(
             agent,
-            args.task,
-            args.runs,
-            concurrency=args.concurrency,
-            confidence=args.confidence,
+            task,
+            runs,
+            concurrency=4 if args.concurrency is None else args.concurrency,
+            confidence=confidence,
             on_progress=on_progress,
         )
     except asyncio.CancelledError:  # Ctrl-C: what the runs that ended say, then 130
         progress.end()
-        print_partial(so_far[0] if so_far else None, args)
+        print_partial(so_far[0] if so_far else None, runs, args.json)
         raise
     finally:
         progress.end()
@@ -128,18 +216,145 @@ async def cmd_experiment(args: argparse.Namespace) -> int:
     errored = sum(r.stop_reason == "error" for r in report.runs)
     if errored:
         print(f"tether: {errored} of {len(report.runs)} runs ended in error", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     return 0
 
 
-def print_partial(report: Report | None, args: argparse.Namespace) -> None:
+def print_partial(report: Report | None, runs: int, as_json: bool) -> None:
     """The report of the runs that ended before the experiment was interrupted."""
     if report is None:
-        print(f"tether: interrupted before any of the {args.runs} runs ended", file=sys.stderr)
+        print(f"tether: interrupted before any of the {runs} runs ended", file=sys.stderr)
         return
     ended = len(report.runs)
-    if args.json:
-        print(json.dumps({**report.to_json(), "interrupted": True, "runs_asked": args.runs}))
+    if as_json:
+        print(json.dumps({**report.to_json(), "interrupted": True, "runs_asked": runs}))
     else:
-        print(f"interrupted: a partial report of the {ended} of {args.runs} runs that ended")
+        print(f"interrupted: a partial report of the {ended} of {runs} runs that ended")
         print(render_report(report))
+
+
+async def cmd_run_spec(args: argparse.Namespace, path: str) -> int:
+    """`tether experiment run SPEC.toml`: the spec's variants x tasks x runs, continued
+    when `--id` (or the spec's `id`) names an experiment already in the store."""
+    from tether.experiment import run_matrix
+    from tether.experiment.matrix import new_experiment_id
+    from tether.experiment.spec import load_spec
+
+    try:
+        spec = load_spec(path)
+        tasks = spec.built_tasks()
+        store = store_from(args.store)
+    except TetherError as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        agents = spec.agents(store)
+    except TetherError as exc:
+        await store.close()
+        raise CliError(f"{path}: {exc}") from exc
+    experiment_id = args.id or spec.id or new_experiment_id()
+    runs = spec.runs if args.runs is None else args.runs
+    total = len(spec.variants) * len(tasks) * runs
+    progress: Progress | None = None
+    so_far: list[MatrixReport] = []
+
+    def on_progress(report: MatrixReport) -> None:
+        nonlocal progress
+        so_far[:] = [report]
+        if progress is None:  # made at the first run's end: a continued one starts part-done
+            progress = Progress(sys.stderr, total, len(report.runs))
+        progress.update(len(report.runs), _tally(report))
+
+    print(f"tether: experiment {experiment_id} · {total} runs planned", file=sys.stderr)
+    try:
+        report = await run_matrix(
+            agents,
+            tasks,
+            runs,
+            concurrency=args.concurrency or spec.concurrency,
+            seed=spec.seed,
+            experiment_id=experiment_id,
+            max_cost_usd=args.max_cost or spec.max_cost_usd,
+            confidence=args.confidence or spec.confidence,
+            on_progress=on_progress,
+        )
+    except asyncio.CancelledError:
+        if progress is not None:
+            progress.end()
+        if so_far:
+            _print_matrix(so_far[0], args)
+        print(
+            f"tether: interrupted; `tether experiment run {path} --id {experiment_id}` "
+            "runs what is missing",
+            file=sys.stderr,
+        )
+        raise
+    except TetherError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        if progress is not None:
+            progress.end()
+        await store.close()
+    _print_matrix(report, args)
+    return _exit_code(report)
+
+
+def _tally(report: MatrixReport) -> str:
+    parts = []
+    for name in report.plan.variants:
+        s = report.variant(name)
+        parts.append(f"{name} {s.passed}/{s.runs} passed")
+    return " · ".join(parts)
+
+
+def _exit_code(report: MatrixReport) -> int:
+    """1 when a run ended in error or a check raised; 3 when runs are missing (the spend
+    cap); else 0."""
+    if any(r.stop_reason == "error" or r.check_error for r in report.runs):
+        return EXIT_ERROR
+    return EXIT_LIMIT if report.missing() else 0
+
+
+def _print_matrix(report: MatrixReport, args: argparse.Namespace) -> None:
+    comparisons = _against_the_first(report, args.metric)
+    if args.chart is not None:
+        Path(args.chart).write_text(chart_svg(report, args.metric), encoding="utf-8")
+    if args.json:
+        body = {**report.to_json(), "comparisons": [c.to_json() for c in comparisons]}
+        print(json.dumps(body))
+        return
+    print(render_matrix(report))
+    for comparison in comparisons:
+        print()
+        print(render_comparison(comparison))
+
+
+def _against_the_first(report: MatrixReport, metric: str) -> list[Comparison]:
+    """Every other variant against the first (none where no cell has a figure on both)."""
+    first, *others = report.plan.variants
+    comparisons = []
+    for other in others:
+        try:
+            comparisons.append(report.compare(first, other, metric))
+        except UsageError:
+            continue
+    return comparisons
+
+
+async def cmd_read(args: argparse.Namespace, form: str, rest: Sequence[str]) -> int:
+    """`report ID` and `compare ID A B`, from the store alone (the checks re-imported by
+    the `MODULE:ATTR` each task recorded)."""
+    store = existing_store(args.store)
+    try:
+        report = await read_matrix(
+            store, rest[0], confidence=0.95 if args.confidence is None else args.confidence
+        )
+        if form == "report":
+            _print_matrix(report, args)
+            return 0
+        comparison = report.compare(rest[1], rest[2], args.metric)
+    except TetherError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        await store.close()
+    print(json.dumps(comparison.to_json()) if args.json else render_comparison(comparison))
+    return 0

@@ -199,9 +199,13 @@ def _order(cells: list[Cell], seed: int) -> list[Cell]:
     return [c for r in sorted(blocks) for c in blocks[r]]
 
 
+def new_experiment_id() -> str:
+    return f"exp_{secrets.token_hex(6)}"
+
+
 def _experiment_id(given: str | None) -> str:
     if given is None:
-        return f"exp_{secrets.token_hex(6)}"
+        return new_experiment_id()
     if not NAME.fullmatch(given):
         raise UsageError(f"experiment id {given!r}: letters, digits, '.', '_' and '-' only")
     return given

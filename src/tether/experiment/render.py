@@ -8,6 +8,7 @@ from tether.experiment.report import Comparison, MatrixReport
 from tether.experiment.single import format_for, summary_text
 
 FIGURES = ("score", "steps", "tokens", "cost_usd", "seconds")
+FEW_PAIRS = 10
 
 
 def render_matrix(report: MatrixReport) -> str:
@@ -55,6 +56,11 @@ def render_comparison(c: Comparison) -> str:
         f"{fmt(abs(c.difference))}   [{_signed(fmt, low)}, {_signed(fmt, high)}]",
         f"verdict  {c.verdict} ({c.a} against {c.b})",
     ]
+    if c.pairs < FEW_PAIRS:
+        lines.append(
+            f"few pairs: below about {FEW_PAIRS} a bootstrap interval is too narrow "
+            "(pairs that all agree give no width at all); run more"
+        )
     if c.unpaired:
         lines.append(f"left out {c.unpaired} cell(s) with a figure on one side only")
     return "\n".join(lines)

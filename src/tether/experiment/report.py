@@ -214,4 +214,3 @@ class MatrixReport:
 def ordered(plan: Plan, counted: dict[Cell, MatrixRun]) -> tuple[MatrixRun, ...]:
     """The counted runs in the plan's order (cells outside the plan are left out)."""
     return tuple(counted[c] for c in plan.cells() if c in counted)
-

@@ -1,0 +1,98 @@
+"""An experiment written down: a TOML file of variants (each an agent: model, tools, system,
+limits), tasks (a prompt and a `MODULE:ATTR` check) and how many runs, read into an
+`ExperimentSpec` that builds the variants' agents. What `tether experiment run SPEC` runs;
+running it is `matrix`'s."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.agent import Agent
+from tether.errors import UsageError
+from tether.experiment.plan import Task, import_check
+from tether.limits import Limits
+from tether.store.base import Store
+from tether.tools.load import load_tools
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VariantSpec(_Strict):
+    """One variant: an agent as `tether run` makes one (`python:MODULE:ATTR` models too)."""
+
+    model: str = Field(min_length=1)
+    tools: tuple[str, ...] = ()
+    system: str | None = None
+    max_steps: int = Field(default=50, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    max_seconds: float | None = Field(default=None, gt=0)
+
+    def agent(self, store: Store) -> Agent:
+        """The variant's agent on `store`, recording its model and tools as `tether run`
+        does, so `tether sessions resume` can rebuild it."""
+        limits = Limits(
+            max_steps=self.max_steps, max_tokens=self.max_tokens, max_seconds=self.max_seconds
+        )
+        return Agent(
+            self.model,
+            tools=load_tools(self.tools, label="tools"),
+            system=self.system,
+            limits=limits,
+            store=store,
+            metadata={"cli": {"model": self.model, "tools": list(self.tools), "mcp": None}},
+        )
+
+
+class TaskSpec(_Strict):
+    prompt: str = Field(min_length=1)
+    name: str | None = None
+    check: str | None = None  # MODULE:ATTR
+    pass_at: float = 1.0
+
+    def task(self) -> Task:
+        check = None if self.check is None else import_check(self.check)
+        return Task(self.prompt, check, self.name, self.pass_at)
+
+
+class ExperimentSpec(_Strict):
+    """`runs` repeats of every task on every variant; `id` names the experiment (a new one
+    when absent: then the command prints it, to continue it with `--id`)."""
+
+    variants: dict[str, VariantSpec] = Field(min_length=1)
+    tasks: tuple[TaskSpec, ...] = Field(min_length=1)
+    runs: int = Field(default=10, gt=0)
+    concurrency: int = Field(default=4, gt=0)
+    seed: int = 0
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    id: str | None = None
+
+    def agents(self, store: Store) -> dict[str, Agent]:
+        return {name: v.agent(store) for name, v in self.variants.items()}
+
+    def built_tasks(self) -> list[Task]:
+        """The tasks with their checks imported (`UsageError` for one that does not)."""
+        return [t.task() for t in self.tasks]
+
+
+def load_spec(path: str) -> ExperimentSpec:
+    """The spec in a TOML file; `UsageError` naming the file and what is wrong with it."""
+    try:
+        data: dict[str, Any] = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read it: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from exc
+    try:
+        return ExperimentSpec.model_validate(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the file"
+        raise UsageError(f"{path}: {where}: {first['msg']}") from None
