@@ -179,6 +179,16 @@ async def test_an_experiment_killed_half_way_runs_only_its_missing_runs_again(
         (("run", "s.toml"), "runs = 2\n[variants.a]\nmodel = 'scripted:demo'\n", "s.toml: tasks"),
         (("run", "s.toml"), FLAKY.replace("seed = 5", "sede = 5"), "s.toml: sede: Extra inputs"),
         (("run", "s.toml", "--chart", "c.png"), FLAKY, "--chart c.png: only SVG"),
+        (
+            ("run", "s.toml"),
+            FLAKY.replace("python:experiment", "python:nowhere"),
+            "s.toml: cannot import nowhere",
+        ),
+        (
+            ("run", "s.toml"),
+            FLAKY.replace("fixtures:said_ok", "fixtures:nothing"),
+            "s.toml: check experiment.fixtures:nothing",
+        ),
         (("run",), None, "usage: tether experiment run SPEC.toml"),
         (("compare", "x", "a"), None, "usage: tether experiment compare ID A B"),
         (("run", "s.toml", "--model", "scripted:demo"), FLAKY, "--model, --tools and --system"),

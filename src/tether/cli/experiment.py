@@ -241,16 +241,15 @@ async def cmd_run_spec(args: argparse.Namespace, path: str) -> int:
     from tether.experiment.spec import load_spec
 
     try:
-        spec = load_spec(path)
-        tasks = spec.built_tasks()
-        store = store_from(args.store)
+        spec = load_spec(path)  # its errors name the file
     except TetherError as exc:
         raise CliError(str(exc)) from exc
     try:
-        agents = spec.agents(store)
+        tasks = spec.built_tasks()
+        agents = spec.agents(lambda: store_from(args.store))
     except TetherError as exc:
-        await store.close()
         raise CliError(f"{path}: {exc}") from exc
+    store = next(iter(agents.values())).store
     experiment_id = args.id or spec.id or new_experiment_id()
     runs = spec.runs if args.runs is None else args.runs
     total = len(spec.variants) * len(tasks) * runs

@@ -6,17 +6,20 @@ running it is `matrix`'s."""
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.agent import Agent
+from tether.agent import Agent, resolve_model
 from tether.errors import UsageError
 from tether.experiment.plan import Task, import_check
 from tether.limits import Limits
+from tether.providers.base import Model
 from tether.store.base import Store
+from tether.tools.base import Tool
 from tether.tools.load import load_tools
 
 
@@ -34,15 +37,20 @@ class VariantSpec(_Strict):
     max_tokens: int | None = Field(default=None, gt=0)
     max_seconds: float | None = Field(default=None, gt=0)
 
-    def agent(self, store: Store) -> Agent:
-        """The variant's agent on `store`, recording its model and tools as `tether run`
-        does, so `tether sessions resume` can rebuild it."""
+    def parts(self) -> tuple[Model, list[Tool], Limits]:
+        """The model and tools resolved (`UsageError` for one that does not load)."""
         limits = Limits(
             max_steps=self.max_steps, max_tokens=self.max_tokens, max_seconds=self.max_seconds
         )
+        return resolve_model(self.model), load_tools(self.tools, label="tools"), limits
+
+    def agent(self, parts: tuple[Model, list[Tool], Limits], store: Store) -> Agent:
+        """The variant's agent on `store`, recording its model and tools as `tether run`
+        does, so `tether sessions resume` can rebuild it."""
+        model, tools, limits = parts
         return Agent(
-            self.model,
-            tools=load_tools(self.tools, label="tools"),
+            model,
+            tools=tools,
             system=self.system,
             limits=limits,
             store=store,
@@ -74,8 +82,12 @@ class ExperimentSpec(_Strict):
     confidence: float = Field(default=0.95, gt=0, lt=1)
     id: str | None = None
 
-    def agents(self, store: Store) -> dict[str, Agent]:
-        return {name: v.agent(store) for name, v in self.variants.items()}
+    def agents(self, open_store: Callable[[], Store]) -> dict[str, Agent]:
+        """The variants' agents on one store, opened only once every model and tool has
+        loaded: a spec that does not load touches no store."""
+        parts = {name: (v, v.parts()) for name, v in self.variants.items()}
+        store = open_store()
+        return {name: v.agent(made, store) for name, (v, made) in parts.items()}
 
     def built_tasks(self) -> list[Task]:
         """The tasks with their checks imported (`UsageError` for one that does not)."""
