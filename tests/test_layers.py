@@ -22,6 +22,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "tether.state",
         "tether.fold",
         "tether.limits",
+        "tether.settings",
     ),
     "pieces": (
         "tether.providers",

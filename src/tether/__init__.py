@@ -10,6 +10,7 @@ from tether.fold import Folder, Transcript, fold
 from tether.limits import Limits
 from tether.messages import Message, Text, ToolCall, ToolResult, Usage
 from tether.scheduler.retry import RetryPolicy
+from tether.settings import ModelSettings, Reasoning
 from tether.state import SessionView, validate_observation
 from tether.store import open_store
 from tether.tools import ToolContext, tool
@@ -35,6 +36,8 @@ __all__ = [
     "Folder",
     "Limits",
     "Message",
+    "ModelSettings",
+    "Reasoning",
     "RetryPolicy",
     "RunResult",
     "SessionView",

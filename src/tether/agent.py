@@ -36,6 +36,7 @@ from tether.session.threads import (
     SubAgent,
     check_name,
 )
+from tether.settings import ModelSettings, check_tool_choice, merged
 from tether.state import SessionView
 from tether.store.base import Store
 from tether.store.open import DEFAULT_STORE_URL, open_store
@@ -169,7 +170,15 @@ class Agent:
     tools that hand the rest of the turn, with the conversation so far, to that agent.
     Every thread counts against the session's `limits`; `max_depth` and `max_threads` cap
     how deep sub-agents nest and how many run at once (refused calls are answered as
-    errors the model reads)."""
+    errors the model reads).
+
+    `settings` (`ModelSettings`) shape every request: sampling, the output cap, stop
+    sequences, `tool_choice`, reasoning, a timeout per attempt, extra body fields. A run's
+    own (`run(task, settings=...)`) go over them field by field. They are checked here
+    against the tools and the provider (a setting it cannot honour is a `UsageError`), and
+    recorded in a new session's `session.created` metadata as `"model_settings"`. A resumed
+    session is run with the resuming agent's settings (and its run's), as it is with its
+    model, tools and limits; each request's `request_hash` covers them, so a change shows."""
 
     def __init__(
         self,
@@ -193,6 +202,7 @@ class Agent:
         handoffs: Iterable[Agent | Tool] = (),
         max_depth: int = DEFAULT_MAX_DEPTH,
         max_threads: int = DEFAULT_MAX_THREADS,
+        settings: ModelSettings | None = None,
     ) -> None:
         self.name = None if name is None else check_name(name)
         if max_depth < 0 or max_threads < 1:
@@ -205,6 +215,8 @@ class Agent:
         self.toolbox = Toolbox([*tools, *handoff_tools])
         self.system = system
         self.limits = limits or Limits()
+        self.settings = merged(settings, None)
+        self._check_settings(self.settings)
         # context: True, the default policy; False, off; or a DefaultPolicy or function.
         self.engine = Engine(
             self.model,
@@ -215,6 +227,7 @@ class Agent:
             context=make_context(context, self.model),
             max_depth=max_depth,
             max_threads=max_threads,
+            settings=self.settings,
         )
         self._store_arg = store
         self._store: Store | None = (
@@ -308,6 +321,7 @@ class Agent:
         session_id: str | None = None,
         lease_wait: float = 0.0,
         end_session: bool = False,
+        settings: ModelSettings | None = None,
     ) -> RunResult:
         """Run one turn: a new session for `task`, or `task` sent to session `session_id`.
         With `task=None`, continue the session's open turn (after an approval or a crash).
@@ -315,15 +329,22 @@ class Agent:
         session (`completed`, or `failed` after an error or a limit), in the same commit as
         `turn.ended`.
 
+        `settings` go over the agent's for this run only, field by field (`merged`).
+
         The run holds the session's lease: if another worker holds it, wait up to
         `lease_wait` seconds for it to be released or to expire, then raise `LeaseHeld`."""
+        engine = self.engine
+        if settings is not None:
+            effective = merged(self.settings, settings)
+            self._check_settings(effective)
+            engine = replace(engine, settings=effective)
         log = await self._open_log(session_id)
-        opening: list[Payload] = [self._session_created()] if session_id is None else []
+        opening: list[Payload] = [self._session_created(engine)] if session_id is None else []
         if task is not None:
             opening.append(UserMessage(task if isinstance(task, Message) else user(task)))
         view = await run_session(
             self.runs,
-            self.engine,
+            engine,
             log,
             opening=opening,
             lease_wait=lease_wait,
@@ -332,10 +353,24 @@ class Agent:
         )
         return RunResult.from_view(view)
 
-    async def resume(self, session_id: str, *, lease_wait: float = 0.0) -> RunResult:
+    async def resume(
+        self, session_id: str, *, lease_wait: float = 0.0, settings: ModelSettings | None = None
+    ) -> RunResult:
         """Continue a session from its log, in this process: the recovery rules of
-        `tether.recovery` decide what happens to the calls an earlier runner left open."""
-        return await self.run(None, session_id=session_id, lease_wait=lease_wait)
+        `tether.recovery` decide what happens to the calls an earlier runner left open.
+        `settings` go over the agent's, as for `run`: a run's own settings are not in the
+        log, so a resumed turn that should keep them is given them again."""
+        return await self.run(None, session_id=session_id, lease_wait=lease_wait, settings=settings)
+
+    def _check_settings(self, settings: ModelSettings | None) -> None:
+        """Refuse now what every request would be refused: a `tool_choice` naming no tool of
+        this agent's, a setting the provider cannot honour."""
+        if settings is None:
+            return
+        check_tool_choice(settings, self.toolbox.names())
+        check = getattr(self.model, "check_settings", None)
+        if callable(check):
+            check(settings, self.toolbox.specs)
 
     def _delta_observer(self, session_id: str) -> DeltaObserver | None:
         per_session, plain = self.on_session_delta, self.on_delta
@@ -349,17 +384,26 @@ class Agent:
 
         return observe
 
-    def _session_created(self) -> SessionCreated:
+    def _session_created(self, engine: Engine) -> SessionCreated:
+        metadata = dict(self.metadata)
+        if engine.settings is not None:  # what the session was started with, on record
+            metadata["model_settings"] = engine.settings.to_json()
         return SessionCreated(
             model=self.model.name,
             system=self.system,
             tools={t.name: t.schema_hash for t in self.toolbox},
             limits=self.limits.to_json(),
-            metadata=dict(self.metadata),
+            metadata=metadata,
         )
 
-    def run_sync(self, task: str | Message | None, *, session_id: str | None = None) -> RunResult:
-        return asyncio.run(self.run(task, session_id=session_id))
+    def run_sync(
+        self,
+        task: str | Message | None,
+        *,
+        session_id: str | None = None,
+        settings: ModelSettings | None = None,
+    ) -> RunResult:
+        return asyncio.run(self.run(task, session_id=session_id, settings=settings))
 
     async def interrupt(self, session_id: str) -> None:
         """End the running turn `interrupted`; the session stays usable."""

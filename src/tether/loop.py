@@ -35,6 +35,7 @@ from tether.scheduler.retry import RetryPolicy
 from tether.session import threads
 from tether.session.log import SessionLog
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
+from tether.settings import ModelSettings, tighter
 from tether.state import session_outcome
 from tether.tools.base import Toolbox
 from tether.tools.run import CallOutcome, run_calls
@@ -62,6 +63,9 @@ class Engine:
     # the session's main engine hold for the whole session).
     max_depth: int = DEFAULT_MAX_DEPTH
     max_threads: int = DEFAULT_MAX_THREADS
+    # How each request is sampled and shaped (None: the provider's defaults); a run's own
+    # settings come as a copy of the engine with them merged in (`Agent.run(settings=)`).
+    settings: ModelSettings | None = None
 
 
 @dataclass
@@ -220,13 +224,19 @@ def _input_estimate(ctx: TurnContext) -> int:
 def _request_hash(ctx: TurnContext, max_output: int | None) -> str:
     folder = ctx.log.folder
     head = f"{ctx.engine.model.name}\x00{folder.system}\x00{ctx.engine.toolbox.schema_chars}\x00{max_output}"
+    settings = ctx.engine.settings
+    if settings is not None:  # no settings hash as they always did
+        head = f"{head}\x00{settings.digest}"
     return hashlib.sha256(f"{head}\x00{folder.transcript_hash}".encode()).hexdigest()
 
 
 async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     """One model call and its commit. False when the turn ended here."""
     folder = ctx.log.folder
+    settings = ctx.engine.settings
     max_output = ctx.engine.limits.max_output_tokens
+    if settings is not None:  # the tighter cap wins (the limits carry a tenant's)
+        max_output = tighter(max_output, settings.max_output_tokens)
     # The context policy's decisions are events: the request below is built from them.
     if ctx.engine.context is not None:
         failed = await ctx.engine.context.before_request(
@@ -247,6 +257,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
         on_delta=ctx.on_delta,
         on_retry=lambda error, attempt, wait: _record_retry(ctx, error, attempt, wait),
         caller=ctx.caller,
+        settings=settings,
     )
     started = time.perf_counter()
     held = _hold_estimate(ctx) if ctx.parent is not None else None

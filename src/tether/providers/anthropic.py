@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import httpx
 
-from tether.errors import ConnectionFailed
+from tether.errors import ConnectionFailed, UsageError
 from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, ToolResult, Usage
 from tether.providers import catalog
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
@@ -29,6 +29,8 @@ from tether.providers.common import (
     truncated,
 )
 from tether.providers.http import Endpoint, SSEDecoder, SSEEvent
+from tether.providers.settings_wire import output_cap, tool_choice, unsupported
+from tether.settings import ModelSettings, apply_extra
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_VERSION = "2023-06-01"
@@ -74,7 +76,9 @@ class AnthropicModel(CodecModel):
 def encode_request(model: str, request: ModelRequest, *, stream: bool = False) -> JSONObject:
     info = catalog.lookup(model)
     known = info.max_output_tokens if info and info.max_output_tokens else DEFAULT_MAX_TOKENS
-    max_tokens = request.max_output_tokens or min(known, DEFAULT_MAX_TOKENS)
+    settings = request.settings
+    cap = output_cap(request) if settings is not None else request.max_output_tokens
+    max_tokens = cap or min(known, DEFAULT_MAX_TOKENS)
     body: JSONObject = {"model": model, "max_tokens": max_tokens}
     if request.system:
         body["system"] = request.system
@@ -86,7 +90,84 @@ def encode_request(model: str, request: ModelRequest, *, stream: bool = False) -
     body["messages"] = encode_messages(request.messages)
     if stream:
         body["stream"] = True
+    if settings is not None:
+        _encode_settings(body, settings, request, cap, known)
     return body
+
+
+def _encode_settings(
+    body: JSONObject, settings: ModelSettings, request: ModelRequest, cap: int | None, known: int
+) -> None:
+    if settings.seed is not None:
+        raise unsupported("Anthropic Messages", "seed")
+    if settings.temperature is not None:
+        if settings.temperature > 1:
+            raise UsageError(
+                f"Anthropic takes a temperature from 0 to 1, not {settings.temperature:g}"
+            )
+        body["temperature"] = settings.temperature
+    if settings.top_p is not None:
+        body["top_p"] = settings.top_p
+    if settings.stop:
+        body["stop_sequences"] = list(settings.stop)
+    choice = _tool_choice(settings, request)
+    if choice is not None:
+        body["tool_choice"] = choice
+    if settings.reasoning is not None:
+        _encode_thinking(body, settings, request, cap, known)
+    apply_extra(body, settings.extra)
+
+
+_TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
+
+
+def _tool_choice(settings: ModelSettings, request: ModelRequest) -> JSONObject | None:
+    """`{"type": "auto" | "any" | "none" | "tool"}`; parallel calls are turned off inside it
+    (`disable_parallel_tool_use`), so with no choice set that is `auto`."""
+    choice = tool_choice(settings, request)
+    serial = settings.parallel_tool_calls is False and bool(request.tools)
+    if choice is None and not serial:
+        return None
+    name = settings.tool_name
+    wire: JSONObject = (
+        {"type": "tool", "name": name}
+        if name is not None
+        else {"type": _TOOL_CHOICE[choice or "auto"]}
+    )
+    if serial and wire["type"] != "none":
+        wire["disable_parallel_tool_use"] = True
+    return wire
+
+
+def _encode_thinking(
+    body: JSONObject, settings: ModelSettings, request: ModelRequest, cap: int | None, known: int
+) -> None:
+    """Extended thinking from the reasoning budget. The API counts thinking in `max_tokens`
+    and wants it above the budget: with no cap given, the budget is added to the usual one."""
+    assert settings.reasoning is not None
+    budget = settings.reasoning.effective_budget
+    if budget < 1024:
+        raise UsageError(f"Anthropic's thinking budget is at least 1024 tokens, not {budget}")
+    if request.tools and settings.tool_choice != "none":
+        # Its thinking blocks must travel back with each tool call's result, and the
+        # neutral message has no part for them yet.
+        raise UsageError(
+            "Anthropic extended thinking (ModelSettings.reasoning) with tools is not supported "
+            "yet: thinking blocks are not carried back across tool calls"
+        )
+    if settings.temperature is not None or (settings.top_p is not None and settings.top_p < 0.95):
+        raise UsageError(
+            "Anthropic extended thinking takes no temperature, and top_p only from 0.95: "
+            "leave them unset with reasoning"
+        )
+    if cap is None:
+        body["max_tokens"] = min(budget + min(known, DEFAULT_MAX_TOKENS), max(known, budget + 1))
+    elif cap <= budget:
+        raise UsageError(
+            f"the output cap ({cap} tokens) must be above the thinking budget ({budget}): "
+            "Anthropic counts thinking in max_tokens"
+        )
+    body["thinking"] = {"type": "enabled", "budget_tokens": budget}
 
 
 def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:

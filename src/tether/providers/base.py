@@ -15,6 +15,7 @@ from tether.messages import JSONObject, Message, Usage
 if TYPE_CHECKING:  # only the type: the HTTP module is not imported by the neutral seam
     from tether.errors import ProviderError
     from tether.providers.rate_limits import RateLimits
+    from tether.settings import ModelSettings
 
 StopKind = Literal["end_turn", "tool_calls", "max_tokens", "other"]
 
@@ -61,7 +62,10 @@ class ModelRequest:
     """`messages` is the transcript as the loop holds it; a model must not change it.
     `on_retry`: whoever retries the request (the agent, or the model gateway) reports each
     failed attempt it will try again there. `caller`: the session the request is for, when
-    the runner knows it (None: a model used by one caller needs none)."""
+    the runner knows it (None: a model used by one caller needs none). `settings`: how to
+    sample and shape the request (`tether.ModelSettings`; None: the provider's defaults);
+    `max_output_tokens` is already the tighter of the limits' cap and the settings' own
+    when the loop builds the request."""
 
     model: str
     system: str | None
@@ -71,6 +75,7 @@ class ModelRequest:
     on_delta: DeltaObserver | None = None
     on_retry: RetryObserver | None = None
     caller: Caller | None = None
+    settings: ModelSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)

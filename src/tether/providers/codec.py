@@ -5,14 +5,18 @@ request to a neutral response, whole or streamed. A codec module supplies only i
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from tether.errors import ConnectionFailed
 from tether.messages import JSONObject, canonical_json
-from tether.providers.base import DeltaObserver, ModelRequest, ModelResponse
+from tether.providers.base import DeltaObserver, ModelRequest, ModelResponse, ToolSpec
 from tether.providers.common import load_json, request_seed, with_rate_limits
 from tether.providers.http import Endpoint
+from tether.settings import ModelSettings
 
 
 class Assembler(Protocol):
@@ -63,7 +67,31 @@ class CodecModel:
     def assembler(self, on_delta: DeltaObserver | None, seed: str) -> Assembler:
         raise NotImplementedError
 
+    def check_settings(self, settings: ModelSettings | None, tools: Sequence[ToolSpec]) -> None:
+        """Raise the `UsageError` a request with these settings and tools would raise when
+        built, before any request is: an `Agent` asks when it is made and when a run
+        brings settings of its own."""
+        if settings is not None:
+            self.encode(ModelRequest(self.model, None, (), tuple(tools), settings=settings))
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        timeout = request.settings.timeout if request.settings is not None else None
+        if timeout is None:
+            return await self._complete(request)
+        # Bounds one attempt whole, a stream included; whoever retries gives each its own.
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                return await self._complete(request)
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise
+            raise ConnectionFailed(
+                f"no answer from the model host within the {timeout:g} s timeout "
+                "(ModelSettings.timeout)"
+            ) from exc
+
+    async def _complete(self, request: ModelRequest) -> ModelResponse:
         body = self.encode(request)
         seed = request_seed(body) if self.seeded else ""
         if self.streaming:

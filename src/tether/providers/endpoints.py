@@ -179,7 +179,13 @@ def configured_endpoints(env: Mapping[str, str], defaults: Iterable[str]) -> tup
     """The base URLs the server's own provider set-up points at: the public defaults of the
     hosted providers, and any base URL or host set in the environment."""
     urls = list(defaults)
-    for variable in ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "VLLM_BASE_URL", "OLLAMA_HOST"):
+    for variable in (
+        "ANTHROPIC_BASE_URL",
+        "OPENAI_BASE_URL",
+        "OPENROUTER_BASE_URL",
+        "VLLM_BASE_URL",
+        "OLLAMA_HOST",
+    ):
         value = env.get(variable, "").strip()
         if value:
             urls.append(value if "://" in value else "http://" + value)

@@ -29,6 +29,8 @@ from tether.providers.common import (
     truncated,
 )
 from tether.providers.http import Endpoint, NDJSONDecoder
+from tether.providers.settings_wire import output_cap, tool_choice, unsupported
+from tether.settings import ModelSettings, apply_extra
 
 DEFAULT_HOST = "http://localhost:11434"
 
@@ -81,7 +83,9 @@ def encode_request(
     messages.extend(encode_messages(request.messages))
     # Ollama streams unless told not to, so `stream` is always explicit.
     body: JSONObject = {"model": model, "messages": messages, "stream": stream}
-    if request.tools:
+    settings = request.settings
+    offer = settings is None or _offers_tools(settings, request)
+    if request.tools and offer:
         body["tools"] = [
             {
                 "type": "function",
@@ -94,11 +98,42 @@ def encode_request(
             for t in request.tools
         ]
     merged: JSONObject = dict(options or {})
-    if request.max_output_tokens is not None:
-        merged["num_predict"] = request.max_output_tokens
+    if settings is not None:
+        _encode_options(merged, settings)
+    cap = output_cap(request) if settings is not None else request.max_output_tokens
+    if cap is not None:
+        merged["num_predict"] = cap
     if merged:
         body["options"] = merged
+    if settings is not None:
+        apply_extra(body, settings.extra)
     return body
+
+
+def _offers_tools(settings: ModelSettings, request: ModelRequest) -> bool:
+    """Ollama has no `tool_choice`: "auto" is what it does, "none" is honoured by offering
+    no tools, and "required" or a tool's name is refused; so is `parallel_tool_calls=False`
+    (it may always answer with several calls)."""
+    choice = tool_choice(settings, request)
+    if choice not in (None, "auto", "none"):
+        raise unsupported("Ollama chat", f"tool_choice {choice!r}", "only 'auto' or 'none'")
+    if settings.parallel_tool_calls is False and request.tools:
+        raise unsupported("Ollama chat", "parallel_tool_calls=False")
+    return choice != "none"
+
+
+def _encode_options(options: JSONObject, settings: ModelSettings) -> None:
+    """Sampling settings are `options`, over the model's own."""
+    if settings.reasoning is not None:
+        raise unsupported(
+            "Ollama chat", "reasoning effort", "set extra={'think': True} for a thinking model"
+        )
+    for name in ("temperature", "top_p", "seed"):
+        value = getattr(settings, name)
+        if value is not None:
+            options[name] = value
+    if settings.stop:
+        options["stop"] = list(settings.stop)
 
 
 def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:

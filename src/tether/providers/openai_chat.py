@@ -30,14 +30,20 @@ from tether.providers.common import (
     truncated,
 )
 from tether.providers.http import Endpoint, SSEDecoder
+from tether.providers.settings_wire import output_cap, tool_choice
+from tether.settings import ModelSettings, apply_extra
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
+# How `ModelSettings.reasoning` is sent: OpenAI's `reasoning_effort`, or OpenRouter's
+# `reasoning` object (`{"effort": …}`, or `{"max_tokens": …}` for a budget alone).
+ReasoningStyle = Literal["effort", "openrouter"]
 
 
 class OpenAIChatModel(CodecModel):
     """A `Model` over `/chat/completions`. `provider` only names it (`openrouter:…`); servers
-    that predate `max_completion_tokens` get `max_tokens_field="max_tokens"`."""
+    that predate `max_completion_tokens` get `max_tokens_field="max_tokens"`; OpenRouter
+    gets `reasoning_style="openrouter"`."""
 
     def __init__(
         self,
@@ -50,8 +56,10 @@ class OpenAIChatModel(CodecModel):
         provider: str = "openai",
         max_tokens_field: MaxTokensField = "max_completion_tokens",
         extra_headers: Mapping[str, str] | None = None,
+        reasoning_style: ReasoningStyle = "effort",
     ) -> None:
         self.max_tokens_field: MaxTokensField = max_tokens_field
+        self.reasoning_style: ReasoningStyle = reasoning_style
         headers = dict(extra_headers or {})
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
@@ -63,7 +71,11 @@ class OpenAIChatModel(CodecModel):
 
     def encode(self, request: ModelRequest) -> JSONObject:
         return encode_request(
-            self.model, request, stream=self.streaming, max_tokens_field=self.max_tokens_field
+            self.model,
+            request,
+            stream=self.streaming,
+            max_tokens_field=self.max_tokens_field,
+            reasoning_style=self.reasoning_style,
         )
 
     def decode(self, body: bytes, seed: str) -> ModelResponse:
@@ -82,6 +94,7 @@ def encode_request(
     *,
     stream: bool = False,
     max_tokens_field: MaxTokensField = "max_completion_tokens",
+    reasoning_style: ReasoningStyle = "effort",
 ) -> JSONObject:
     messages: list[JSONValue] = []
     if request.system:
@@ -100,13 +113,47 @@ def encode_request(
             }
             for t in request.tools
         ]
-    if request.max_output_tokens is not None:
-        body[max_tokens_field] = request.max_output_tokens
+    settings = request.settings
+    cap = output_cap(request) if settings is not None else request.max_output_tokens
+    if cap is not None:
+        body[max_tokens_field] = cap
     if stream:
         body["stream"] = True
         # Without this the usage chunk never comes.
         body["stream_options"] = {"include_usage": True}
+    if settings is not None:
+        _encode_settings(body, settings, request, reasoning_style)
     return body
+
+
+def _encode_settings(
+    body: JSONObject, settings: ModelSettings, request: ModelRequest, style: ReasoningStyle
+) -> None:
+    for field in ("temperature", "top_p", "seed"):
+        value = getattr(settings, field)
+        if value is not None:
+            body[field] = value
+    if settings.stop:
+        body["stop"] = list(settings.stop)
+    choice = tool_choice(settings, request)
+    if choice is not None:
+        name = settings.tool_name
+        body["tool_choice"] = (
+            choice if name is None else {"type": "function", "function": {"name": name}}
+        )
+    if settings.parallel_tool_calls is not None and request.tools:
+        body["parallel_tool_calls"] = settings.parallel_tool_calls
+    reasoning = settings.reasoning
+    if reasoning is not None:
+        if style == "openrouter":  # its own object: an effort, or else a token budget
+            body["reasoning"] = (
+                {"effort": reasoning.effort}
+                if reasoning.effort is not None
+                else {"max_tokens": reasoning.effective_budget}
+            )
+        else:
+            body["reasoning_effort"] = reasoning.effective_effort
+    apply_extra(body, settings.extra)
 
 
 def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:

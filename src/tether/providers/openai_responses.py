@@ -29,6 +29,8 @@ from tether.providers.common import (
     truncated,
 )
 from tether.providers.http import Endpoint, SSEDecoder
+from tether.providers.settings_wire import output_cap, tool_choice, unsupported
+from tether.settings import ModelSettings, apply_extra
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -80,12 +82,36 @@ def encode_request(model: str, request: ModelRequest, *, stream: bool = False) -
             }
             for t in request.tools
         ]
-    if request.max_output_tokens is not None:
-        body["max_output_tokens"] = request.max_output_tokens
+    settings = request.settings
+    cap = output_cap(request) if settings is not None else request.max_output_tokens
+    if cap is not None:
+        body["max_output_tokens"] = cap
     body["store"] = False
     if stream:
         body["stream"] = True
+    if settings is not None:
+        _encode_settings(body, settings, request)
     return body
+
+
+def _encode_settings(body: JSONObject, settings: ModelSettings, request: ModelRequest) -> None:
+    if settings.stop:
+        raise unsupported("OpenAI Responses", "stop", "use the openai: (Chat) codec for it")
+    if settings.seed is not None:
+        raise unsupported("OpenAI Responses", "seed", "use the openai: (Chat) codec for it")
+    for field in ("temperature", "top_p"):
+        value = getattr(settings, field)
+        if value is not None:
+            body[field] = value
+    choice = tool_choice(settings, request)
+    if choice is not None:
+        name = settings.tool_name
+        body["tool_choice"] = choice if name is None else {"type": "function", "name": name}
+    if settings.parallel_tool_calls is not None and request.tools:
+        body["parallel_tool_calls"] = settings.parallel_tool_calls
+    if settings.reasoning is not None:
+        body["reasoning"] = {"effort": settings.reasoning.effective_effort}
+    apply_extra(body, settings.extra)
 
 
 def encode_input(messages: Sequence[Message]) -> list[JSONValue]:

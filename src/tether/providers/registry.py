@@ -81,11 +81,12 @@ def _openrouter(s: _Spec) -> Model:
     return openai_chat.OpenAIChatModel(
         s.model,
         api_key=s.key("OPENROUTER_API_KEY", "openrouter"),
-        base_url=s.base_url or OPENROUTER_BASE_URL,
+        base_url=s.url("OPENROUTER_BASE_URL", OPENROUTER_BASE_URL),
         http_client=s.http_client,
         stream=s.stream,
         provider="openrouter",
         max_tokens_field="max_tokens",
+        reasoning_style="openrouter",
     )
 
 

@@ -18,6 +18,7 @@ from typing import TypeAlias
 from tether.errors import ProviderError, ScriptExhausted
 from tether.messages import JSONValue, Message, Text, ToolCall, Usage
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse, StopKind
+from tether.settings import ModelSettings
 
 _CACHE_LIMIT = 4096
 _WORDS = re.compile(r"\s*\S+")
@@ -102,7 +103,8 @@ class ScriptedModel:
     `repeat_last=True` answers with the last reply forever (a model that never stops asking
     for tools). `delay` sleeps before every answer, as a network would. `price_per_million`
     (input, output) makes the cost known; otherwise it is None, never a made-up 0. With an
-    `on_delta` observer on the request, the answer is also offered as deltas."""
+    `on_delta` observer on the request, the answer is also offered as deltas. Settings are
+    not acted on; `last_settings` is the last request's, for tests to read."""
 
     def __init__(
         self,
@@ -125,6 +127,7 @@ class ScriptedModel:
         # turn -> the message of a fixed reply (text or calls): built once, as messages are
         # immutable, so the double costs the runtime under test as little as it can.
         self._built: dict[int, Message] = {}
+        self.last_settings: ModelSettings | None = None
 
     @property
     def name(self) -> str:
@@ -149,6 +152,7 @@ class ScriptedModel:
         return count
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.last_settings = request.settings
         turn = self._assistant_turns(request.messages)
         if turn < len(self._replies):
             reply = self._replies[turn]
