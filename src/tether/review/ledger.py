@@ -60,12 +60,15 @@ class Config:
             data = None
         if not isinstance(data, dict) or data.get(CONFIG_KEY) != 1:
             raise UsageError("not a review session: its main agent is not a review's chair")
-        return Config(
-            str(data["proposer"]),
-            tuple(str(c) for c in data["critics"]),
-            int(data["max_rounds"]),
-            int(data["stable_rounds"]),
-        )
+        try:
+            return Config(
+                str(data["proposer"]),
+                tuple(str(c) for c in data["critics"]),
+                int(data["max_rounds"]),
+                int(data["stable_rounds"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"a review session whose configuration is unreadable: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
