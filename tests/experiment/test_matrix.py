@@ -21,7 +21,7 @@ from experiment.fixtures import (
 from tether import Agent, Limits
 from tether.errors import UsageError
 from tether.events import SessionCreated
-from tether.experiment import Task, read_matrix, run_matrix
+from tether.experiment import Task, read_matrix, render_comparison, render_matrix, run_matrix
 from tether.store import MemoryStore
 from tether.store.base import Store
 from tether.testing import ScriptedModel
@@ -76,6 +76,10 @@ async def test_each_run_is_a_session_tagged_with_its_cell(store: Store) -> None:
         assert run.passed == (run.variant == "a") and run.steps == 2 and run.seconds is not None
     assert {t for _, t, _ in cells} == {"fetch", "Fetch it again."}  # a task's name or prompt
     assert all(v.metadata == {} for v in variants.values())  # the agents are left as they were
+    compared = render_comparison(report.compare("a", "b"))
+    assert "a against b on pass_rate · 4 pair(s) by (task, repeat)" in compared
+    assert "verdict  better (a against b)" in compared
+    assert "few pairs: below about 10 a bootstrap interval is too narrow" in compared
 
 
 async def test_the_report_rebuilds_from_the_store_alone(store: Store) -> None:
@@ -142,6 +146,9 @@ async def test_an_interrupted_experiment_run_again_runs_only_its_missing_cells()
     assert after.ran == 2 and len(after.runs) == 4 and after.missing() == []
     assert {r.session_id for r in before.runs} <= {r.session_id for r in after.runs}
     assert after.aside == before.aside  # kept, never counted
+    shown = render_matrix(after)
+    assert f"aside     1 abandoned or duplicate run(s): {after.aside[0].session_id}" in shown
+    assert "ran       2 run(s) now, 4 counted in all" in shown and "incomplete" not in shown
     assert len(await store.sessions()) == 5
 
 
