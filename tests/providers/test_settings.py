@@ -15,13 +15,14 @@ import openai.types.responses
 import pydantic
 import pytest
 
-from tether import ModelSettings, Reasoning
+from tether import Agent, Limits, ModelSettings, Reasoning
 from tether.errors import ConnectionFailed, UsageError
 from tether.messages import user
 from tether.providers.base import Model, ModelRequest
 from tether.providers.endpoints import configured_endpoints
 from tether.providers.ollama import OllamaModel
 from tether.providers.registry import model_from_string
+from tether.store import MemoryStore
 
 from .fake_servers import FakeServer, Reply
 from .test_loopback import ADD, DIALECTS, PLAN, build
@@ -393,3 +394,32 @@ async def test_openrouter_from_the_environment_reaches_that_server() -> None:
         await model.aclose()  # type: ignore[attr-defined]
     assert server.requests[0].path == "/v1/chat/completions"
     assert json.loads(server.requests[0].body)["seed"] == 3
+
+
+# --- through an agent ---------------------------------------------------------------------
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+async def test_an_agents_settings_and_a_runs_reach_every_request_of_the_turn() -> None:
+    async with FakeServer(HANDLERS["openai"](ToyModel(PLAN))) as server:
+        model = build("openai", server.url, False)
+        agent = Agent(
+            model,
+            tools=[add],
+            store=MemoryStore(),
+            limits=Limits(max_output_tokens=500),
+            settings=ModelSettings(temperature=0.2, tool_choice="add", max_output_tokens=900),
+        )
+        result = await agent.run("add twice", settings=ModelSettings(seed=5, temperature=0.4))
+        await agent.close()
+        await model.aclose()  # type: ignore[attr-defined]
+    assert result.output.strip() == "Results: 5, 42"
+    bodies = [r.json() for r in server.requests]
+    assert len(bodies) == 2
+    for body in bodies:
+        assert (body["temperature"], body["seed"], body["max_completion_tokens"]) == (0.4, 5, 500)
+        assert body["tool_choice"] == {"type": "function", "function": {"name": "add"}}
