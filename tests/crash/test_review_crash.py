@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -90,12 +91,20 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         pool.shutdown(cancel_futures=True)
 
 
+# Events a batch holds after its first: a kill between two events of one batch leaves the
+# store as a kill after its last does, so only batch ends are kill points.
+IN_BATCH = frozenset(
+    {"user.message", "tool.started", "thread.started", "turn.ended", "session.ended"}
+)
+
+
 def kill_points(events: list[Event]) -> list[int]:
-    """Every commit of the first round (its critics' parallel threads, then the proposer's,
-    and the chair's answer that opens round 2), and the last commit of the review: round 2
-    commits the same kinds of batches again."""
+    """The end of every batch of the first round (its critics' parallel threads, then the
+    proposer's, and the chair's answer that opens round 2), and the last commit of the
+    review: round 2 commits the same kinds of batches again."""
     round_two = next(e.seq for e in events if e.thread == "stubborn-4")
-    return [*range(1, round_two + 1), len(events)]
+    ends = [e.seq for e, after in pairwise(events) if after.type not in IN_BATCH]
+    return [n for n in ends if n <= round_two] + [len(events)]
 
 
 def threads_of(events: list[Event]) -> list[str]:

@@ -196,7 +196,7 @@ async def test_a_limit_of_the_whole_review_stops_it_budget(store: Store) -> None
     await read_checked(store, result.session_id)
 
 
-async def test_a_cancelled_review_stops_interrupted_and_reads_back_as_such() -> None:
+async def test_a_cancelled_review_stops_interrupted_and_can_be_resumed() -> None:
     store = MemoryStore()
     started = asyncio.Event()
     session: list[str] = []
@@ -225,6 +225,26 @@ async def test_a_cancelled_review_stops_interrupted_and_reads_back_as_such() -> 
     assert result.stop_reason == "interrupted"
     assert result.ledger == ()
     await read_checked(store, session[0])
+
+    # Resumed, the round the interrupt cut off is asked again (the critic answers now).
+    done = await resume_review(
+        session[0],
+        proposer=p.agent(p.shortening, "writer"),
+        critics=[p.agent(p.stubborn, "slow")],
+        store=store,
+    )
+    assert (done.stop_reason, done.rounds) == ("converged", 3)
+    assert [(o.id, o.first_round) for o in done.ledger] == [("slow#1", 1)]
+    events = await read_checked(store, session[0])
+    assert threads(events) == [
+        "slow-1",
+        "slow-2",
+        "writer-3",
+        "slow-4",
+        "writer-5",
+        "slow-6",
+        "writer-7",
+    ]
 
 
 async def test_participants_need_distinct_names_and_a_resume_the_same_ones() -> None:

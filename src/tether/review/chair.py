@@ -39,7 +39,7 @@ def next_answer(minutes: Minutes) -> Message:
     if ask is None:
         return Message("assistant", (Text(_dumps(final_json(minutes))),))
     calls = tuple(
-        ToolCall(f"r{ask.round}_{ask.phase}_{ask.attempt}_{name}", name, {"task": task})
+        ToolCall(f"a{minutes.answers + 1}_r{ask.round}_{name}", name, {"task": task})
         for name, task in tasks(minutes, ask)
     )
     note = (Text(_dumps(minutes.note)),) if minutes.note else ()

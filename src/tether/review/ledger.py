@@ -133,6 +133,7 @@ class Minutes:
         self.stop: str | None = None
         self.detail: str | None = None
         self.note: JSONObject = {}
+        self.answers = 0  # the chair's answers so far: numbers its calls' ids
         self.repeats: dict[str, int] = dict.fromkeys(config.critics, 0)
         self._heard: dict[str, list[Raised]] = {}
         self._raised: list[str] = []  # ids raised this round, in order
@@ -260,14 +261,26 @@ class Minutes:
 
 def replay(system: str | None, messages: Sequence[Message]) -> Minutes:
     """The minutes of the chair's transcript: each answer's calls with their results, in
-    order (an answer whose results are not all in yet is not applied)."""
+    order. Results the turn was cut off in (a failed or canceled result followed by a new
+    turn's user message: an interrupted review sent on) are not applied, so the chair asks
+    again; an answer whose results are not all in yet ends the replay."""
     config = Config.from_system(system)
     if not messages or messages[0].role != "user":
         raise UsageError("a review's transcript starts with the artifact")
     minutes = Minutes(config, messages[0].text)
-    for asked, answered in zip(messages[1::2], messages[2::2], strict=False):
-        if asked.role != "assistant" or answered.role != "tool" or not asked.tool_calls:
+    for i, asked in enumerate(messages):
+        if asked.role != "assistant":
+            continue
+        minutes.answers += 1
+        if not asked.tool_calls:
+            continue
+        answered = messages[i + 1] if i + 1 < len(messages) else None
+        if answered is None or answered.role != "tool":
             break
+        reopened = i + 2 < len(messages) and messages[i + 2].role == "user"
+        if reopened and any(r.is_error for r in answered.tool_results):
+            minutes.note = {"asking_again": "the turn was cut off while these calls ran"}
+            continue
         by_call = {r.call_id: r for r in answered.tool_results}
         results: dict[str, tuple[str, bool]] = {}
         for c in asked.tool_calls:

@@ -26,6 +26,7 @@ from tether.store.open import DEFAULT_STORE_URL, open_store
 # A participant's answer reaches the chair whole (a revised artifact can be long): the chair
 # reads it as data and never sends its transcript to a model.
 REVIEW_OUTPUT_CAP = 10_000_000
+GO_ON = "Go on with the review."  # the message that reopens an interrupted review
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +155,10 @@ async def resume_review(
     lease_wait: float = 0.0,
     lease_ttl: float = 30.0,
 ) -> ReviewResult:
-    """Go on with a review a crashed process left open, with the same participants (by
-    name): finished threads give their recorded answers without running again, and the
-    chair decides as before. A review that had ended is read back as it is. `lease_wait`:
+    """Go on with a review a crashed process left open, or one that was interrupted, with
+    the same participants (by name): finished threads give their recorded answers without
+    running again (an interrupted round is asked again), and the chair decides as before.
+    A review that had ended is read back as it is. `lease_wait`:
     how long to wait for the lease a crashed process left to expire."""
     opened = _open(store)
     try:
@@ -168,12 +170,15 @@ async def resume_review(
                 f"review {session_id} was run by proposer {config.proposer} and critics "
                 f"{', '.join(config.critics)}, not {named[0]} and {', '.join(named[1])}"
             )
-        if folder.turn_open and not folder.terminal:
+        if not folder.terminal and (folder.turn_open or folder.stop_reason == "interrupted"):
+            # An interrupted review's turn has closed: a message opens the next one, and
+            # the chair asks again what the interrupt cut off.
+            go_on = None if folder.turn_open else GO_ON
             chair, _ = _chair(config, proposer, critics, limits or _recorded(folder), opened)
             chair.on_event, chair.lease_ttl = on_event, lease_ttl
             try:
                 await chair.run(
-                    None, session_id=session_id, lease_wait=lease_wait, end_session=True
+                    go_on, session_id=session_id, lease_wait=lease_wait, end_session=True
                 )
             finally:
                 await chair.runs.close()
