@@ -312,3 +312,11 @@ async def test_the_scripted_model_keeps_the_last_settings_it_was_sent() -> None:
     assert model.last_settings == settings
     await model.complete(ModelRequest("scripted", None, (user("hi"),)))
     assert model.last_settings is None
+
+
+def test_equal_settings_hash_alike_and_a_whole_number_is_the_same_setting() -> None:
+    one = ModelSettings(temperature=1, stop=["END"], extra={"user": "u1"})
+    other = ModelSettings(temperature=1.0, stop=["END"], extra={"user": "u1"})
+    assert one == other and one.digest == other.digest
+    assert len({one, other}) == 1
+    assert one.digest != ModelSettings(temperature=0.9, stop=["END"]).digest

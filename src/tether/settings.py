@@ -12,11 +12,12 @@ import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Literal, cast, get_args
+from typing import Literal, TypeVar, cast, get_args
 
 from tether.errors import UsageError
 from tether.messages import JSONObject, JSONValue, canonical_json
 
+T = TypeVar("T")
 Effort = Literal["low", "medium", "high"]
 # Reasoning budgets derived from an effort (Anthropic needs a budget), and efforts derived
 # from a budget (OpenAI needs an effort): a budget below `medium`'s is `low`, one below
@@ -97,6 +98,10 @@ class ModelSettings:
         _check_number("top_p", self.top_p, 0.0, 1.0)
         _check_count("ModelSettings.max_output_tokens", self.max_output_tokens)
         _check_number("timeout", self.timeout, 0.0, math.inf, open_low=True)
+        for name in ("temperature", "top_p", "timeout"):  # 1 and 1.0: one setting, one hash
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, float(value))
         if self.seed is not None and (
             isinstance(self.seed, bool) or not isinstance(self.seed, int)
         ):
@@ -121,6 +126,9 @@ class ModelSettings:
             object.__setattr__(self, "extra", _json_object(self.extra, "ModelSettings.extra"))
         digest = hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()
         object.__setattr__(self, "_digest", digest[:32])
+
+    def __hash__(self) -> int:  # `stop` and `extra` are a list and a dict: hash the digest
+        return hash(self._digest)
 
     @property
     def digest(self) -> str:
@@ -174,16 +182,24 @@ def merged(agent: ModelSettings | None, run: ModelSettings | None) -> ModelSetti
     if run is None or agent is None:
         result = run if agent is None else agent
     else:
-        values = {
-            f.name: getattr(run, f.name)
-            if getattr(run, f.name) is not None
-            else getattr(agent, f.name)
-            for f in fields(ModelSettings)
-            if f.init and f.name not in ("cache", "extra")
-        }
-        extra = _compose(agent.extra, run.extra)
-        result = ModelSettings(**values, cache=agent.cache and run.cache, extra=extra)
+        result = ModelSettings(
+            temperature=_first(run.temperature, agent.temperature),
+            top_p=_first(run.top_p, agent.top_p),
+            max_output_tokens=_first(run.max_output_tokens, agent.max_output_tokens),
+            stop=_first(run.stop, agent.stop),
+            seed=_first(run.seed, agent.seed),
+            tool_choice=_first(run.tool_choice, agent.tool_choice),
+            parallel_tool_calls=_first(run.parallel_tool_calls, agent.parallel_tool_calls),
+            timeout=_first(run.timeout, agent.timeout),
+            reasoning=_first(run.reasoning, agent.reasoning),
+            cache=agent.cache and run.cache,
+            extra=_compose(agent.extra, run.extra),
+        )
     return None if result is None or result == DEFAULT_SETTINGS else result
+
+
+def _first(given: T | None, otherwise: T | None) -> T | None:
+    return otherwise if given is None else given
 
 
 def tighter(first: int | None, second: int | None) -> int | None:
