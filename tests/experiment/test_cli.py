@@ -172,6 +172,30 @@ async def test_an_experiment_killed_half_way_runs_only_its_missing_runs_again(
     )
 
 
+async def test_ctrl_c_prints_the_report_so_far_and_the_rerun_counts_the_cut_runs_aside(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "stalling.toml").write_text(STALLING)
+    first = start_hanging_after(4, tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while await finished_and_hanging(tmp_path / "e.db") != (4, 2):
+            assert time.monotonic() < deadline, "the first process never got half-way"
+            await asyncio.sleep(0.05)
+        first.send_signal(signal.SIGINT)
+        out, err = await asyncio.to_thread(first.communicate, timeout=60)
+    finally:
+        first.kill()
+    assert first.returncode == 130 and "Traceback" not in err, err
+    partial = json.loads(out)
+    assert len(partial["runs"]) == 4 and partial["missing"] == 6
+    assert "`tether experiment run stalling.toml --id cut` runs what is missing" in err
+
+    report = as_json(tether("run", "stalling.toml", "--id", "cut", "--json", cwd=tmp_path))
+    assert report["ran"] == 6 and len(report["runs"]) == 10
+    assert [r["stop_reason"] for r in report["aside"]] == ["interrupted", "interrupted"]
+
+
 @pytest.mark.parametrize(
     ("args", "spec", "message"),
     [
@@ -193,6 +217,8 @@ async def test_an_experiment_killed_half_way_runs_only_its_missing_runs_again(
         (("compare", "x", "a"), None, "usage: tether experiment compare ID A B"),
         (("run", "s.toml", "--model", "scripted:demo"), FLAKY, "--model, --tools and --system"),
         (("go", "--runs", "2"), None, "tether experiment TASK needs --model"),
+        (("report", "x", "--max-cost", "1"), None, "--id, --max-cost, --runs and --concurrency"),
+        (("compare", "x", "a", "b", "--chart", "c.svg"), None, "--chart is for `run`"),
     ],
 )
 def test_bad_input_is_one_line_and_stores_nothing(

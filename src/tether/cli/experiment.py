@@ -141,6 +141,10 @@ async def cmd_experiment(args: argparse.Namespace) -> int:
     if len(rest) != arity:
         usage = {"run": "run SPEC.toml", "report": "report ID", "compare": "compare ID A B"}
         raise CliError(f"usage: tether experiment {usage[form]}")
+    if form != "run" and (args.id, args.max_cost, args.runs, args.concurrency) != (None,) * 4:
+        raise CliError("--id, --max-cost, --runs and --concurrency are for `run`")
+    if form == "compare" and args.chart is not None:
+        raise CliError("--chart is for `run` and `report`")
     if args.chart is not None and not args.chart.endswith(".svg"):
         raise CliError(
             f"--chart {args.chart}: only SVG is written (a PNG would need matplotlib, "
