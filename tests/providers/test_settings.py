@@ -18,6 +18,7 @@ import pytest
 from tether import Agent, Limits, ModelSettings, Reasoning
 from tether.errors import ConnectionFailed, UsageError
 from tether.messages import user
+from tether.providers.anthropic import encode_request
 from tether.providers.base import Model, ModelRequest
 from tether.providers.endpoints import configured_endpoints
 from tether.providers.ollama import OllamaModel
@@ -423,3 +424,14 @@ async def test_an_agents_settings_and_a_runs_reach_every_request_of_the_turn() -
     for body in bodies:
         assert (body["temperature"], body["seed"], body["max_completion_tokens"]) == (0.4, 5, 500)
         assert body["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+
+
+def test_anthropic_thinking_room_stays_within_the_models_known_limit() -> None:
+    high = ModelSettings(reasoning=Reasoning(effort="high"))
+    request = ModelRequest("m", None, (user("hi"),), settings=high)
+    unknown = encode_request("some-new-model", request)
+    assert unknown["max_tokens"] == 16384 + 16384
+    with pytest.raises(UsageError, match=r"output cap \(8192 tokens\)"):
+        encode_request("claude-3-5-haiku", request)
+    low = ModelRequest("m", None, (user("hi"),), settings=ModelSettings(reasoning=Reasoning("low")))
+    assert encode_request("claude-3-5-haiku", low)["max_tokens"] == 8192

@@ -75,7 +75,8 @@ class AnthropicModel(CodecModel):
 
 def encode_request(model: str, request: ModelRequest, *, stream: bool = False) -> JSONObject:
     info = catalog.lookup(model)
-    known = info.max_output_tokens if info and info.max_output_tokens else DEFAULT_MAX_TOKENS
+    limit = info.max_output_tokens if info and info.max_output_tokens else None
+    known = limit or DEFAULT_MAX_TOKENS
     settings = request.settings
     cap = output_cap(request) if settings is not None else request.max_output_tokens
     max_tokens = cap or min(known, DEFAULT_MAX_TOKENS)
@@ -91,12 +92,16 @@ def encode_request(model: str, request: ModelRequest, *, stream: bool = False) -
     if stream:
         body["stream"] = True
     if settings is not None:
-        _encode_settings(body, settings, request, cap, known)
+        _encode_settings(body, settings, request, cap, limit)
     return body
 
 
 def _encode_settings(
-    body: JSONObject, settings: ModelSettings, request: ModelRequest, cap: int | None, known: int
+    body: JSONObject,
+    settings: ModelSettings,
+    request: ModelRequest,
+    cap: int | None,
+    limit: int | None,
 ) -> None:
     if settings.seed is not None:
         raise unsupported("Anthropic Messages", "seed")
@@ -114,7 +119,7 @@ def _encode_settings(
     if choice is not None:
         body["tool_choice"] = choice
     if settings.reasoning is not None:
-        _encode_thinking(body, settings, request, cap, known)
+        _encode_thinking(body, settings, request, cap, limit)
     apply_extra(body, settings.extra)
 
 
@@ -140,10 +145,15 @@ def _tool_choice(settings: ModelSettings, request: ModelRequest) -> JSONObject |
 
 
 def _encode_thinking(
-    body: JSONObject, settings: ModelSettings, request: ModelRequest, cap: int | None, known: int
+    body: JSONObject,
+    settings: ModelSettings,
+    request: ModelRequest,
+    cap: int | None,
+    limit: int | None,
 ) -> None:
     """Extended thinking from the reasoning budget. The API counts thinking in `max_tokens`
-    and wants it above the budget: with no cap given, the budget is added to the usual one."""
+    and wants it above the budget: with no cap given, the budget is added to the usual cap,
+    within the model's own limit where the catalog knows it."""
     assert settings.reasoning is not None
     budget = settings.reasoning.effective_budget
     if budget < 1024:
@@ -161,8 +171,10 @@ def _encode_thinking(
             "leave them unset with reasoning"
         )
     if cap is None:
-        body["max_tokens"] = min(budget + min(known, DEFAULT_MAX_TOKENS), max(known, budget + 1))
-    elif cap <= budget:
+        cap = budget + min(limit or DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS)
+        cap = cap if limit is None else min(cap, limit)
+        body["max_tokens"] = cap
+    if cap <= budget:
         raise UsageError(
             f"the output cap ({cap} tokens) must be above the thinking budget ({budget}): "
             "Anthropic counts thinking in max_tokens"
