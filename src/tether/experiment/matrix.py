@@ -74,14 +74,12 @@ async def run_matrix(
 
     state = _Live(experiment_id, plan, confidence, records)
     todo = iter(_order(state.todo(), seed))
-    gate = asyncio.Lock()  # the check of the cap and the take of the next cell, together
 
     async def worker() -> None:
         while True:
-            async with gate:
-                if state.halted() is not None:
-                    return
-                cell = next(todo, None)
+            # No await between the check of the cap and the take of the next cell: no other
+            # worker can take one in between.
+            cell = None if state.halted() is not None else next(todo, None)
             if cell is None:
                 return
             task = by_name[cell.task]
