@@ -23,6 +23,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "tether.fold",
         "tether.limits",
         "tether.settings",
+        "tether.stops",
     ),
     "pieces": (
         "tether.providers",
@@ -48,7 +49,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "tether.session.control",
         "tether.demo",
     ),
-    "runtime": ("tether.runtime", "tether.experiment", "tether.testing"),
+    "runtime": ("tether.runtime", "tether.experiment", "tether.review", "tether.testing"),
     "edges": ("tether.server", "tether.cli", "tether.__main__", "tether"),
 }
 ORDER = list(LAYERS)
