@@ -3,6 +3,8 @@
 The session is an append-only log of typed events; the transcript is a pure fold of it.
 """
 
+from typing import TYPE_CHECKING
+
 from tether.agent import Agent, RunResult
 from tether.errors import TetherError
 from tether.events import SCHEMA_VERSION, Event
@@ -10,15 +12,22 @@ from tether.fold import Folder, Transcript, fold
 from tether.limits import Limits
 from tether.messages import Message, Text, ToolCall, ToolResult, Usage
 from tether.scheduler.retry import RetryPolicy
-from tether.settings import ModelSettings, Reasoning
 from tether.state import SessionView, validate_observation
 from tether.store import open_store
 from tether.tools import ToolContext, tool
 
+if TYPE_CHECKING:
+    from tether.settings import ModelSettings, Reasoning
 
-def __getattr__(name: str) -> str:
+
+def __getattr__(name: str) -> object:
     """`tether.__version__`, read from the package metadata when first asked: reading it
-    parses the metadata file, which every process would otherwise pay for at import."""
+    parses the metadata file, which every process would otherwise pay for at import.
+    `ModelSettings` and `Reasoning` are loaded when first asked for, for the same reason."""
+    if name in ("ModelSettings", "Reasoning"):
+        from tether import settings
+
+        return getattr(settings, name)
     if name != "__version__":
         raise AttributeError(f"module 'tether' has no attribute {name!r}")
     from importlib.metadata import PackageNotFoundError, version

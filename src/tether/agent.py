@@ -36,7 +36,6 @@ from tether.session.threads import (
     SubAgent,
     check_name,
 )
-from tether.settings import ModelSettings, check_tool_choice, merged
 from tether.state import SessionView
 from tether.store.base import Store
 from tether.store.open import DEFAULT_STORE_URL, open_store
@@ -44,6 +43,8 @@ from tether.tools.base import Tool, Toolbox, make_tool
 
 if TYPE_CHECKING:
     import httpx
+
+    from tether.settings import ModelSettings
 
 
 # The model's streamed output with the session it belongs to.
@@ -215,8 +216,7 @@ class Agent:
         self.toolbox = Toolbox([*tools, *handoff_tools])
         self.system = system
         self.limits = limits or Limits()
-        self.settings = merged(settings, None)
-        self._check_settings(self.settings)
+        self.settings = None if settings is None else self._checked(settings, None)
         # context: True, the default policy; False, off; or a DefaultPolicy or function.
         self.engine = Engine(
             self.model,
@@ -335,9 +335,7 @@ class Agent:
         `lease_wait` seconds for it to be released or to expire, then raise `LeaseHeld`."""
         engine = self.engine
         if settings is not None:
-            effective = merged(self.settings, settings)
-            self._check_settings(effective)
-            engine = replace(engine, settings=effective)
+            engine = replace(engine, settings=self._checked(self.settings, settings))
         log = await self._open_log(session_id)
         opening: list[Payload] = [self._session_created(engine)] if session_id is None else []
         if task is not None:
@@ -362,15 +360,21 @@ class Agent:
         log, so a resumed turn that should keep them is given them again."""
         return await self.run(None, session_id=session_id, lease_wait=lease_wait, settings=settings)
 
-    def _check_settings(self, settings: ModelSettings | None) -> None:
-        """Refuse now what every request would be refused: a `tool_choice` naming no tool of
-        this agent's, a setting the provider cannot honour."""
-        if settings is None:
-            return
-        check_tool_choice(settings, self.toolbox.names())
-        check = getattr(self.model, "check_settings", None)
-        if callable(check):
-            check(settings, self.toolbox.specs)
+    def _checked(
+        self, base: ModelSettings | None, over: ModelSettings | None
+    ) -> ModelSettings | None:
+        """`over` merged over `base` (None: the defaults), refused now if every request
+        would be: a `tool_choice` naming no tool of this agent's, a setting the provider
+        cannot honour. Settings are loaded only by agents that have some."""
+        from tether.settings import check_tool_choice, merged
+
+        settings = merged(base, over)
+        if settings is not None:
+            check_tool_choice(settings, self.toolbox.names())
+            check = getattr(self.model, "check_settings", None)
+            if callable(check):
+                check(settings, self.toolbox.specs)
+        return settings
 
     def _delta_observer(self, session_id: str) -> DeltaObserver | None:
         per_session, plain = self.on_session_delta, self.on_delta

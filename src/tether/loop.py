@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from tether import stops
 from tether.context.blobs import keep_output
@@ -35,10 +35,12 @@ from tether.scheduler.retry import RetryPolicy
 from tether.session import threads
 from tether.session.log import SessionLog
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
-from tether.settings import ModelSettings, tighter
 from tether.state import session_outcome
 from tether.tools.base import Toolbox
 from tether.tools.run import CallOutcome, run_calls
+
+if TYPE_CHECKING:  # the settings module is loaded by whoever makes settings
+    from tether.settings import ModelSettings
 
 # Why a run is stopped from outside its turn: the first two close the turn by that name;
 # after the last two the run writes nothing more (another worker has the session, or will).
@@ -235,8 +237,9 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     folder = ctx.log.folder
     settings = ctx.engine.settings
     max_output = ctx.engine.limits.max_output_tokens
-    if settings is not None:  # the tighter cap wins (the limits carry a tenant's)
-        max_output = tighter(max_output, settings.max_output_tokens)
+    if settings is not None and settings.max_output_tokens is not None:
+        # The tighter cap wins (the limits carry a tenant's).
+        max_output = min(max_output or settings.max_output_tokens, settings.max_output_tokens)
     # The context policy's decisions are events: the request below is built from them.
     if ctx.engine.context is not None:
         failed = await ctx.engine.context.before_request(

@@ -13,12 +13,14 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from tether.errors import ProviderError, ScriptExhausted
 from tether.messages import JSONValue, Message, Text, ToolCall, Usage
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse, StopKind
-from tether.settings import ModelSettings
+
+if TYPE_CHECKING:
+    from tether.settings import ModelSettings
 
 _CACHE_LIMIT = 4096
 _WORDS = re.compile(r"\s*\S+")
