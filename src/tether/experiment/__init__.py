@@ -4,13 +4,14 @@ A model's answers vary from run to run, so one run says little about a prompt, a
 set of tools. `run_experiment` runs one task on one agent many times (`Report`);
 `run_matrix` runs tasks with checks on several agents (variants), tagged so it can be
 continued, and `MatrixReport.compare` says whether one variant is better than another
-beyond the noise (a paired bootstrap). Every run is a session in the agents' store.
+beyond the noise (a paired bootstrap). Every run is a session in the agents' store, with
+its agent's `metadata` (`{"tenant": "acme"}` lets that tenant see it in `tether serve`).
 """
 
 from __future__ import annotations
 
 from tether.experiment.chart import chart_svg
-from tether.experiment.matrix import read_matrix, run_matrix
+from tether.experiment.matrix import FindCheck, matrix_report, read_matrix, run_matrix
 from tether.experiment.plan import INCOMPLETE, Cell, Check, Plan, Task
 from tether.experiment.records import METRICS as MATRIX_METRICS
 from tether.experiment.records import MatrixRun
@@ -34,6 +35,7 @@ __all__ = [
     "Cell",
     "Check",
     "Comparison",
+    "FindCheck",
     "Interval",
     "MatrixReport",
     "MatrixRun",
@@ -46,6 +48,7 @@ __all__ = [
     "Verdict",
     "bootstrap_mean",
     "chart_svg",
+    "matrix_report",
     "paired_bootstrap",
     "read_matrix",
     "render_comparison",

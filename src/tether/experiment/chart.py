@@ -4,7 +4,8 @@ tether's dependencies). Pure: a string out."""
 
 from __future__ import annotations
 
-from xml.sax.saxutils import escape
+import re
+from xml.sax.saxutils import escape as _escape
 
 from tether.errors import UsageError
 from tether.experiment.records import METRICS
@@ -16,6 +17,14 @@ ROW = 28  # pixels per variant
 LABEL = 120  # the names' column
 PLOT = 360  # the axis' length
 MARGIN = 16
+# Characters XML 1.0 does not allow at all (most C0 controls, lone surrogates, U+FFFE/FFFF).
+NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def escape(text: str) -> str:
+    """`text` as SVG character data: markup characters escaped (quotes too), characters XML
+    cannot hold dropped. Names in a stored log are whatever its writer put there."""
+    return _escape(NOT_XML.sub("", text), {'"': "&quot;", "'": "&apos;"})
 
 
 def chart_svg(report: MatrixReport, metric: str = "pass_rate") -> str:

@@ -27,6 +27,7 @@ from tether.messages import JSONObject, JSONValue
 from tether.store.base import Store
 
 Progress = Callable[[MatrixReport], None]
+FindCheck = Callable[[str], Check | None]  # a recorded MODULE:QUALNAME -> its check, or None
 
 
 async def run_matrix(
@@ -108,22 +109,47 @@ async def read_matrix(
     *,
     checks: Mapping[str, Check] | None = None,
     confidence: float = 0.95,
+    find_check: FindCheck | None = None,
 ) -> MatrixReport:
     """The report of an experiment from the store alone: its plan as its newest session
     recorded it, every run folded from its log and checked again. A check is found by the
     `MODULE:QUALNAME` recorded for its task, unless `checks` gives it (by task name): so a
-    check must depend on the run's result alone, and a fixed check re-scores old runs."""
+    check must depend on the run's result alone, and a fixed check re-scores old runs.
+    `find_check` replaces the import of a recorded check (`matrix_report`)."""
     check_confidence(confidence)
     stored = await read_sessions(store, experiment_id)
     if not stored:
         raise UsageError(f"no experiment {experiment_id!r} in store {store.url}")
+    return await matrix_report(
+        stored, experiment_id, checks=checks, confidence=confidence, find_check=find_check
+    )
+
+
+async def matrix_report(
+    stored: Sequence[StoredRun],
+    experiment_id: str,
+    *,
+    checks: Mapping[str, Check] | None = None,
+    confidence: float = 0.95,
+    find_check: FindCheck | None = None,
+) -> MatrixReport:
+    """The report of an experiment's stored runs (oldest first; at least one), as
+    `read_matrix` makes it. `find_check(ref)` turns a recorded `MODULE:QUALNAME` into its
+    check (default: `import_check`); when it returns None, that task's finished runs are
+    not checked and their pass and score are unknown (`MatrixRun.checked`): how a caller
+    that must not import what a log names (a server) still reports the rest."""
+    check_confidence(confidence)
     plan = Plan.from_json(stored[-1].tag.get("plan"))
     given = checks or {}
-    found: dict[str, Check | None] = {
-        t.name: given.get(t.name) or (import_check(t.check) if t.check else None)
-        for t in plan.tasks
-    }
-    records = await _records(stored, plan, found)
+    find = import_check if find_check is None else find_check
+    found: dict[str, Check | None] = {}
+    unrun: set[str] = set()
+    for t in plan.tasks:
+        check = given.get(t.name) or (find(t.check) if t.check else None)
+        if check is None and t.check and t.name not in given:
+            unrun.add(t.name)
+        found[t.name] = check
+    records = await _records(stored, plan, found, unrun)
     counted, aside = counted_and_abandoned(records)
     return MatrixReport(experiment_id, plan, confidence, ordered(plan, counted), tuple(aside))
 
@@ -172,16 +198,24 @@ class _Live:
 
 
 async def _records(
-    stored: Sequence[StoredRun], plan: Plan, checks: Mapping[str, Check | None]
+    stored: Sequence[StoredRun],
+    plan: Plan,
+    checks: Mapping[str, Check | None],
+    unrun: frozenset[str] | set[str] = frozenset(),
 ) -> list[MatrixRun]:
-    """The records of the stored runs whose cell is in the plan."""
+    """The records of the stored runs whose cell is in the plan; the checks of the tasks
+    in `unrun` are not run."""
     records = []
     for run in stored:
         cell = run.cell
         if cell is None or cell.variant not in plan.variants or cell.task not in checks:
             continue
         task = plan.task(cell.task)
-        records.append(await record_of(run, cell, checks[cell.task], task.pass_at))
+        records.append(
+            await record_of(
+                run, cell, checks[cell.task], task.pass_at, run_check=cell.task not in unrun
+            )
+        )
     return records
 
 

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from tether.agent import RunResult
 from tether.events import Event, SessionCreated, TurnEnded
-from tether.experiment.plan import Cell, Check, apply_check
+from tether.experiment.plan import INCOMPLETE, Cell, Check, Checked, apply_check
 from tether.fold import fold
 from tether.messages import JSONObject, JSONValue
 from tether.store.base import Store
@@ -27,7 +27,8 @@ HIGHER_IS_BETTER = frozenset({"pass_rate", "score"})
 class MatrixRun:
     """A run of one cell. `stop_reason` is "" while its turn never ended (its process died);
     such a run and an `interrupted` one are *abandoned*: kept, never counted, and their
-    cell is run again."""
+    cell is run again. `checked` is False when the run finished but its check was not run
+    (a server that may not import the check): its pass and score are then unknown."""
 
     session_id: str
     variant: str
@@ -42,6 +43,7 @@ class MatrixRun:
     tokens: int  # input and output
     cost_usd: float | None
     seconds: float | None  # from session.created to turn.ended, by the log's clock
+    checked: bool = True
 
     @property
     def cell(self) -> Cell:
@@ -52,6 +54,8 @@ class MatrixRun:
         return self.stop_reason in ("", "interrupted")
 
     def value(self, metric: str) -> float | None:
+        if metric in ("pass_rate", "score") and not self.checked:
+            return None
         if metric == "pass_rate":
             return float(self.passed)
         value: float | int | None = getattr(self, metric)
@@ -64,8 +68,8 @@ class MatrixRun:
             "task": self.task,
             "repeat": self.repeat,
             "stop_reason": self.stop_reason or None,
-            "passed": self.passed,
-            "score": self.score,
+            "passed": self.passed if self.checked else None,
+            "score": self.score if self.checked else None,
             "check_error": self.check_error,
             "steps": self.steps,
             "tokens": self.tokens,
@@ -112,15 +116,17 @@ def _tag(event: Event) -> JSONObject | None:
 
 
 async def record_of(
-    stored: StoredRun, cell: Cell, check: Check | None, pass_at: float
+    stored: StoredRun, cell: Cell, check: Check | None, pass_at: float, *, run_check: bool = True
 ) -> MatrixRun:
     """The run's record: its result folded from the log, its check applied (not for an
-    abandoned run, nor one that did not finish)."""
+    abandoned run, nor one that did not finish). `run_check=False`: a finished run's check
+    is not run, and its pass and score are unknown (`checked` False)."""
     _, view = fold(stored.events)
     result = RunResult.from_view(view)
     ended = next((e for e in reversed(stored.events) if isinstance(e.payload, TurnEnded)), None)
     stop = result.stop_reason if ended is not None else ""
-    checked = await apply_check(check, pass_at, result)
+    unknown = not run_check and result.stop_reason not in INCOMPLETE
+    checked = Checked(False, 0.0) if unknown else await apply_check(check, pass_at, result)
     usage = result.usage
     return MatrixRun(
         stored.session_id,
@@ -136,6 +142,7 @@ async def record_of(
         usage.input_tokens + usage.output_tokens,
         result.cost_usd,
         None if ended is None else _seconds(stored.events[0].time, ended.time),
+        not unknown,
     )
 
 

@@ -23,11 +23,14 @@ def render_matrix(report: MatrixReport) -> str:
             lines.append(f"{name:<10}no finished run")
             continue
         share = s.pass_interval
-        assert share is not None
-        lines.append(
-            f"{name:<10}passed   {s.passed:>5}/{s.runs:<5}{s.passed / s.runs:>6.0%}   "
-            f"[{share.low:.0%}, {share.high:.0%}]"
-        )
+        if share is None:  # no run's check was run (`MatrixRun.checked`)
+            lines.append(f"{name:<10}passed   unknown: {s.unchecked} run(s) not checked")
+        else:
+            lines.append(
+                f"{name:<10}passed   {s.passed:>5}/{s.runs - s.unchecked:<5}"
+                f"{s.passed / (s.runs - s.unchecked):>6.0%}   [{share.low:.0%}, {share.high:.0%}]"
+                + (f"   ({s.unchecked} not checked)" if s.unchecked else "")
+            )
         ended = " · ".join(f"{reason or '-'} {n}" for reason, n in s.outcomes.items())
         lines.append(f"{'':<10}ended    {ended}")
         if s.check_errors:

@@ -73,8 +73,9 @@ def verdict(interval: Interval, metric: str) -> Verdict:
 @dataclass(frozen=True, slots=True)
 class VariantSummary:
     """A variant over its counted runs: how many passed (Wilson interval of the rate), how
-    they ended, each metric's summary (None when no run knows it), and how many checks
-    raised."""
+    they ended, each metric's summary (None when no run knows it), how many checks raised,
+    and how many runs' checks were not run (`unchecked`: their pass is unknown, and the
+    rate and its interval are over the other runs)."""
 
     name: str
     runs: int
@@ -83,10 +84,12 @@ class VariantSummary:
     outcomes: dict[str, int]
     metrics: dict[str, Summary | None]
     check_errors: int
+    unchecked: int = 0
 
     @property
     def pass_rate(self) -> float | None:
-        return self.passed / self.runs if self.runs else None
+        known = self.runs - self.unchecked
+        return self.passed / known if known else None
 
     def to_json(self) -> JSONObject:
         return {
@@ -97,6 +100,7 @@ class VariantSummary:
             "outcomes": dict(self.outcomes),
             "metrics": {m: None if s is None else s.to_json() for m, s in self.metrics.items()},
             "check_errors": self.check_errors,
+            "unchecked": self.unchecked,
         }
 
 
@@ -153,13 +157,14 @@ class MatrixReport:
 
     def variant(self, name: str) -> VariantSummary:
         runs = self.of(name)
-        passed = sum(r.passed for r in runs)
+        known = [r for r in runs if r.checked]
+        passed = sum(r.passed for r in known)
         seed = f"{self.plan.seed}/{self.experiment_id}/{name}"
         return VariantSummary(
             name,
             len(runs),
             passed,
-            wilson(passed, len(runs), self.confidence) if runs else None,
+            wilson(passed, len(known), self.confidence) if known else None,
             dict(Counter(r.stop_reason for r in runs).most_common()),
             {
                 m: summarize([r.value(m) for r in runs], self.confidence, seed=f"{seed}/{m}")
@@ -167,6 +172,7 @@ class MatrixReport:
                 if m != "pass_rate"
             },
             sum(r.check_error is not None for r in runs),
+            len(runs) - len(known),
         )
 
     def compare(
