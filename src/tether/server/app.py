@@ -3,7 +3,8 @@
 A thin adapter over `LocalRuntime` scoped to the caller's tenant: it authenticates, parses
 and validates, calls exactly what a library user calls, and answers JSON, an error envelope
 (`errors`) or a Server-Sent Events stream. Shapes and the OpenAPI document: `schemas`;
-reading a request: `params`; headers and the loopback guard: `web`.
+reading a request: `params`; headers and the loopback guard: `web`; experiments' reports
+and charts: `experiments`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tether.events import Event
 from tether.providers.base import Delta
 from tether.runtime.base import SessionRef
 from tether.runtime.local import LocalRuntime
+from tether.server import experiments
 from tether.server.auth import Tokens
 from tether.server.errors import ApiError, envelope, error_response
 from tether.server.metrics import Metrics
@@ -345,6 +347,14 @@ def create_app(
             "/v1/sessions/{session_id}/stream",
             r("stream", api.stream, query=("after_seq", "timeout", "deltas")),
             name="stream",
+        ),
+        *(
+            Route(f"/v1/experiments{tail}", r(name, handler), methods=["GET"], name=name)
+            for tail, name, handler in (
+                ("", "experiments", experiments.list_experiments),
+                ("/{experiment_id}", "experiment", experiments.get_experiment),
+                ("/{experiment_id}/chart.svg", "chart", experiments.get_chart),
+            )
         ),
     ]
 

@@ -29,6 +29,7 @@ CODES: dict[str, tuple[int, str]] = {
     "cross_origin": (403, "without authentication, changes come only from the server's own pages"),
     "not_found": (404, "no such route"),
     "session_not_found": (404, "no such session for this tenant"),
+    "experiment_not_found": (404, "no experiment with a session of this tenant's"),
     "method_not_allowed": (405, "the route does not take this method"),
     "state_conflict": (409, "the session's state does not allow this now"),
     "idempotency_conflict": (409, "the idempotency key was used for a different request"),

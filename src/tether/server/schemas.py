@@ -212,6 +212,22 @@ def components() -> dict[str, Any]:
     defs["SessionStatus"] = view
     defs["StartedModel"] = _object(session_id={"type": "string"}, status=_ref(SessionStatus))
     defs["SessionList"] = _object(sessions={"type": "array", "items": _ref(SessionSummary)})
+    scanned = {"type": "object", "description": "how many sessions were looked through, the "
+               "limit, and whether that was all of them"}  # fmt: skip
+    defs["ExperimentList"] = _object(
+        experiments={"type": "array", "items": _object(
+            experiment_id={"type": "string"}, variants={"type": "array", "items": {"type": "string"}},
+            tasks={"type": "array", "items": {"type": "string"}}, runs={"type": "integer"},
+            updated={"type": "string"})},
+        scanned=scanned,
+    )  # fmt: skip
+    defs["ExperimentReport"] = _object(
+        experiment_id={"type": "string"}, plan={"type": "object"}, confidence={"type": "number"},
+        variants={"type": "object"}, runs={"type": "array", "items": {"type": "object"}},
+        comparisons={"type": "array", "items": {"type": "object"}},
+        checks={"type": "object", "description": "task -> run, none, or why its check was not run"},
+        scanned=scanned,
+    )  # fmt: skip
     return defs
 
 
@@ -233,6 +249,12 @@ IDEMPOTENCY_KEY = {
     "required": False,
     "schema": {"type": "string", "minLength": 1, "maxLength": 200},
     "description": "The same key with the same body answers with what it made the first time.",
+}
+EXPERIMENT_ID = {
+    "name": "experiment_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"},
 }
 MAX_SEQ = 10**15 - 1  # the server reads at most 15 digits
 AFTER_SEQ = {
@@ -338,7 +360,19 @@ def openapi() -> dict[str, Any]:
             parameters=[SESSION_ID, AFTER_SEQ, {"name": "limit", "in": "query", "required": False,
                         "schema": {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 1000}}])},
         "/v1/sessions/{session_id}/stream": {"get": stream},
+        "/v1/experiments": {"get": _op(
+            "this tenant's experiments (run_matrix's tagged sessions among the store's newest), "
+            "the most recently run first", 200, "ExperimentList")},
+        "/v1/experiments/{experiment_id}": {"get": _op(
+            "an experiment's report: each variant's figures with intervals, each variant against "
+            "the first, the runs; checks the operator did not allow are not run", 200,
+            "ExperimentReport", 404, 422, parameters=[EXPERIMENT_ID])},
+        "/v1/experiments/{experiment_id}/chart.svg": {"get": _op(
+            "the variants on the pass rate (steps when no check ran), with intervals, as SVG",
+            200, None, 404, 422, parameters=[EXPERIMENT_ID])},
     }  # fmt: skip
+    chart = paths["/v1/experiments/{experiment_id}/chart.svg"]["get"]["responses"]["200"]
+    chart["content"] = {"image/svg+xml": {"schema": {"type": "string"}}}
     return {
         "openapi": "3.1.0",
         "info": {"title": "tether", "version": "1", "description": "Managed agent sessions."},

@@ -14,9 +14,11 @@ from tether.server.errors import envelope
 
 # No inline script or style anywhere: the page loads its script and style from this server,
 # and no other origin may frame it (a framing page could otherwise click Allow for a tenant).
+# `blob:` images: the experiments' chart, fetched with the token and shown from a blob URL
+# (an <img> cannot send the Authorization header); an SVG shown as an image runs no script.
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    "img-src 'self' blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"content-security-policy", CSP.encode()),
@@ -25,6 +27,7 @@ SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"referrer-policy", b"no-referrer"),
 )
 NAMES = frozenset(name for name, _ in SECURITY_HEADERS)
+CSP_NAME = b"content-security-policy"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 _HERE = Path(__file__).parent
@@ -101,8 +104,13 @@ class WebGuard:
 
         async def send_secured(message: Message) -> None:
             if message["type"] == "http.response.start":
-                own = [(k, v) for k, v in message.get("headers", ()) if k.lower() not in NAMES]
-                message = {**message, "headers": [*own, *SECURITY_HEADERS]}
+                given = list(message.get("headers", ()))
+                # A response may bring a policy of its own (the chart's, stricter); nothing
+                # else of these names is kept from a route.
+                kept = [(k, v) for k, v in given if k.lower() == CSP_NAME]
+                own = [(k, v) for k, v in given if k.lower() not in NAMES]
+                ours = [(k, v) for k, v in SECURITY_HEADERS if not (kept and k == CSP_NAME)]
+                message = {**message, "headers": [*own, *kept, *ours]}
             await send(message)
 
         refusal = loopback_refusal(scope) if self.loopback_only else None

@@ -1,0 +1,212 @@
+"""Experiments over HTTP: a tenant's experiments, found among the store's newest sessions
+as its own sessions tagged by `run_matrix`; an experiment's report (intervals, each variant
+against the first, the runs) and its chart. A log is tenant input: a check it names is
+imported only when the operator's `--allow-code` patterns allow it. Routes: `app`."""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from tether.errors import UsageError
+from tether.events import SessionCreated
+from tether.experiment import MATRIX_METRICS, FindCheck, MatrixReport, chart_svg, matrix_report
+from tether.experiment.plan import NAME, Check, Plan, import_check
+from tether.experiment.records import StoredRun
+from tether.messages import JSONObject, JSONValue
+from tether.runtime.local import LocalRuntime
+from tether.server.errors import ApiError
+
+SCAN = 2_000  # the newest sessions of the store a request looks through
+MAX_RUNS = 500  # sessions of one experiment a report folds (the newest)
+MAX_VARIANTS, MAX_CELLS = 20, 20_000  # a recorded plan larger than this is not reported on
+NOT_RUN = "not run on the server: its MODULE:ATTR is not allowed by --allow-code"
+# A check the server may import: a module path and a public attribute path, nothing else
+# (no `_private` or dunder step, which could walk from an allowed module to anything).
+CHECK_REF = re.compile(
+    r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*",
+    re.ASCII,
+)
+# The chart is an image: it runs no script and loads nothing, even opened on its own.
+SVG_CSP = "default-src 'none'; style-src 'unsafe-inline'; sandbox"
+
+
+@dataclass(frozen=True, slots=True)
+class Tagged:
+    """A session of the tenant's that `run_matrix` tagged: its id, its tag, its creation."""
+
+    session_id: str
+    tag: JSONObject
+    created: str
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    by_id: dict[str, list[Tagged]]  # experiment id -> its sessions, newest first
+    scanned: int
+    complete: bool  # False: the store has more sessions than a request looks through
+
+    def to_json(self) -> JSONObject:
+        return {"sessions": self.scanned, "limit": SCAN, "complete": self.complete}
+
+
+async def scan(rt: LocalRuntime) -> Scan:
+    """The tenant's tagged sessions among the store's `SCAN` most recently updated."""
+    infos = await rt.store.sessions(limit=SCAN)
+    by_id: dict[str, list[Tagged]] = {}
+    for info in infos:
+        first = await rt.store.read(info.session_id, limit=1)
+        created = first[0].payload if first else None
+        if not isinstance(created, SessionCreated):
+            continue
+        if rt.tenant is not None and created.metadata.get("tenant") != rt.tenant:
+            continue  # another tenant's: never counted, named or read further
+        tag: JSONValue = created.metadata.get("experiment")
+        if not isinstance(tag, dict) or not isinstance(tag.get("variant"), str):
+            continue
+        exp = tag.get("id")
+        if isinstance(exp, str) and NAME.fullmatch(exp):
+            by_id.setdefault(exp, []).append(Tagged(info.session_id, tag, first[0].time))
+    return Scan(by_id, len(infos), len(infos) < SCAN)
+
+
+def summary(experiment_id: str, sessions: Sequence[Tagged]) -> JSONObject:
+    newest = max(sessions, key=lambda s: s.created)
+    plan = _plan(newest.tag)
+    variants = list(plan.variants) if plan else _seen(sessions, "variant")
+    tasks = [t.name for t in plan.tasks] if plan else _seen(sessions, "task")
+    return {
+        "experiment_id": experiment_id,
+        "variants": list[JSONValue](variants),
+        "tasks": list[JSONValue](tasks),
+        "runs": len(sessions),
+        "updated": newest.created,
+    }
+
+
+def _seen(sessions: Sequence[Tagged], key: str) -> list[str]:
+    return list(dict.fromkeys(v for s in sessions if isinstance(v := s.tag.get(key), str)))
+
+
+def _plan(tag: JSONObject) -> Plan | None:
+    try:
+        return Plan.from_json(tag.get("plan"))
+    except (UsageError, TypeError, ValueError):
+        return None
+
+
+async def list_experiments(request: Request, rt: LocalRuntime) -> Response:
+    found = await scan(rt)
+    items = [summary(exp, sessions) for exp, sessions in found.by_id.items()]
+    items.sort(key=lambda e: str(e["updated"]), reverse=True)
+    return JSONResponse({"experiments": items, "scanned": found.to_json()})
+
+
+def code_patterns(rt: LocalRuntime) -> tuple[str, ...]:
+    """The operator's `--allow-code` patterns. A runtime built to allow all code (None)
+    allows no check here: a log's check is named by a tenant, not by the operator."""
+    return rt._core.allow_code or ()  # the runtime keeps them for `_check_code`
+
+
+def guarded_finder(patterns: Sequence[str]) -> tuple[dict[str, str], FindCheck]:
+    """A `find_check` that imports a recorded check only when it is a plain `MODULE:ATTR`
+    an operator pattern allows and is defined in that module; and what it decided, by ref."""
+    decided: dict[str, str] = {}
+
+    def find(ref: str) -> Check | None:
+        allowed = CHECK_REF.fullmatch(ref) is not None and any(
+            fnmatch.fnmatchcase(ref, p) for p in patterns
+        )
+        if not allowed:
+            decided[ref] = NOT_RUN
+            return None
+        check = import_check(ref)
+        if getattr(check, "__module__", None) != ref.partition(":")[0]:
+            decided[ref] = "not run on the server: not defined in the module it names"
+            return None
+        decided[ref] = "run"
+        return check
+
+    return decided, find
+
+
+async def build(rt: LocalRuntime, experiment_id: str) -> tuple[MatrixReport, JSONObject]:
+    """The report of the tenant's experiment and what the server did to make it; 404 as for
+    a session when the tenant has no session of it."""
+    found = await scan(rt)
+    sessions = found.by_id.get(experiment_id) if NAME.fullmatch(experiment_id) else None
+    if not sessions:
+        raise ApiError("experiment_not_found", f"no experiment {experiment_id[:100]!r}")
+    kept = sessions[:MAX_RUNS]
+    stored = [StoredRun(s.session_id, s.tag, await rt.store.read(s.session_id)) for s in kept]
+    stored = [s for s in stored if s.events]
+    stored.sort(key=lambda s: (s.events[0].time, s.session_id))
+    plan = _plan(stored[-1].tag)
+    if plan is None:
+        raise ApiError("invalid_request", f"experiment {experiment_id}: its plan is malformed")
+    if len(plan.variants) > MAX_VARIANTS or len(plan.variants) * len(plan.tasks) * plan.runs > (
+        MAX_CELLS
+    ):
+        raise ApiError(
+            "invalid_request",
+            f"experiment {experiment_id}: its plan is larger than the server reports on "
+            f"({MAX_VARIANTS} variants, {MAX_CELLS} runs); use tether experiment report",
+        )
+    decided, find = guarded_finder(code_patterns(rt))
+    report = await matrix_report(stored, experiment_id, find_check=find)
+    checks: JSONObject = {
+        t.name: "none" if t.check is None else decided.get(t.check, "run") for t in plan.tasks
+    }
+    bounds: JSONObject = {
+        **found.to_json(),
+        "runs": len(kept),
+        "runs_limit": MAX_RUNS,
+        "complete": found.complete and len(sessions) <= MAX_RUNS,
+    }
+    return report, {"checks": checks, "scanned": bounds}
+
+
+def comparisons(report: MatrixReport) -> list[JSONValue]:
+    """Each variant against the first, on every metric that has pairs to compare."""
+    first, *others = report.plan.variants or ("",)
+    out: list[JSONValue] = []
+    for other in others:
+        for metric in MATRIX_METRICS:
+            try:
+                out.append(report.compare(other, first, metric).to_json())
+            except UsageError as exc:  # no pair with a figure on both sides
+                out.append({"a": other, "b": first, "metric": metric, "verdict": None,
+                            "note": str(exc)[:300]})  # fmt: skip
+    return out
+
+
+def report_json(report: MatrixReport, made: JSONObject) -> JSONObject:
+    return {**report.to_json(), **made, "comparisons": comparisons(report)}
+
+
+async def get_experiment(request: Request, rt: LocalRuntime) -> Response:
+    report, made = await build(rt, str(request.path_params["experiment_id"]))
+    # The bootstrap is CPU work: off the event loop, so other requests go on meanwhile.
+    return JSONResponse(await asyncio.to_thread(report_json, report, made))
+
+
+def chart_metric(report: MatrixReport) -> str:
+    """The pass rate, unless no variant has one (its checks were not run): then steps."""
+    known = any(report.variant(v).pass_rate is not None for v in report.plan.variants)
+    return "pass_rate" if known else "steps"
+
+
+async def get_chart(request: Request, rt: LocalRuntime) -> Response:
+    report, _ = await build(rt, str(request.path_params["experiment_id"]))
+    svg = await asyncio.to_thread(lambda: chart_svg(report, chart_metric(report)))
+    return Response(
+        svg,
+        media_type="image/svg+xml",
+        headers={"Content-Security-Policy": SVG_CSP, "Cache-Control": "no-store"},
+    )

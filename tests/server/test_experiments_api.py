@@ -1,0 +1,252 @@
+"""`GET /v1/experiments`, `/v1/experiments/{id}` and its `chart.svg` over a real `tether
+serve`: a tenant sees only experiments run in its own sessions (another's is a 404 that
+names nothing of it); a check the operator's --allow-code does not allow is never imported
+nor called on the server, and its runs' pass and score are unknown while their figures show;
+whatever a log names reaches the chart escaped, and the chart runs no script."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from experiment.fixtures import fetcher, flaky
+from server.support import ACME, GLOBEX, Server, check_documented, serve
+from tether import Agent
+from tether.experiment import Task, run_matrix
+from tether.experiment.plan import Check, import_check
+from tether.server.experiments import NOT_RUN, SCAN, SVG_CSP, guarded_finder
+from tether.store import open_store
+from tether.store.base import Store
+from tether.testing import ScriptedModel
+
+# Checks the server may run (`--allow-code exp_allowed:*`): each call leaves a mark in
+# $EXP_MARKS, which only the server's environment sets, so a mark is the server's doing.
+ALLOWED = """
+import os
+from pathlib import Path
+
+
+def said_ok(result):
+    if os.environ.get("EXP_MARKS"):
+        (Path(os.environ["EXP_MARKS"]) / "allowed-called").write_text("")
+    return result.output == "ok"
+"""
+# Checks no pattern allows: importing the module or calling the check leaves a mark.
+EVIL = """
+import os
+from pathlib import Path
+
+
+def _mark(what):
+    if os.environ.get("EXP_MARKS"):
+        (Path(os.environ["EXP_MARKS"]) / f"evil-{what}").write_text("")
+
+
+_mark("imported")
+
+
+def writes_mark(result):
+    _mark("called")
+    return True
+"""
+HOSTILE = "<script>alert(1)</script>\"&'"
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def tenant_pair(store: Store, tenant: str, rates: tuple[float, float]) -> dict[str, Agent]:
+    """Variants `a` and `b` whose runs belong to `tenant`, as a runtime records a tenant."""
+    return {
+        name: Agent(fetcher(), tools=[flaky(rate, 1)], store=store, metadata={"tenant": tenant})
+        for name, rate in zip("ab", rates, strict=True)
+    }
+
+
+async def forged_run(store: Store, tenant: str, variant: str, check: str | None) -> None:
+    """A session tagged by hand, as any writer of a log could tag it: names `run_matrix`
+    would refuse, and a check of the writer's choosing."""
+    plan = {"variants": [variant], "tasks": [{"name": HOSTILE, "check": check}], "runs": 1}
+    tag = {"id": "forged", "variant": variant, "task": HOSTILE, "repeat": 0, "plan": plan}
+    agent = Agent(
+        ScriptedModel(["done"]), store=store, metadata={"tenant": tenant, "experiment": tag}
+    )
+    await agent.run("do it", end_session=True)
+
+
+@pytest.fixture(scope="module")
+def marks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("marks")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, marks: Path) -> Iterator[Server]:
+    """A server with no worker, whose --allow-code allows `exp_allowed:*` and nothing of
+    `exp_evil`; both modules are on its path (and this process's, to run the experiments)."""
+    directory = tmp_path_factory.mktemp("serve")
+    (directory / "exp_allowed.py").write_text(ALLOWED)
+    (directory / "exp_evil.py").write_text(EVIL)
+    sys.path.insert(0, str(directory))
+    env = {"PYTHONPATH": str(directory), "EXP_MARKS": str(marks)}
+    try:
+        with serve(directory, "--workers", "0", "--allow-code", "exp_allowed:*", env=env) as s:
+            yield s
+    finally:
+        sys.path.remove(str(directory))
+
+
+@pytest.fixture(scope="module")
+def experiments(server: Server) -> dict[str, Any]:
+    """Run in this process, in the server's store: acme's `shared` (a passes, b fails) and
+    `unallowed` (a check the server may not run), globex's `secret` and its own `shared`,
+    and acme's `forged` (hostile names)."""
+    return asyncio.run(run_experiments(server))
+
+
+async def run_experiments(server: Server) -> dict[str, Any]:
+    said_ok: Check = import_check("exp_allowed:said_ok")
+    writes_mark: Check = import_check("exp_evil:writes_mark")
+    store = open_store(server.store)
+    try:
+        fetch = [Task("Fetch the answer.", check=said_ok, name="fetch")]
+        shared = await run_matrix(
+            tenant_pair(store, "acme", (1.0, 0.0)), fetch, 4, experiment_id="shared"
+        )
+        await run_matrix(
+            tenant_pair(store, "acme", (1.0, 0.0)), [Task("Fetch.", check=writes_mark, name="t")], 2,
+            experiment_id="unallowed",
+        )  # fmt: skip
+        await run_matrix(tenant_pair(store, "globex", (0.5, 0.5)), fetch, 2, experiment_id="secret")
+        globex_variant = {"zed": tenant_pair(store, "globex", (1.0, 1.0))["a"]}
+        await run_matrix(globex_variant, fetch, 1, experiment_id="shared")
+        await forged_run(store, "acme", HOSTILE, "exp_evil:writes_mark")
+        return {"shared": shared}
+    finally:
+        await store.close()
+
+
+async def get(server: Server, path: str, token: str = ACME) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=server.url, headers=auth(token)) as client:
+        return await client.get(path)
+
+
+async def test_a_tenant_lists_only_the_experiments_run_in_its_own_sessions(
+    server: Server, experiments: dict[str, Any]
+) -> None:
+    listed = (await get(server, "/v1/experiments")).json()
+    check_documented(listed, "ExperimentList")
+    by_id = {e["experiment_id"]: e for e in listed["experiments"]}
+    assert set(by_id) == {"shared", "unallowed", "forged"}
+    assert by_id["shared"]["variants"] == ["a", "b"] and by_id["shared"]["tasks"] == ["fetch"]
+    assert by_id["shared"]["runs"] == 8  # acme's runs only: globex's `shared` is not counted
+    assert listed["experiments"][0]["experiment_id"] == "forged"  # the newest first
+    assert listed["scanned"]["limit"] == SCAN and listed["scanned"]["complete"] is True
+
+    theirs = (await get(server, "/v1/experiments", GLOBEX)).json()
+    assert {e["experiment_id"] for e in theirs["experiments"]} == {"secret", "shared"}
+    assert (await get(server, "/v1/experiments", "no-such-token-000000")).status_code == 401
+
+
+async def test_another_tenants_experiment_is_a_404_that_names_nothing_of_it(
+    server: Server, experiments: dict[str, Any]
+) -> None:
+    for path in ("/v1/experiments/secret", "/v1/experiments/secret/chart.svg"):
+        refused = await get(server, path)
+        assert refused.status_code == 404, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "experiment_not_found"
+        # Exactly what an id nobody used gets: no variant, count or cost of globex's.
+        unknown = (await get(server, path.replace("secret", "never-run"))).json()["error"]
+        assert error["message"] == unknown["message"].replace("never-run", "secret")
+    # Both tenants ran an experiment named `shared`: each sees its own runs of it, no more.
+    mine = (await get(server, "/v1/experiments/shared")).json()
+    theirs = (await get(server, "/v1/experiments/shared", GLOBEX)).json()
+    assert {r["variant"] for r in mine["runs"]} == {"a", "b"} and len(mine["runs"]) == 8
+    assert {r["variant"] for r in theirs["runs"]} == {"zed"} and len(theirs["runs"]) == 1
+    assert not {r["session_id"] for r in mine["runs"]} & {r["session_id"] for r in theirs["runs"]}
+
+
+async def test_an_allowed_check_runs_and_each_variant_is_compared_with_the_first(
+    server: Server, experiments: dict[str, Any], marks: Path
+) -> None:
+    report = (await get(server, "/v1/experiments/shared")).json()
+    check_documented(report, "ExperimentReport")
+    assert report["checks"] == {"fetch": "run"}
+    assert (marks / "allowed-called").exists()  # the server ran it: the control of the marks
+    a, b = report["variants"]["a"], report["variants"]["b"]
+    assert (a["passed"], a["runs"], b["passed"], b["runs"]) == (4, 4, 0, 4)
+    assert a["pass_interval"]["low"] > 0.4 and b["pass_interval"]["high"] < 0.6
+    live = experiments["shared"]
+    assert report["variants"] == {v: live.variant(v).to_json() for v in ("a", "b")}
+    verdicts = {c["metric"]: c["verdict"] for c in report["comparisons"]}
+    assert verdicts["pass_rate"] == "worse"  # b against a
+    assert all(c["a"] == "b" and c["b"] == "a" for c in report["comparisons"])
+    # Each run names its session, which the tenant can open.
+    session = report["runs"][0]["session_id"]
+    assert (await get(server, f"/v1/sessions/{session}")).status_code == 200
+    assert (await get(server, f"/v1/sessions/{session}", GLOBEX)).status_code == 404
+
+
+async def test_a_check_the_operator_did_not_allow_is_never_imported_nor_called(
+    server: Server, experiments: dict[str, Any], marks: Path
+) -> None:
+    for experiment in ("unallowed", "forged"):
+        report = (await get(server, f"/v1/experiments/{experiment}")).json()
+        assert list(report["checks"].values()) == [NOT_RUN]
+        for summary in report["variants"].values():
+            assert summary["pass_rate"] is None and summary["pass_interval"] is None
+            assert summary["unchecked"] == summary["runs"] > 0
+            assert summary["metrics"]["score"] is None
+            assert summary["metrics"]["steps"]["mean"] >= 1  # the figures still show
+        assert all(r["passed"] is None and r["score"] is None for r in report["runs"])
+        chart = await get(server, f"/v1/experiments/{experiment}/chart.svg")
+        assert chart.status_code == 200 and " · steps · " in chart.text
+    assert evil_marks(marks) == []
+
+
+def evil_marks(marks: Path) -> list[str]:
+    return sorted(p.name for p in marks.iterdir() if p.name.startswith("evil"))
+
+
+async def test_names_from_a_log_reach_the_chart_as_text_and_the_chart_runs_no_script(
+    server: Server, experiments: dict[str, Any]
+) -> None:
+    chart = await get(server, "/v1/experiments/forged/chart.svg")
+    assert chart.headers["content-type"] == "image/svg+xml"
+    assert chart.headers["content-security-policy"] == SVG_CSP
+    assert chart.headers["x-content-type-options"] == "nosniff"
+    assert "<script>" not in chart.text and "&lt;script&gt;" in chart.text
+    root = ET.fromstring(chart.text)  # well-formed XML
+    svg = "{http://www.w3.org/2000/svg}"
+    assert [e for e in root.iter() if e.tag in (f"{svg}script", "script")] == []
+    texts = [e.text for e in root.iter(f"{svg}text")]
+    assert HOSTILE in texts  # the name, whole, as text
+    assert set(root.iter()) == {
+        e for e in root.iter() if not any(a.startswith("on") for a in e.attrib)
+    }
+    report = (await get(server, "/v1/experiments/forged")).json()
+    assert report["plan"]["variants"] == [HOSTILE]  # JSON carries it as it is
+
+
+def test_the_server_imports_only_a_plain_allowed_check_defined_where_it_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "exp_reach.py").write_text("import os\n\ndef fine(result):\n    return True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    decided, find = guarded_finder(["exp_reach:*"])
+    assert find("exp_reach:fine") is not None and decided["exp_reach:fine"] == "run"
+    # The pattern matches each of these, and none is run: a walk through another module,
+    # or through a private or dunder attribute to anything the module can reach.
+    for ref in ("exp_reach:os.system", "exp_reach:fine.__globals__", "exp_reach:_x"):
+        assert find(ref) is None and decided[ref].startswith("not run on the server"), ref
+    assert find("os:system") is None and decided["os:system"] == NOT_RUN
+    _, closed = guarded_finder([])
+    assert closed("exp_reach:fine") is None
