@@ -41,6 +41,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "tether.process",
         "tether.render",
         "tether.testing.scripted",  # the scripted model: a Model like any provider's
+        "tether.output",  # structured output: a validator, a schema and the final-answer tool
     ),
     "session": (
         "tether.session",

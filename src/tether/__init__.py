@@ -17,17 +17,23 @@ from tether.store import open_store
 from tether.tools import ToolContext, tool
 
 if TYPE_CHECKING:
+    from tether.output import OutputMissing, OutputType
     from tether.settings import ModelSettings, Reasoning
 
 
 def __getattr__(name: str) -> object:
     """`tether.__version__`, read from the package metadata when first asked: reading it
     parses the metadata file, which every process would otherwise pay for at import.
-    `ModelSettings` and `Reasoning` are loaded when first asked for, for the same reason."""
+    `ModelSettings`, `Reasoning`, `OutputType` and `OutputMissing` are loaded when first asked
+    for, for the same reason."""
     if name in ("ModelSettings", "Reasoning"):
         from tether import settings
 
         return getattr(settings, name)
+    if name in ("OutputType", "OutputMissing"):
+        from tether import output
+
+        return getattr(output, name)
     if name != "__version__":
         raise AttributeError(f"module 'tether' has no attribute {name!r}")
     from importlib.metadata import PackageNotFoundError, version
@@ -46,6 +52,8 @@ __all__ = [
     "Limits",
     "Message",
     "ModelSettings",
+    "OutputMissing",
+    "OutputType",
     "Reasoning",
     "RetryPolicy",
     "RunResult",

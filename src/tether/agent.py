@@ -15,7 +15,9 @@ import inspect
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, cast
+
+from typing_extensions import TypeVar
 
 from tether.context import ContextSetting, make_context
 from tether.errors import SessionNotFound, UsageError
@@ -44,7 +46,11 @@ from tether.tools.base import Tool, Toolbox, make_tool
 if TYPE_CHECKING:
     import httpx
 
+    from tether.output import OutputMode, OutputType
     from tether.settings import ModelSettings
+
+# What `RunResult.output` is: the last answer's text, or the agent's `output_type`.
+OutputT = TypeVar("OutputT", default=str)
 
 
 # The model's streamed output with the session it belongs to.
@@ -52,21 +58,26 @@ SessionDeltaObserver = Callable[[str, Delta], None]
 
 
 @dataclass(frozen=True, slots=True)
-class RunResult:
+class RunResult(Generic[OutputT]):
+    """How a run ended. `output` is the last answer's text, or for an agent with an
+    `output_type` the validated instance; `text` is always the last answer's text."""
+
     session_id: str
-    output: str
+    output: OutputT
     stop_reason: str
     stop_detail: str | None
     state: str
     usage: Usage
     cost_usd: float | None
     steps: int
+    text: str = ""
 
     @staticmethod
-    def from_view(view: SessionView) -> RunResult:
+    def from_view(view: SessionView) -> RunResult[str]:
         return RunResult(
             session_id=view.session_id,
             output=view.last_output,
+            text=view.last_output,
             stop_reason=view.stop_reason or "",
             stop_detail=view.stop_detail,
             state=view.state,
@@ -128,6 +139,23 @@ def _model_from_python(spec: str) -> Model:
     return value
 
 
+def _output(
+    output_type: object, mode: OutputMode | None, retries: int, model: Model
+) -> OutputType | None:
+    """The agent's output type, its mode decided: native where the model says it can."""
+    if output_type is None:
+        if mode is not None or retries != 2:
+            raise UsageError("output_mode and output_retries need an output_type")
+        return None
+    from tether.output import OutputType
+
+    output = OutputType.of(output_type, mode=mode, retries=retries)
+    if output.mode is None:
+        native = getattr(model, "native_output", False) is True
+        output = output.configured("native" if native else "tool", output.retries)
+    return output
+
+
 def _ask(task: str) -> str:
     """Args:
     task: what to ask of it, with everything it needs to know: it sees nothing else of
@@ -150,7 +178,7 @@ def _sub_agent_tools() -> tuple[Tool, Tool]:
     return ask, transfer
 
 
-class Agent:
+class Agent(Generic[OutputT]):
     """`Agent(model, tools=..., system=..., limits=..., store=..., stop_when=...)`.
 
     `store` is a `Store` or a store URL; by default `TETHER_STORE` or `sqlite:///tether.db`
@@ -179,7 +207,18 @@ class Agent:
     against the tools and the provider (a setting it cannot honour is a `UsageError`), and
     recorded in a new session's `session.created` metadata as `"model_settings"`. A resumed
     session is run with the resuming agent's settings (and its run's), as it is with its
-    model, tools and limits; each request's `request_hash` covers them, so a change shows."""
+    model, tools and limits; each request's `request_hash` covers them, so a change shows.
+
+    `output_type` (a pydantic model, dataclass, TypedDict, plain type, or a
+    `tether.output.OutputType`) makes `result.output` a validated instance. The model is
+    asked for JSON of its schema natively where the provider can say so (`output_mode=
+    "native"`), or given a `final_result` tool to call with the answer (`"tool"`); by default
+    native for OpenAI Chat, Responses and Ollama, the tool for Anthropic and other models.
+    An invalid answer goes back to the model with the validation error (a `final_result`
+    call is answered `invalid_input`; a text answer gets a user message), at most
+    `output_retries` times, then the turn ends `output_invalid`. A run whose turn ends
+    without a valid answer raises `tether.output.OutputMissing`, which carries the result.
+    A new session records the type in `session.created` metadata (`output_type`)."""
 
     def __init__(
         self,
@@ -204,6 +243,9 @@ class Agent:
         max_depth: int = DEFAULT_MAX_DEPTH,
         max_threads: int = DEFAULT_MAX_THREADS,
         settings: ModelSettings | None = None,
+        output_type: type[OutputT] | OutputType | None = None,
+        output_mode: OutputMode | None = None,
+        output_retries: int = 2,
     ) -> None:
         self.name = None if name is None else check_name(name)
         if max_depth < 0 or max_threads < 1:
@@ -213,7 +255,9 @@ class Agent:
             )
         self.model = resolve_model(model)
         handoff_tools = [h.handoff_tool() if isinstance(h, Agent) else h for h in handoffs]
-        self.toolbox = Toolbox([*tools, *handoff_tools])
+        self.output = _output(output_type, output_mode, output_retries, self.model)
+        final = [self.output.final_tool()] if self.output and self.output.mode == "tool" else []
+        self.toolbox = Toolbox([*tools, *handoff_tools, *final])
         self.system = system
         self.limits = limits or Limits()
         self.settings = None if settings is None else self._checked(settings, None)
@@ -228,6 +272,7 @@ class Agent:
             max_depth=max_depth,
             max_threads=max_threads,
             settings=self.settings,
+            output=self.output,
         )
         self._store_arg = store
         self._store: Store | None = (
@@ -322,7 +367,7 @@ class Agent:
         lease_wait: float = 0.0,
         end_session: bool = False,
         settings: ModelSettings | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run one turn: a new session for `task`, or `task` sent to session `session_id`.
         With `task=None`, continue the session's open turn (after an approval or a crash).
         With `end_session` (a one-shot task), a turn that stops for good also ends the
@@ -349,11 +394,26 @@ class Agent:
             end_session=end_session,
             on_delta=self._delta_observer(log.session_id),
         )
-        return RunResult.from_view(view)
+        result = RunResult.from_view(view)
+        if self.output is None:
+            return cast(RunResult[OutputT], result)
+        return self._typed(result, log.folder.messages)
+
+    def _typed(self, result: RunResult[str], messages: list[Message]) -> RunResult[OutputT]:
+        """The result with the turn's validated output, read from the transcript."""
+        from tether.output import OutputMissing, last_output
+
+        assert self.output is not None
+        found, value = (False, None)
+        if result.stop_reason == "end_turn":
+            found, value = last_output(self.output, messages)
+        if not found:
+            raise OutputMissing(replace(cast(RunResult[None], result), output=None))
+        return cast(RunResult[OutputT], replace(cast(RunResult[object], result), output=value))
 
     async def resume(
         self, session_id: str, *, lease_wait: float = 0.0, settings: ModelSettings | None = None
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Continue a session from its log, in this process: the recovery rules of
         `tether.recovery` decide what happens to the calls an earlier runner left open.
         `settings` go over the agent's, as for `run`: a run's own settings are not in the
@@ -392,6 +452,8 @@ class Agent:
         metadata = dict(self.metadata)
         if engine.settings is not None:  # what the session was started with, on record
             metadata["model_settings"] = engine.settings.to_json()
+        if self.output is not None:
+            metadata["output_type"] = self.output.to_json()
         return SessionCreated(
             model=self.model.name,
             system=self.system,
@@ -406,7 +468,7 @@ class Agent:
         *,
         session_id: str | None = None,
         settings: ModelSettings | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         return asyncio.run(self.run(task, session_id=session_id, settings=settings))
 
     async def interrupt(self, session_id: str) -> None:

@@ -24,6 +24,7 @@ from tether.events import (
     Payload,
     ToolFinished,
     ToolStarted,
+    UserMessage,
 )
 from tether.fold import Folder
 from tether.limits import Limits, Stop, StopCondition, check_before_request, estimate_input_tokens
@@ -39,7 +40,8 @@ from tether.state import session_outcome
 from tether.tools.base import Toolbox
 from tether.tools.run import CallOutcome, run_calls
 
-if TYPE_CHECKING:  # the settings module is loaded by whoever makes settings
+if TYPE_CHECKING:  # the settings and output modules are loaded by whoever uses them
+    from tether.output import OutputType
     from tether.settings import ModelSettings
 
 # Why a run is stopped from outside its turn: the first two close the turn by that name;
@@ -68,6 +70,8 @@ class Engine:
     # How each request is sampled and shaped (None: the provider's defaults); a run's own
     # settings come as a copy of the engine with them merged in (`Agent.run(settings=)`).
     settings: ModelSettings | None = None
+    # The final answer's type (`Agent(output_type=)`): checked before a turn ends on it.
+    output: OutputType | None = None
 
 
 @dataclass
@@ -154,6 +158,11 @@ async def _drive(ctx: TurnContext) -> None:
             if not await _settle_calls(ctx, decisions, ()):
                 return
             continue
+        if ctx.engine.output is not None:  # a final_result call answered: accepted, or not
+            stop = ctx.engine.output.answered(folder.messages)
+            if stop is not None:
+                await _end(ctx, stop)
+                return
         stop = _check(ctx)
         if stop is not None:
             await _end(ctx, stop)
@@ -229,6 +238,8 @@ def _request_hash(ctx: TurnContext, max_output: int | None) -> str:
     settings = ctx.engine.settings
     if settings is not None:  # no settings hash as they always did
         head = f"{head}\x00{settings.digest}"
+    if ctx.engine.output is not None:
+        head = f"{head}\x00{ctx.engine.output.digest}"
     return hashlib.sha256(f"{head}\x00{folder.transcript_hash}".encode()).hexdigest()
 
 
@@ -261,6 +272,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
         on_retry=lambda error, attempt, wait: _record_retry(ctx, error, attempt, wait),
         caller=ctx.caller,
         settings=settings,
+        output=None if ctx.engine.output is None else ctx.engine.output.native,
     )
     started = time.perf_counter()
     held = _hold_estimate(ctx) if ctx.parent is not None else None
@@ -309,12 +321,31 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
         await ctx.log.append(answer, *_closing(ctx, "output_limit", cut))
         return False
     if not calls:
+        if ctx.engine.output is not None:
+            return await _final_answer(ctx, answer, ctx.engine.output)
         await ctx.log.append(answer, *_closing(ctx, "end_turn"))
         return False
     # Fresh calls are decided before the answer is folded, so the answer and the starts of
     # its calls commit in one batch: the answer is durable before any call runs.
     decisions = decide_calls(calls, (), folder.decisions, (), ctx.engine.toolbox)
     return await _settle_calls(ctx, decisions, (answer,))
+
+
+async def _final_answer(ctx: TurnContext, answer: ModelResponded, output: OutputType) -> bool:
+    """A text answer of an agent with an output type: valid, it ends the turn; invalid, it
+    goes back to the model as a user message naming the error, until the attempts run out
+    (`output_invalid`). False when the turn ended here."""
+    problem = output.invalid_text(answer.message)
+    if problem is None:
+        await ctx.log.append(answer, *_closing(ctx, "end_turn"))
+        return False
+    failed = output.attempts_failed(ctx.log.folder.messages) + 1
+    if failed > output.retries:
+        detail = f"no valid output after {failed} attempts: {problem}"
+        await ctx.log.append(answer, *_closing(ctx, "output_invalid", detail))
+        return False
+    await ctx.log.append(answer, UserMessage(output.correction(problem)))
+    return True
 
 
 async def _record_retry(ctx: TurnContext, error: ProviderError, attempt: int, wait: float) -> None:

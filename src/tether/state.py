@@ -35,6 +35,7 @@ STOP_REASONS: frozenset[str] = frozenset(
         "output_limit",
         "interrupted",
         "error",
+        "output_invalid",
     }
 )
 

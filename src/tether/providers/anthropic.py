@@ -40,7 +40,13 @@ DEFAULT_MAX_TOKENS = 16_384
 
 
 class AnthropicModel(CodecModel):
-    """A `Model` over the Anthropic Messages API. `stream=True` reads SSE and reports deltas."""
+    """A `Model` over the Anthropic Messages API. `stream=True` reads SSE and reports deltas.
+
+    Structured output defaults to the final-answer tool: `output_config.format` is refused
+    by models before the 4.5 generation and takes only a subset of JSON schema (no numeric
+    or length bounds), so it is used only with `Agent(output_mode="native")`."""
+
+    native_output = False
 
     def __init__(
         self,
@@ -89,6 +95,10 @@ def encode_request(model: str, request: ModelRequest, *, stream: bool = False) -
             for t in request.tools
         ]
     body["messages"] = encode_messages(request.messages)
+    if request.output is not None:
+        body["output_config"] = {
+            "format": {"type": "json_schema", "schema": closed(request.output.schema)}
+        }
     if stream:
         body["stream"] = True
     if settings is not None:
@@ -180,6 +190,19 @@ def _encode_thinking(
             "Anthropic counts thinking in max_tokens"
         )
     body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+
+
+def closed(schema: JSONValue) -> JSONValue:
+    """The schema with `additionalProperties: false` on every object that does not say,
+    as Anthropic's structured outputs require."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: JSONObject = {k: closed(v) for k, v in schema.items()}
+    if out.get("type") == "object" and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
 
 
 def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:

@@ -30,6 +30,15 @@ class ToolSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputFormat:
+    """The final answer's shape, when the agent asks for structured output: a name and a
+    JSON schema. A codec sends it as its API's JSON-schema output format."""
+
+    name: str
+    schema: JSONObject
+
+
+@dataclass(frozen=True, slots=True)
 class Delta:
     """A piece of a streamed answer, offered to observers and never stored."""
 
@@ -65,7 +74,9 @@ class ModelRequest:
     the runner knows it (None: a model used by one caller needs none). `settings`: how to
     sample and shape the request (`tether.ModelSettings`; None: the provider's defaults);
     `max_output_tokens` is already the tighter of the limits' cap and the settings' own
-    when the loop builds the request."""
+    when the loop builds the request. `output`: the final answer must be JSON of this
+    schema (None: free text); a model that cannot say so natively is given a tool for it
+    instead, by the loop."""
 
     model: str
     system: str | None
@@ -76,6 +87,7 @@ class ModelRequest:
     on_retry: RetryObserver | None = None
     caller: Caller | None = None
     settings: ModelSettings | None = None
+    output: OutputFormat | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,9 @@ class CodecModel:
     calls that come without one to the exact request (see `common.synthesize_call_id`)."""
 
     seeded = False
+    # Says "answer in JSON of this schema" in the API's own words (`ModelRequest.output`);
+    # an agent with an output type and no `output_mode` asks such a model natively.
+    native_output = True
 
     def __init__(self, model: str, endpoint: Endpoint, *, stream: bool, provider: str) -> None:
         self.model = model

@@ -97,6 +97,8 @@ def encode_request(
             }
             for t in request.tools
         ]
+    if request.output is not None:
+        body["format"] = request.output.schema
     merged: JSONObject = dict(options or {})
     if settings is not None:
         _encode_options(merged, settings)

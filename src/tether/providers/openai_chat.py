@@ -113,6 +113,17 @@ def encode_request(
             }
             for t in request.tools
         ]
+    if request.output is not None:
+        # strict mode would need every property required and no open objects; tether
+        # sends the type's own schema, so strict is off and the loop validates the answer.
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": request.output.name,
+                "schema": request.output.schema,
+                "strict": False,
+            },
+        }
     settings = request.settings
     cap = output_cap(request) if settings is not None else request.max_output_tokens
     if cap is not None:

@@ -82,6 +82,15 @@ def encode_request(model: str, request: ModelRequest, *, stream: bool = False) -
             }
             for t in request.tools
         ]
+    if request.output is not None:  # not strict, as for the tools: the loop validates
+        body["text"] = {
+            "format": {
+                "type": "json_schema",
+                "name": request.output.name,
+                "schema": request.output.schema,
+                "strict": False,
+            }
+        }
     settings = request.settings
     cap = output_cap(request) if settings is not None else request.max_output_tokens
     if cap is not None:
