@@ -38,17 +38,25 @@ function clip(text, n) {
 
 let timer = null;
 let stream = null;
+let chartUrl = null;
 
 function stopAll() {
   if (timer) clearInterval(timer);
   timer = null;
   if (stream) stream.abort();
   stream = null;
+  if (chartUrl) URL.revokeObjectURL(chartUrl);
+  chartUrl = null;
+}
+
+const VIEWS = ["list-view", "session-view", "experiments-view", "experiment-view"];
+
+function showView(id) {
+  for (const view of VIEWS) $(view).hidden = view !== id;
 }
 
 async function showList() {
-  $("list-view").hidden = false;
-  $("session-view").hidden = true;
+  showView("list-view");
   const refresh = async () => {
     const data = await api("GET", "/v1/sessions?limit=100").catch(() => null);
     if (!data) return;
@@ -211,8 +219,7 @@ async function follow(sessionId) {
 }
 
 async function showSession(sessionId) {
-  $("list-view").hidden = true;
-  $("session-view").hidden = false;
+  showView("session-view");
   $("session-id").textContent = sessionId;
   $("timeline").replaceChildren();
   showThreads([]);
@@ -262,10 +269,131 @@ async function showSession(sessionId) {
   follow(sessionId);
 }
 
+// -- experiments ---------------------------------------------------------------------------
+// What the server says of an experiment is the tenant's own data, and names in it are
+// whatever its runs' logs hold: shown with textContent only, like everything else.
+
+function row(values) {
+  const tr = document.createElement("tr");
+  for (const value of values) {
+    const cell = document.createElement("td");
+    if (value instanceof Node) cell.appendChild(value);
+    else cell.textContent = value;
+    tr.appendChild(cell);
+  }
+  return tr;
+}
+
+function figure(metric, value) {
+  if (value == null) return "unknown";
+  if (metric === "pass_rate") return (100 * value).toFixed(0) + "%";
+  if (metric === "cost_usd") return "$" + value.toFixed(6);
+  if (metric === "seconds") return value.toFixed(2) + " s";
+  return Number.isInteger(value) ? String(value) : value.toFixed(2);
+}
+
+function withInterval(metric, value, interval) {
+  if (value == null) return "unknown";
+  const text = figure(metric, value);
+  return interval ? text + " [" + figure(metric, interval.low) + ", " + figure(metric, interval.high) + "]" : text;
+}
+
+function summaryText(metric, s) {
+  if (!s) return "unknown";
+  return withInterval(metric, s.mean, s.interval) + (s.unknown ? " (" + s.unknown + " unknown)" : "");
+}
+
+function sessionLink(sessionId) {
+  const link = document.createElement("a");
+  link.href = "#/s/" + encodeURIComponent(sessionId);
+  link.className = "mono";
+  link.textContent = sessionId;
+  return link;
+}
+
+async function showExperiments() {
+  showView("experiments-view");
+  const refresh = async () => {
+    const data = await api("GET", "/v1/experiments").catch(() => null);
+    if (!data) return;
+    const body = $("experiments");
+    body.replaceChildren();
+    for (const e of data.experiments) {
+      const tr = row([e.experiment_id, e.variants.join(", "), e.tasks.join(", "), e.runs, e.updated]);
+      tr.dataset.experiment = e.experiment_id;
+      tr.firstChild.className = "mono";
+      tr.addEventListener("click", () => { location.hash = "#/e/" + encodeURIComponent(e.experiment_id); });
+      body.appendChild(tr);
+    }
+    $("experiments-empty").hidden = data.experiments.length > 0;
+    $("experiments-scanned").textContent = data.scanned.complete ? "" :
+      "Looked through the " + data.scanned.sessions + " most recent sessions only.";
+  };
+  await refresh();
+  timer = setInterval(refresh, 5000);
+}
+
+async function showChart(path) {
+  // fetch, not <img src>: the chart needs the Authorization header. An SVG shown as an
+  // image runs no script, and the page's policy allows blob: images for this alone.
+  const response = await fetch(path + "/chart.svg", { headers: headers() }).catch(() => null);
+  if (!response || !response.ok) return;
+  const blob = await response.blob();
+  if (chartUrl) URL.revokeObjectURL(chartUrl);
+  chartUrl = URL.createObjectURL(new Blob([blob], { type: "image/svg+xml" }));
+  $("chart").src = chartUrl;
+}
+
+async function showExperiment(experimentId) {
+  showView("experiment-view");
+  $("experiment-id").textContent = experimentId;
+  for (const id of ["experiment-shape", "experiment-notes", "variants", "comparisons", "runs"]) $(id).replaceChildren();
+  $("chart").removeAttribute("src");
+  const path = "/v1/experiments/" + encodeURIComponent(experimentId);
+  const r = await api("GET", path).catch(() => null);
+  if (!r) return;
+  const plan = r.plan;
+  $("experiment-shape").textContent = plan.variants.length + " variant(s) × " + plan.tasks.length +
+    " task(s) × " + plan.runs + " run(s) · " + Math.round(100 * r.confidence) + "% intervals · spent $" + r.cost.spent_usd.toFixed(6);
+  const notes = $("experiment-notes");
+  const note = (text) => { const li = document.createElement("li"); li.textContent = text; notes.appendChild(li); };
+  for (const [task, how] of Object.entries(r.checks)) {
+    if (how !== "run" && how !== "none") note("task " + task + ": check " + how + "; its pass and score are unknown");
+  }
+  if (r.incomplete) note(r.incomplete);
+  if (!r.scanned.complete) note("Looked through the " + r.scanned.sessions + " most recent sessions and " + r.scanned.runs + " runs of this experiment only.");
+  for (const name of plan.variants) {
+    const v = r.variants[name];
+    const rate = v.pass_rate == null ? "unknown" + (v.unchecked ? " (checks not run on the server)" : "")
+      : withInterval("pass_rate", v.pass_rate, v.pass_interval) + " · " + v.passed + "/" + (v.runs - v.unchecked);
+    const tr = row([name, v.runs, rate, ...["score", "steps", "tokens", "cost_usd", "seconds"].map((m) => summaryText(m, v.metrics[m]))]);
+    tr.dataset.variant = name;
+    $("variants").appendChild(tr);
+  }
+  for (const c of r.comparisons) {
+    const difference = c.verdict == null ? c.note : withInterval(c.metric, c.difference, c.interval);
+    const tr = row([c.a + " against " + c.b, c.metric, difference, c.verdict == null ? "-" : c.pairs, c.verdict || "no pairs"]);
+    tr.dataset.metric = c.metric;
+    tr.lastChild.dataset.verdict = c.verdict || "none";
+    $("comparisons").appendChild(tr);
+  }
+  for (const run of [...r.runs, ...r.aside]) {
+    const passed = run.passed == null ? "unknown" : run.passed ? "yes" : "no";
+    const tr = row([sessionLink(run.session_id), run.variant, run.task, run.repeat, run.stop_reason || "-", passed,
+      run.steps, run.tokens, figure("cost_usd", run.cost_usd), figure("seconds", run.seconds)]);
+    tr.dataset.session = run.session_id;
+    $("runs").appendChild(tr);
+  }
+  await showChart(path);
+}
+
 function route() {
   stopAll();
-  const match = location.hash.match(/^#\/s\/(.+)$/);
-  if (match) showSession(decodeURIComponent(match[1]));
+  const session = location.hash.match(/^#\/s\/(.+)$/);
+  const experiment = location.hash.match(/^#\/e\/(.+)$/);
+  if (session) showSession(decodeURIComponent(session[1]));
+  else if (experiment) showExperiment(decodeURIComponent(experiment[1]));
+  else if (location.hash === "#/experiments") showExperiments();
   else showList();
 }
 window.addEventListener("hashchange", route);
