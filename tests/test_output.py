@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -266,3 +267,74 @@ async def test_a_json_schema_output_type_on_an_agent() -> None:
     )
     result = await agent.run("Well?")
     assert result.output == {"ok": True}
+
+
+# --- tether run --output-schema ------------------------------------------------------------
+
+CLI_MODELS = """
+from tether.testing import ScriptedModel
+
+fixed_late = ScriptedModel(['{"total": "x"}', '{"total": 3}'])
+never = ScriptedModel(["no"], repeat_last=True)
+"""
+SCHEMA = {"type": "object", "properties": {"total": {"type": "integer"}}, "required": ["total"]}
+
+
+@pytest.fixture
+def cli_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "out_models.py").write_text(CLI_MODELS)
+    (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TETHER_STORE", raising=False)
+    return tmp_path
+
+
+def _cli(*args: str) -> int:
+    from tether.cli.main import main
+
+    return main(["run", "Total?", "--store", "sqlite:///out.db", *args])
+
+
+def test_cli_prints_the_validated_output_as_json(
+    cli_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _cli(
+        "--model", "python:out_models:fixed_late", "--output-schema", "schema.json", "--json"
+    )
+    document = json.loads(capsys.readouterr().out)
+    assert code == 0 and document["output"] == {"total": 3}
+    assert document["stop_reason"] == "end_turn"
+
+
+def test_cli_output_invalid_exits_1(cli_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = _cli("--model", "python:out_models:never", "--output-schema", "schema.json", "--json")
+    document = json.loads(capsys.readouterr().out)
+    assert code == 1 and document["stop_reason"] == "output_invalid"
+    assert document["output"] is None
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "Expecting property name"),
+        ("[1]", "a JSON schema is an object"),
+        ('{"type": 5}', "not a valid JSON schema"),
+    ],
+)
+def test_cli_refuses_a_bad_schema_file_and_stores_nothing(
+    cli_dir: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    (cli_dir / "bad.json").write_text(content)
+    code = _cli("--model", "python:out_models:never", "--output-schema", "bad.json")
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (cli_dir / "out.db").exists()
+
+
+def test_cli_refuses_a_missing_schema_file(
+    cli_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _cli("--model", "python:out_models:never", "--output-schema", "nope.json") == 2
+    assert "--output-schema nope.json" in capsys.readouterr().err
+    assert not (cli_dir / "out.db").exists()

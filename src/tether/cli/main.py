@@ -12,11 +12,12 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import tether
 from tether.agent import Agent, RunResult, resolve_model
 from tether.cli.common import (
+    EXIT_ERROR,
     EXIT_INTERRUPTED,
     TIMELINE_HELP,
     TOOLS_ARGUMENT,
@@ -40,6 +41,7 @@ from tether.errors import SessionNotFound, TetherError
 from tether.events import Event
 from tether.fold import fold
 from tether.limits import Limits
+from tether.output import OutputMissing, OutputType
 from tether.process import configure_gc
 from tether.providers.base import Model
 from tether.render import Timeline, render_runner, render_transcript, render_view, runner_json
@@ -49,7 +51,24 @@ from tether.store.open import DEFAULT_STORE_URL
 from tether.tools.base import Tool, Toolbox
 
 
-def _result_json(result: RunResult) -> dict[str, Any]:
+def _output_schema(path: str | None) -> OutputType | None:
+    """`--output-schema FILE.json`: the output type a JSON schema file describes."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as file:
+            schema = json.load(file)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"--output-schema {path}: {error_text(exc)}") from exc
+    if not isinstance(schema, dict):
+        raise CliError(f"--output-schema {path}: a JSON schema is an object")
+    try:
+        return OutputType.from_schema(schema)
+    except TetherError as exc:
+        raise CliError(f"--output-schema {path}: {exc}") from exc
+
+
+def _result_json(result: RunResult[object]) -> dict[str, Any]:
     return {
         "session_id": result.session_id,
         "output": result.output,
@@ -80,6 +99,8 @@ async def cmd_run(
     }
     if args.agents_file is not None:
         recorded |= agents_record(args.agents_file)
+    if getattr(args, "output_schema", None) is not None:
+        recorded["output_schema"] = args.output_schema
     args.metadata = {"cli": recorded}
     if not getattr(args, "mcp", None):
         return await _run_agent(args, task, resolved, tools)
@@ -155,31 +176,41 @@ async def _run_agent(
         retry=retry_policy(getattr(args, "retries", None)),
         max_depth=caps.max_depth,
         max_threads=caps.max_threads,
+        output_type=getattr(args, "output", None),
     )
     session_id = getattr(args, "session_id", None)
+    result: RunResult[object]
     try:
-        if session_id is None:
-            result = await agent.run(task)
-        else:
-            if task is None and mode == "live":  # a turn that goes on: its calls' arguments
-                view.know((await agent.view(session_id)).open_calls)
-            result = await agent.run(task, session_id=session_id, lease_wait=args.lease_wait)
+        try:
+            if session_id is None:
+                result = await agent.run(task)
+            else:
+                if task is None and mode == "live":  # a turn that goes on: its calls' arguments
+                    view.know((await agent.view(session_id)).open_calls)
+                result = await agent.run(task, session_id=session_id, lease_wait=args.lease_wait)
+        except OutputMissing as exc:  # the turn ended without a valid answer: say how
+            result = cast(RunResult[object], exc.result)
         waiting = (await agent.view(result.session_id)).pending_approvals
     finally:
         view.end()
         await agent.close()
+    structured = agent.output is not None
     if mode == "json":
         print(json.dumps(_result_json(result), ensure_ascii=False))
     else:
-        if mode == "timeline":
+        if structured and result.output is not None:
+            print(f"\n{json.dumps(result.output, ensure_ascii=False, indent=2)}\n")
+        elif mode == "timeline":
             print(f"\n{result.output}\n")
         print(view.style(f"\n{result_line(result)}\nstore {store.url}", "dim"))
     if result.stop_reason == "awaiting_approval":
         _print_approval_hint(result.session_id, waiting, args.store)
+    if result.stop_reason == "output_invalid":
+        return EXIT_ERROR
     return exit_code(result.stop_reason)
 
 
-def result_line(result: RunResult) -> str:
+def result_line(result: RunResult[object]) -> str:
     cost = "unknown" if result.cost_usd is None else f"${result.cost_usd:.6f}"
     usage = result.usage
     return (
@@ -325,6 +356,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"retries of a failed model call (default {DEFAULT_RETRY.max_attempts - 1}; 0: none)",
     )
+    run.add_argument(
+        "--output-schema",
+        default=None,
+        metavar="FILE.json",
+        help="the answer must be JSON valid against this JSON schema; it is printed as JSON",
+    )
     run.add_argument("--json", action="store_true")
     run.add_argument("--timeline", action="store_true", help=TIMELINE_HELP)
 
@@ -369,6 +406,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
         for flag, value in (("--max-tokens", args.max_tokens), ("--max-seconds", args.max_seconds)):
             if value is not None and value <= 0:
                 raise CliError(f"{flag} must be positive, not {value}")
+        args.output = _output_schema(args.output_schema)
         return await cmd_run(args, task=args.task, model=args.model, tool_specs=args.tools)
     if args.command == "db":
         return await cmd_db(args)
