@@ -71,11 +71,13 @@ def tenant_pair(store: Store, tenant: str, rates: tuple[float, float]) -> dict[s
     }
 
 
-async def forged_run(store: Store, tenant: str, variant: str, check: str | None) -> None:
+async def forged_run(
+    store: Store, tenant: str, variant: str, check: str | None, *, runs: int = 1, id: str = "forged"
+) -> None:
     """A session tagged by hand, as any writer of a log could tag it: names `run_matrix`
-    would refuse, and a check of the writer's choosing."""
-    plan = {"variants": [variant], "tasks": [{"name": HOSTILE, "check": check}], "runs": 1}
-    tag = {"id": "forged", "variant": variant, "task": HOSTILE, "repeat": 0, "plan": plan}
+    would refuse, a check of the writer's choosing, and as many `runs` as it likes."""
+    plan = {"variants": [variant], "tasks": [{"name": HOSTILE, "check": check}], "runs": runs}
+    tag = {"id": id, "variant": variant, "task": HOSTILE, "repeat": 0, "plan": plan}
     agent = Agent(
         ScriptedModel(["done"]), store=store, metadata={"tenant": tenant, "experiment": tag}
     )
@@ -127,6 +129,7 @@ async def run_experiments(server: Server) -> dict[str, Any]:
         await run_matrix(tenant_pair(store, "globex", (0.5, 0.5)), fetch, 2, experiment_id="secret")
         globex_variant = {"zed": tenant_pair(store, "globex", (1.0, 1.0))["a"]}
         await run_matrix(globex_variant, fetch, 1, experiment_id="shared")
+        await forged_run(store, "acme", "v", None, runs=10**12, id="huge")
         await forged_run(store, "acme", HOSTILE, "exp_evil:writes_mark")
         return {"shared": shared}
     finally:
@@ -144,7 +147,7 @@ async def test_a_tenant_lists_only_the_experiments_run_in_its_own_sessions(
     listed = (await get(server, "/v1/experiments")).json()
     check_documented(listed, "ExperimentList")
     by_id = {e["experiment_id"]: e for e in listed["experiments"]}
-    assert set(by_id) == {"shared", "unallowed", "forged"}
+    assert set(by_id) == {"shared", "unallowed", "forged", "huge"}
     assert by_id["shared"]["variants"] == ["a", "b"] and by_id["shared"]["tasks"] == ["fetch"]
     assert by_id["shared"]["runs"] == 8  # acme's runs only: globex's `shared` is not counted
     assert listed["experiments"][0]["experiment_id"] == "forged"  # the newest first
@@ -236,6 +239,16 @@ async def test_names_from_a_log_reach_the_chart_as_text_and_the_chart_runs_no_sc
     assert report["plan"]["variants"] == [HOSTILE]  # JSON carries it as it is
 
 
+async def test_a_plan_too_large_to_report_on_is_refused_not_expanded(
+    server: Server, experiments: dict[str, Any]
+) -> None:
+    # Its plan claims 10**12 runs: the grid of cells is never built.
+    for path in ("/v1/experiments/huge", "/v1/experiments/huge/chart.svg"):
+        refused = await get(server, path)
+        assert refused.status_code == 422, refused.text
+        assert "larger than the server reports on" in refused.json()["error"]["message"]
+
+
 def test_the_server_imports_only_a_plain_allowed_check_defined_where_it_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -250,3 +263,7 @@ def test_the_server_imports_only_a_plain_allowed_check_defined_where_it_says(
     assert find("os:system") is None and decided["os:system"] == NOT_RUN
     _, closed = guarded_finder([])
     assert closed("exp_reach:fine") is None
+    # An allowed name that does not import: not run, and the import's error stays here.
+    decided, find = guarded_finder(["exp_absent:*"])
+    assert find("exp_absent:check") is None
+    assert decided["exp_absent:check"] == "not run on the server: it does not import there"

@@ -25,6 +25,8 @@ from tether.server.errors import ApiError
 
 SCAN = 2_000  # the newest sessions of the store a request looks through
 MAX_RUNS = 500  # sessions of one experiment a report folds (the newest)
+MAX_EVENTS = 5_000  # a run with a longer log is left out of the report (and counted)
+LISTED = 50  # variant and task names per experiment in the list
 MAX_VARIANTS, MAX_CELLS = 20, 20_000  # a recorded plan larger than this is not reported on
 NOT_RUN = "not run on the server: its MODULE:ATTR is not allowed by --allow-code"
 # A check the server may import: a module path and a public attribute path, nothing else
@@ -83,8 +85,8 @@ def summary(experiment_id: str, sessions: Sequence[Tagged]) -> JSONObject:
     tasks = [t.name for t in plan.tasks] if plan else _seen(sessions, "task")
     return {
         "experiment_id": experiment_id,
-        "variants": list[JSONValue](variants),
-        "tasks": list[JSONValue](tasks),
+        "variants": list[JSONValue](variants[:LISTED]),
+        "tasks": list[JSONValue](tasks[:LISTED]),
         "runs": len(sessions),
         "updated": newest.created,
     }
@@ -126,7 +128,11 @@ def guarded_finder(patterns: Sequence[str]) -> tuple[dict[str, str], FindCheck]:
         if not allowed:
             decided[ref] = NOT_RUN
             return None
-        check = import_check(ref)
+        try:
+            check = import_check(ref)
+        except UsageError:  # the import's own error is the operator's, not the tenant's
+            decided[ref] = "not run on the server: it does not import there"
+            return None
         if getattr(check, "__module__", None) != ref.partition(":")[0]:
             decided[ref] = "not run on the server: not defined in the module it names"
             return None
@@ -144,8 +150,15 @@ async def build(rt: LocalRuntime, experiment_id: str) -> tuple[MatrixReport, JSO
     if not sessions:
         raise ApiError("experiment_not_found", f"no experiment {experiment_id[:100]!r}")
     kept = sessions[:MAX_RUNS]
-    stored = [StoredRun(s.session_id, s.tag, await rt.store.read(s.session_id)) for s in kept]
-    stored = [s for s in stored if s.events]
+    stored: list[StoredRun] = []
+    for s in kept:
+        events = await rt.store.read(s.session_id, limit=MAX_EVENTS + 1)
+        if 0 < len(events) <= MAX_EVENTS:
+            stored.append(StoredRun(s.session_id, s.tag, events))
+    if not stored:
+        raise ApiError(
+            "invalid_request", f"experiment {experiment_id}: every run's log is too long"
+        )
     stored.sort(key=lambda s: (s.events[0].time, s.session_id))
     plan = _plan(stored[-1].tag)
     if plan is None:
@@ -167,7 +180,9 @@ async def build(rt: LocalRuntime, experiment_id: str) -> tuple[MatrixReport, JSO
         **found.to_json(),
         "runs": len(kept),
         "runs_limit": MAX_RUNS,
-        "complete": found.complete and len(sessions) <= MAX_RUNS,
+        "too_long": len(kept) - len(stored),
+        "events_limit": MAX_EVENTS,
+        "complete": found.complete and len(sessions) <= MAX_RUNS and len(stored) == len(kept),
     }
     return report, {"checks": checks, "scanned": bounds}
 

@@ -361,7 +361,10 @@ async function showExperiment(experimentId) {
     if (how !== "run" && how !== "none") note("task " + task + ": check " + how + "; its pass and score are unknown");
   }
   if (r.incomplete) note(r.incomplete);
-  if (!r.scanned.complete) note("Looked through the " + r.scanned.sessions + " most recent sessions and " + r.scanned.runs + " runs of this experiment only.");
+  if (!r.scanned.complete) {
+    note("Looked through the " + r.scanned.sessions + " most recent sessions and " + r.scanned.runs + " runs of this experiment only" +
+      (r.scanned.too_long ? "; " + r.scanned.too_long + " run(s) with logs over " + r.scanned.events_limit + " events left out." : "."));
+  }
   for (const name of plan.variants) {
     const v = r.variants[name];
     const rate = v.pass_rate == null ? "unknown" + (v.unchecked ? " (checks not run on the server)" : "")
