@@ -167,6 +167,31 @@ async def test_the_final_result_tool_carries_the_answer() -> None:
     assert request.output is None
     spec = next(t for t in request.tools if t.name == FINAL_TOOL)
     assert spec.parameters["required"] == ["number", "total"]
+    # Its only tool: the model is made to call it.
+    assert request.settings is not None and request.settings.tool_choice == FINAL_TOOL
+
+
+async def test_beside_other_tools_the_final_result_call_is_not_forced() -> None:
+    def lookup(number: str) -> str:
+        """Look an invoice up."""
+        return "120"
+
+    model = Recording(
+        ScriptedModel([call("lookup", number="A-9"), call(FINAL_TOOL, number="A-9", total=120)])
+    )
+    agent = Agent(model, tools=[lookup], store=MemoryStore(), output_type=Invoice)
+    result = await agent.run("Bill A-9.")
+    assert result.output == Invoice(number="A-9", total=120)
+    assert [t.name for t in model.requests[0].tools] == ["lookup", FINAL_TOOL]
+    assert model.requests[0].settings is None
+
+
+def test_a_sub_agent_with_a_tool_mode_output_is_refused() -> None:
+    agent = Agent(ScriptedModel(["x"]), store=MemoryStore(), name="biller", output_type=Invoice)
+    with pytest.raises(UsageError, match="output_mode='native'"):
+        agent.as_tool()
+    native = Agent(ScriptedModel(["x"]), name="biller", output_type=Invoice, output_mode="native")
+    assert native.as_tool().name == "biller"
 
 
 async def test_an_invalid_final_result_call_is_answered_invalid_input_then_retried() -> None:

@@ -156,6 +156,15 @@ def _output(
     return output
 
 
+def _forced_final(settings: ModelSettings | None) -> ModelSettings:
+    """With no tool but `final_result`, the model is made to call it (unless the agent's
+    settings choose otherwise): an answer in text would only be sent back."""
+    from tether.settings import ModelSettings, merged
+
+    forced = ModelSettings(tool_choice="final_result")
+    return merged(forced, settings) or forced
+
+
 def _ask(task: str) -> str:
     """Args:
     task: what to ask of it, with everything it needs to know: it sees nothing else of
@@ -260,6 +269,8 @@ class Agent(Generic[OutputT]):
         self.toolbox = Toolbox([*tools, *handoff_tools, *final])
         self.system = system
         self.limits = limits or Limits()
+        if final and len(self.toolbox.specs) == 1:
+            settings = _forced_final(settings)
         self.settings = None if settings is None else self._checked(settings, None)
         # context: True, the default policy; False, off; or a DefaultPolicy or function.
         self.engine = Engine(
@@ -328,6 +339,11 @@ class Agent(Generic[OutputT]):
         )
 
     def _sub_name(self, name: str | None) -> str:
+        if self.output is not None and self.output.mode == "tool":
+            # A thread's answer is its last text; a final_result call has none.
+            raise UsageError(
+                "a sub-agent with an output_type answers in text only: give it output_mode='native'"
+            )
         chosen = name or self.name
         if chosen is None:
             raise UsageError("a sub-agent needs a name: Agent(..., name='researcher')")

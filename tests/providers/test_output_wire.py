@@ -126,6 +126,7 @@ async def test_anthropic_by_default_gets_the_final_answer_tool() -> None:
     body = server.requests[0].json()
     SDK_PARAMS["anthropic"].validate_python(body)
     assert "output_config" not in body
+    assert body["tool_choice"] == {"type": "tool", "name": FINAL_TOOL}  # its only tool
     tool = next(t for t in body["tools"] if t["name"] == FINAL_TOOL)
     assert tool["input_schema"]["required"] == ["number", "lines"]
     assert len(server.requests) == 1  # the accepted call ends the turn: no answer after it
