@@ -54,7 +54,7 @@ class _Invalid(ValueError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # one type, one identity: `check` is a closure
 class OutputType:
     """A type's validator and JSON schema. `OutputType.of(Invoice)` for a pydantic model,
     dataclass, TypedDict or plain type; `OutputType.from_schema(schema)` for a JSON schema
