@@ -363,3 +363,28 @@ def test_cli_refuses_a_missing_schema_file(
     assert _cli("--model", "python:out_models:never", "--output-schema", "nope.json") == 2
     assert "--output-schema nope.json" in capsys.readouterr().err
     assert not (cli_dir / "out.db").exists()
+
+
+def test_cli_resume_checks_the_answer_against_the_recorded_schema(
+    cli_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tether.cli.main import main
+
+    asks_first = """
+from tether.testing import call
+asks_first = ScriptedModel([call("guarded", action="x"), '{"total": 3}'])
+"""
+    (cli_dir / "out_models.py").write_text(CLI_MODELS + asks_first)
+    code = _cli(
+        "--model", "python:out_models:asks_first", "--tools",
+        "tether.testing.runtime_fixtures:tools", "--output-schema", "schema.json", "--json",
+    )  # fmt: skip
+    assert code == 4  # waiting for the approval of `guarded`
+    session_id = json.loads(capsys.readouterr().out)["session_id"]
+    (cli_dir / "schema.json").unlink()  # the file is gone: the session's record is what counts
+    store = ["--store", "sqlite:///out.db"]
+    assert main(["sessions", "approve", session_id, "call_0_0", *store]) == 0
+    capsys.readouterr()
+    assert main(["sessions", "resume", session_id, "--json", *store]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["output"] == {"total": 3}  # validated: a JSON value, not the answer's text

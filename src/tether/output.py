@@ -94,7 +94,9 @@ class OutputType:
         try:
             import jsonschema  # type: ignore[import-untyped]
         except ImportError as exc:  # pragma: no cover - installed with the dev extras
-            raise UsageError("an output JSON schema needs the jsonschema package") from exc
+            raise UsageError(
+                "an output JSON schema needs the jsonschema package: pip install 'tether[schema]'"
+            ) from exc
         body: JSONObject = json.loads(canonical_json(dict(schema)))
         try:
             validator_class = jsonschema.validators.validator_for(body)

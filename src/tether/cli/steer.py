@@ -7,7 +7,7 @@ import argparse
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.cli.common import (
     AGENTS_FILE_KEYS,
@@ -22,6 +22,9 @@ from tether.errors import SessionNotFound, UsageError
 from tether.events import SessionCreated
 from tether.session import control
 from tether.store.base import Store
+
+if TYPE_CHECKING:
+    from tether.output import OutputType
 
 
 def add_steering_commands(ssub: Any) -> None:
@@ -100,6 +103,7 @@ async def continue_session(args: argparse.Namespace, task: str | None) -> int:
     tools = args.tools if args.tools is not None else setup.tools
     args.mcp = args.mcp or setup.mcp
     args.agents_loaded = setup.agents
+    args.output = setup.output
     args.system = setup.system
     args.session_id = args.id
     return await cmd_run(args, task=task, model=model, tool_specs=tools)
@@ -116,6 +120,7 @@ class StoredSetup:
     mcp: str | None
     system: str | None
     agents: AgentsFile | None = None
+    output: OutputType | None = None  # `--output-schema`'s schema, as the session recorded it
 
 
 async def stored_setup(store: Store, session_id: str) -> StoredSetup:
@@ -141,7 +146,27 @@ async def stored_setup(store: Store, session_id: str) -> StoredSetup:
         str(mcp) if mcp else None,
         created.system,
         agents,
+        _recorded_output(session_id, created, recorded),
     )
+
+
+def _recorded_output(
+    session_id: str, created: SessionCreated, recorded: dict[str, Any]
+) -> OutputType | None:
+    """The schema a `tether run --output-schema` session's answers must match: the one its
+    `session.created` recorded (the file may have changed or gone since)."""
+    described = created.metadata.get("output_type")
+    if "output_schema" not in recorded or not isinstance(described, dict):
+        return None
+    schema = described.get("schema")
+    if not isinstance(schema, dict):
+        return None
+    from tether.output import OutputType
+
+    try:
+        return OutputType.from_schema(schema, str(described.get("name") or "output"))
+    except UsageError as exc:
+        raise CliError(f"session {session_id}: its recorded output schema: {exc}") from exc
 
 
 async def _steer(
