@@ -84,6 +84,7 @@ async def test_an_invalid_answer_gets_the_error_and_the_next_answer_succeeds() -
     agent = Agent(model, store=store, output_type=Invoice, output_mode="native")
     result = await agent.run("Bill it.")
     assert result.output == Invoice(number="A-1", total=7)
+    assert result.steps == 2  # the correction goes on with the turn: both answers count
     second = model.requests[1].messages
     assert second[-1].role == "user" and second[-1].text.startswith(CORRECTION)
     assert "total: Field required" in second[-1].text
@@ -113,6 +114,7 @@ async def test_attempts_are_bounded_and_the_turn_ends_output_invalid() -> None:
     assert result.stop_reason == "output_invalid" and result.output is None
     assert "after 2 attempts" in (result.stop_detail or "")
     assert result.state == "failed"  # output_invalid is a failure, not a custom stop
+    assert result.steps == 2
     payloads = await _events(store, result.session_id)
     assert sum(isinstance(p, ModelResponded) for p in payloads) == 2
 
@@ -370,13 +372,13 @@ def test_cli_resume_checks_the_answer_against_the_recorded_schema(
 ) -> None:
     from tether.cli.main import main
 
-    asks_first = """
-from tether.testing import call
-asks_first = ScriptedModel([call("guarded", action="x"), '{"total": 3}'])
-"""
-    (cli_dir / "out_models.py").write_text(CLI_MODELS + asks_first)
+    # A module of its own: `out_models` may be imported already, without this model.
+    (cli_dir / "resume_models.py").write_text(
+        "from tether.testing import ScriptedModel, call\n"
+        "asks_first = ScriptedModel([call('guarded', action='x'), '{\"total\": 3}'])\n"
+    )
     code = _cli(
-        "--model", "python:out_models:asks_first", "--tools",
+        "--model", "python:resume_models:asks_first", "--tools",
         "tether.testing.runtime_fixtures:tools", "--output-schema", "schema.json", "--json",
     )  # fmt: skip
     assert code == 4  # waiting for the approval of `guarded`

@@ -217,7 +217,11 @@ class Folder:
 
     def _apply_user(self, p: UserMessage) -> None:
         self._add_message(p.message)
+        # A message into a turn still running (a steer, an output correction) goes on with
+        # that turn: its steps keep counting against the same `max_steps`.
+        steps = self.turn_steps if self.turn_open else 0
         self._open_turn()
+        self.turn_steps = steps
 
     def _open_turn(self) -> None:
         self.turn_open = True
