@@ -14,6 +14,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
         f"tether.tools.mcp needs the MCP SDK: pip install 'tether[mcp]' ({exc})"
     ) from exc
 from tether.tools.mcp.errors import (
+    McpEffectUnknown,
     McpError,
     McpProtocolError,
     McpServerUnavailable,
@@ -22,6 +23,7 @@ from tether.tools.mcp.errors import (
 
 __all__ = [
     "McpConnection",
+    "McpEffectUnknown",
     "McpError",
     "McpProgress",
     "McpProtocolError",

@@ -11,23 +11,26 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-import httpx2
 from mcp import Client, StdioServerParameters
 from mcp import types as mcp_types
 from mcp.client.session import IncomingMessage
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from tether.events import Effect
 from tether.tools.mcp.config import McpServerConfig
-from tether.tools.mcp.errors import McpError, McpProtocolError, McpServerUnavailable
+from tether.tools.mcp.errors import (
+    McpEffectUnknown,
+    McpError,
+    McpProtocolError,
+    McpServerUnavailable,
+)
+from tether.tools.mcp.http import DELIVERY, Delivery, http_transport, refused
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +39,13 @@ MAX_LIST_PAGES = 100  # a paginator that never ends must not hang the listing
 # stdio shutdown is close stdin, 2 s, SIGTERM, 2 s, SIGKILL: this bounds it with room to spare.
 CLOSE_WAIT = 10.0
 _CLIENT_INFO = mcp_types.Implementation(name="tether", version="0.1")
-_HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+# Waits between attempts to reach an HTTP server that refuses connections (it is restarting).
+CONNECT_BACKOFF = (0.1, 0.25, 0.5, 1.0, 2.0)
 _MODERN = ("2026-07-28",)
+_UNKNOWN_EFFECT = (
+    "The call was running when the connection was lost, so its effects are unknown: it may or "
+    "may not have happened. It was not repeated. Inspect the current state before repeating it"
+)
 
 
 @dataclass(eq=False)
@@ -48,10 +56,12 @@ class _Live:
     client: Client | None = None
     task: asyncio.Task[None] | None = None
     failure: str | None = None
+    session_lost: bool = False  # an HTTP server answered 404 to our session id
 
     def usable(self) -> bool:
         return (
-            self.client is not None
+            not self.session_lost
+            and self.client is not None
             and self.task is not None
             and not self.task.done()
             and not _connection_closed(self.client)
@@ -114,15 +124,39 @@ class McpConnection:
         return tools
 
     async def call_tool(
-        self, tool: str, arguments: dict[str, Any], progress: ProgressFn | None = None
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: ProgressFn | None = None,
+        *,
+        effect: Effect = "write",
     ) -> mcp_types.CallToolResult:
         """One `tools/call`. A cancel (a timeout) sends the SDK's cancel notification and
-        does not wait for the server to agree."""
-        live = await self._connect()
-        try:
-            return await _client(live).call_tool(tool, arguments, progress_callback=progress)
-        except Exception as exc:
-            raise await self._translate(live, f"tool {tool!r}", exc) from exc
+        does not wait for the server to agree.
+
+        A call whose connection or session is lost is sent once more on a new one when that
+        is safe: always if the server certainly never ran it (its HTTP request was refused or
+        answered 404 for our session), and for a `read` or `idempotent` tool otherwise. A
+        `write` that may have run raises `McpEffectUnknown` and is not repeated."""
+        for attempt in (1, 2):
+            live = await self._connect()
+            delivery = Delivery()
+            token = DELIVERY.set(delivery)
+            try:
+                return await _client(live).call_tool(tool, arguments, progress_callback=progress)
+            except Exception as exc:
+                error = await self._translate(live, f"tool {tool!r}", exc, delivery.broken)
+                if not isinstance(error, McpServerUnavailable):
+                    raise error from exc
+                if attempt == 1 and (delivery.undelivered or effect != "write"):
+                    logger.info("MCP server %s: %s; sending the call again", self.name, error)
+                    continue
+                if effect == "write" and not delivery.undelivered:
+                    raise McpEffectUnknown(self.name, f"{error}. {_UNKNOWN_EFFECT}") from exc
+                raise error from exc
+            finally:
+                DELIVERY.reset(token)
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def aclose(self) -> None:
         """Stop the server (stdio: the process is gone afterwards). Later calls are refused."""
@@ -146,9 +180,22 @@ class McpConnection:
                 await self._retire(live)  # it stopped between calls: restart it quietly
                 live = None
             if live is None:
-                live = await self._start()
+                live = await self._start_with_backoff()
                 self._live = live
             return live
+
+    async def _start_with_backoff(self) -> _Live:
+        """Start; an HTTP server that refuses the connection is tried again after each wait
+        of `CONNECT_BACKOFF` (nothing was sent, so nothing can be repeated)."""
+        for wait in (*CONNECT_BACKOFF, None):
+            try:
+                return await self._start()
+            except McpServerUnavailable as exc:
+                if wait is None or self.config.url is None or not refused(exc):
+                    raise
+                logger.info("MCP server %s refused the connection; again in %g s", self.name, wait)
+                await asyncio.sleep(wait)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _start(self) -> _Live:
         ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
@@ -180,7 +227,7 @@ class McpConnection:
 
     async def _supervise(self, live: _Live, ready: asyncio.Future[Client]) -> None:
         try:
-            async with self._new_client() as client:
+            async with self._new_client(live) as client:
                 if not ready.done():
                     ready.set_result(client)
                 listener = None
@@ -203,7 +250,7 @@ class McpConnection:
                 ready.set_exception(exc)
             logger.debug("MCP server %s stopped: %s", self.name, live.failure)
 
-    def _new_client(self) -> Client:
+    def _new_client(self, live: _Live) -> Client:
         config = self.config
         transport: Any
         if config.command is not None:
@@ -215,7 +262,9 @@ class McpConnection:
             )
             transport = stdio_client(params, errlog=self._errlog or _default_errlog())
         else:
-            transport = _http_transport(str(config.url), dict(config.headers))
+            transport = http_transport(
+                str(config.url), dict(config.headers), lambda: setattr(live, "session_lost", True)
+            )
         return Client(
             transport,
             mode=config.protocol,
@@ -239,9 +288,20 @@ class McpConnection:
         except Exception as exc:  # the listing then refreshes only after a restart
             logger.debug("MCP server %s: listening for tool changes failed: %s", self.name, exc)
 
-    async def _translate(self, live: _Live, what: str, exc: Exception) -> McpError:
+    async def _translate(
+        self, live: _Live, what: str, exc: Exception, broken: bool = False
+    ) -> McpError:
+        """The error to raise for a failed request; `broken`: its answer's stream broke off,
+        so an error the SDK made up for it means the connection was lost."""
         name = self.name
-        if isinstance(exc, MCPError) and not _lost(live, exc):
+        if live.session_lost:
+            await self._retire(live)
+            return McpServerUnavailable(
+                name,
+                f"MCP server {name!r} no longer knows this session (HTTP 404 during {what}: it "
+                "restarted or expired the session); a new session is started at the next call",
+            )
+        if isinstance(exc, MCPError) and not (broken or _lost(live, exc)):
             return McpProtocolError(
                 name, f"MCP server {name!r} answered {what} with error {exc.code}: {exc.message}"
             )
@@ -276,15 +336,6 @@ class McpConnection:
             live.task.cancel()
             self._retiring.add(live.task)
             live.task.add_done_callback(self._retiring.discard)
-
-
-@asynccontextmanager
-async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=_HTTP_TIMEOUT) as http,
-        streamable_http_client(url, http_client=http) as streams,
-    ):
-        yield streams
 
 
 async def _finish(tasks: set[asyncio.Task[None]]) -> None:

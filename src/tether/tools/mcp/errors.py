@@ -4,6 +4,7 @@ tool runner turns them into `error` results the model reads.
     TetherError
     └── McpError                 an MCP server could not do what was asked
         ├── McpServerUnavailable it would not start, or its connection was lost (restarted next call)
+        │   └── McpEffectUnknown a `write` call was running when its connection was lost (not repeated)
         ├── McpProtocolError     a JSON-RPC error or a malformed answer
         └── McpToolFailed        the tool reported an error itself (`isError: true`)
 """
@@ -23,6 +24,11 @@ class McpError(TetherError):
 
 class McpServerUnavailable(McpError):
     """The server would not start, or its connection was lost."""
+
+
+class McpEffectUnknown(McpServerUnavailable):
+    """A `write` call was running when its connection or session was lost: it may or may not
+    have happened, so it was not sent again."""
 
 
 class McpProtocolError(McpError):

@@ -104,11 +104,12 @@ class McpToolSource:
     def _make_tool(self, connection: McpConnection, spec: mcp_types.Tool, name: str) -> Tool:
         config = connection.config
         server_tool = spec.name
+        effect = effect_of(spec.annotations)
 
         async def call(**arguments: Any) -> str:
             context = arguments.pop(_CONTEXT_PARAM, None)
             progress = self._progress_fn(config.name, name, context)
-            result = await connection.call_tool(server_tool, arguments, progress)
+            result = await connection.call_tool(server_tool, arguments, progress, effect=effect)
             text = render_result(result)
             if result.is_error:
                 raise McpToolFailed(
@@ -122,7 +123,7 @@ class McpToolSource:
             parameters=dict(spec.input_schema),
             fn=call,
             validator=None,  # the server validates its own arguments
-            effect=effect_of(spec.annotations),
+            effect=effect,
             timeout=config.timeout,
             needs_approval=config.approval_for(server_tool),
             context_param=_CONTEXT_PARAM,

@@ -1,0 +1,127 @@
+"""The streamable HTTP transport of MCP connections, watched: which requests of a call reached a
+server, and whether the server still knows our session.
+
+Owns the httpx transport under the SDK's client. What to do about a lost session or a refused
+connection (reconnect, retry, refuse to repeat a write) is `connection`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+from mcp.client.streamable_http import streamable_http_client
+
+_HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+_SESSION_HEADER = "mcp-session-id"
+
+
+@dataclass(eq=False)
+class Delivery:
+    """What became of one call's HTTP requests. The SDK sends a call's requests in the
+    caller's context, so the record set in `DELIVERY` by the caller is the one updated here."""
+
+    refused: bool = False  # a request found nobody listening: nothing was delivered
+    session_lost: bool = False  # a request was answered 404 for our session: not run
+    reached: bool = False  # a request was answered otherwise: the server may have run it
+    broken: bool = False  # an answer's stream broke off: the connection was lost mid-call
+
+    @property
+    def undelivered(self) -> bool:
+        """The server certainly never ran the call, so any call may be sent again."""
+        return (self.refused or self.session_lost) and not self.reached
+
+
+DELIVERY: ContextVar[Delivery | None] = ContextVar("tether_mcp_delivery", default=None)
+
+
+class _WatchedTransport(httpx2.AsyncBaseTransport):
+    """httpx's own transport, reporting refusals and unknown-session answers."""
+
+    def __init__(self, on_session_lost: Callable[[], None]) -> None:
+        self._inner = httpx2.AsyncHTTPTransport()
+        self._on_session_lost = on_session_lost
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        delivery = DELIVERY.get()
+        try:
+            response = await self._inner.handle_async_request(request)
+        except httpx2.ConnectError:
+            if delivery is not None:
+                delivery.refused = True
+            raise
+        # A 404 to a request that carries a session id: the server restarted or expired the
+        # session (the spec's signal to start a new one); it ran nothing.
+        if response.status_code == 404 and _SESSION_HEADER in request.headers:
+            self._on_session_lost()
+            if delivery is not None:
+                delivery.session_lost = True
+        elif delivery is not None:
+            delivery.reached = True
+            assert isinstance(response.stream, httpx2.AsyncByteStream)  # an async transport's
+            return httpx2.Response(
+                response.status_code,
+                headers=response.headers,
+                stream=_WatchedStream(response.stream, delivery),
+                extensions=response.extensions,
+            )
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _WatchedStream(httpx2.AsyncByteStream):
+    """A response body that notes when it breaks off (the server died while answering)."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, delivery: Delivery) -> None:
+        self._inner = inner
+        self._delivery = delivery
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except httpx2.TransportError:
+            self._delivery.broken = True
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@asynccontextmanager
+async def http_transport(
+    url: str, headers: dict[str, str], on_session_lost: Callable[[], None]
+) -> AsyncIterator[Any]:
+    async with (
+        httpx2.AsyncClient(
+            headers=headers, timeout=_HTTP_TIMEOUT, transport=_WatchedTransport(on_session_lost)
+        ) as http,
+        streamable_http_client(url, http_client=http) as streams,
+    ):
+        yield streams
+
+
+def refused(exc: BaseException) -> bool:
+    """Was nobody listening (connection refused), anywhere in an exception and its groups and
+    causes? Then nothing was delivered, and trying again shortly may find the server back."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, httpx2.ConnectError):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                pending.append(linked)
+    return False
