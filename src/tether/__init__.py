@@ -10,7 +10,7 @@ from tether.errors import TetherError
 from tether.events import SCHEMA_VERSION, Event
 from tether.fold import Folder, Transcript, fold
 from tether.limits import Limits
-from tether.messages import Message, Text, ToolCall, ToolResult, Usage
+from tether.messages import Image, Message, Text, ToolCall, ToolResult, Usage
 from tether.scheduler.retry import RetryPolicy
 from tether.state import SessionView, validate_observation
 from tether.store import open_store
@@ -49,6 +49,7 @@ __all__ = [
     "Agent",
     "Event",
     "Folder",
+    "Image",
     "Limits",
     "Message",
     "ModelSettings",

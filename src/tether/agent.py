@@ -13,7 +13,7 @@ import functools
 import importlib
 import inspect
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, cast
 
@@ -24,7 +24,7 @@ from tether.errors import SessionNotFound, UsageError
 from tether.events import CancelRequested, CancelScope, Payload, SessionCreated, UserMessage
 from tether.limits import Limits, StopCondition
 from tether.loop import Engine
-from tether.messages import JSONValue, Message, Usage, user
+from tether.messages import Image, JSONValue, Message, Usage, user, user_parts
 from tether.providers.base import Delta, DeltaObserver, Model
 from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
@@ -55,6 +55,16 @@ OutputT = TypeVar("OutputT", default=str)
 
 # The model's streamed output with the session it belongs to.
 SessionDeltaObserver = Callable[[str, Delta], None]
+# What `Agent.run` takes as a task: a text, a whole message, or texts and images in order.
+Task = str | Message | Sequence[str | Image]
+
+
+def _task_message(task: Task) -> Message:
+    if isinstance(task, Message):
+        return task
+    if isinstance(task, str):
+        return user(task)
+    return user_parts(task)
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +387,7 @@ class Agent(Generic[OutputT]):
 
     async def run(
         self,
-        task: str | Message | None,
+        task: Task | None,
         *,
         session_id: str | None = None,
         lease_wait: float = 0.0,
@@ -385,7 +395,8 @@ class Agent(Generic[OutputT]):
         settings: ModelSettings | None = None,
     ) -> RunResult[OutputT]:
         """Run one turn: a new session for `task`, or `task` sent to session `session_id`.
-        With `task=None`, continue the session's open turn (after an approval or a crash).
+        `task` is a text, a `Message`, or a list of texts and `Image`s (one user message, in
+        that order: `["what is in this photo?", Image(data)]`). With `task=None`, continue the session's open turn (after an approval or a crash).
         With `end_session` (a one-shot task), a turn that stops for good also ends the
         session (`completed`, or `failed` after an error or a limit), in the same commit as
         `turn.ended`.
@@ -400,7 +411,7 @@ class Agent(Generic[OutputT]):
         log = await self._open_log(session_id)
         opening: list[Payload] = [self._session_created(engine)] if session_id is None else []
         if task is not None:
-            opening.append(UserMessage(task if isinstance(task, Message) else user(task)))
+            opening.append(UserMessage(_task_message(task)))
         view = await run_session(
             self.runs,
             engine,
@@ -480,7 +491,7 @@ class Agent(Generic[OutputT]):
 
     def run_sync(
         self,
-        task: str | Message | None,
+        task: Task | None,
         *,
         session_id: str | None = None,
         settings: ModelSettings | None = None,

@@ -6,11 +6,15 @@ provider codecs translate to and from these types at their own boundary.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
+
+from tether.errors import UsageError
 
 JSONValue: TypeAlias = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
 JSONObject: TypeAlias = dict[str, JSONValue]
@@ -93,7 +97,99 @@ class ToolResult:
         }
 
 
-Part: TypeAlias = Text | ToolCall | ToolResult
+ImageType = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+IMAGE_TYPES: tuple[ImageType, ...] = ("image/png", "image/jpeg", "image/gif", "image/webp")
+# The largest image tether sends, in bytes before base64: Anthropic's own cap per image.
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+# What the context accounting counts an image as: about what the providers charge for a
+# mid-sized image, and never its base64 length.
+IMAGE_TOKENS = 1_600
+
+
+def _sniff(data: bytes) -> ImageType | None:
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """An image in a user message: its bytes (`data`) or a `url`, never both. The media type
+    of bytes is read from their first bytes when not given, and must agree with them; a URL's
+    is optional. Canonical JSON holds bytes as base64, computed once here."""
+
+    data: bytes | None = None
+    url: str | None = None
+    media_type: ImageType | None = None
+    b64: str = field(default="", init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if (self.data is None) == (self.url is None):
+            raise UsageError("an Image takes exactly one of data (bytes) or url")
+        if self.media_type is not None and self.media_type not in IMAGE_TYPES:
+            raise UsageError(
+                f"image media type {self.media_type!r} is not one of {', '.join(IMAGE_TYPES)}"
+            )
+        if self.url is not None:
+            if not self.url.startswith(("https://", "http://")):
+                raise UsageError(f"an image url must be http(s), not {self.url[:40]!r}")
+            return
+        data = self.data
+        if not isinstance(data, bytes):
+            raise UsageError(f"image data must be bytes, not {type(data).__name__}")
+        if len(data) > MAX_IMAGE_BYTES:
+            raise UsageError(
+                f"an image of {len(data):,} bytes is over the cap of {MAX_IMAGE_BYTES:,}"
+            )
+        sniffed = _sniff(data)
+        if sniffed is None:
+            raise UsageError("image data is not a PNG, JPEG, GIF or WebP image")
+        if self.media_type is not None and self.media_type != sniffed:
+            raise UsageError(f"image data is {sniffed}, not {self.media_type}")
+        object.__setattr__(self, "media_type", sniffed)
+        object.__setattr__(self, "b64", base64.b64encode(data).decode("ascii"))
+
+    @property
+    def data_url(self) -> str:
+        """The image as one URL: its own, or a `data:` URL of its bytes."""
+        return self.url if self.url is not None else f"data:{self.media_type};base64,{self.b64}"
+
+    def to_json(self) -> JSONObject:
+        out: JSONObject = {"type": "image"}
+        if self.data is not None:
+            out["data"] = self.b64
+        if self.media_type is not None:
+            out["media_type"] = self.media_type
+        if self.url is not None:
+            out["url"] = self.url
+        return out
+
+    @staticmethod
+    def from_json(data: Mapping[str, object]) -> Image:
+        media = data.get("media_type")
+        kind: Any = None if media is None else str(media)
+        if "data" in data:
+            try:
+                raw = base64.b64decode(str(data["data"]), validate=True)
+            except binascii.Error as exc:
+                raise ValueError(f"image data is not base64: {exc}") from None
+            try:
+                return Image(raw, media_type=kind)
+            except UsageError as exc:
+                raise ValueError(str(exc)) from None
+        try:
+            return Image(url=str(data["url"]), media_type=kind)
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+
+
+Part: TypeAlias = Text | ToolCall | ToolResult | Image
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +203,10 @@ class Message:
     @property
     def text(self) -> str:
         return "".join(p.text for p in self.parts if isinstance(p, Text))
+
+    @property
+    def images(self) -> tuple[Image, ...]:
+        return tuple(p for p in self.parts if isinstance(p, Image))
 
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
@@ -148,6 +248,8 @@ def _canonical_part(part: Part) -> str:
             f'{{"call_id":{_string(part.call_id)},"content":{_string(part.content)},'
             f'"is_error":{error},"type":"tool_result"}}'
         )
+    if isinstance(part, Image):
+        return canonical_json(part.to_json())
     raw = "" if part.raw_arguments is None else f',"raw_arguments":{_string(part.raw_arguments)}'
     return (
         f'{{"arguments":{_canonical_value(part.arguments)},"id":{_string(part.id)},'
@@ -173,11 +275,27 @@ def part_from_json(data: object) -> Part:
         return ToolResult(
             str(data["call_id"]), str(data["content"]), bool(data.get("is_error", False))
         )
+    if kind == "image":
+        return Image.from_json(data)
     raise ValueError(f"unknown message part type {kind!r}")
 
 
-def user(text: str) -> Message:
-    return Message("user", (Text(text),))
+def user(text: str, images: Iterable[Image] = ()) -> Message:
+    """A user's message: its text, then its images (if any), in that order."""
+    return Message("user", (Text(text), *images))
+
+
+def user_parts(parts: Iterable[str | Image]) -> Message:
+    """A user's message from text and images in the order given (`Agent.run`'s list form)."""
+    out: list[Part] = []
+    for part in parts:
+        if isinstance(part, str):
+            out.append(Text(part))
+        elif isinstance(part, Image):
+            out.append(part)
+        else:
+            raise UsageError(f"a task part must be a str or an Image, not {type(part).__name__}")
+    return Message("user", tuple(out))
 
 
 def assistant(text: str = "", calls: Iterable[ToolCall] = ()) -> Message:

@@ -26,7 +26,15 @@ from tether.events import (
     format_time,
 )
 from tether.fold import Transcript
-from tether.messages import JSONObject, Message, Text, ToolCall, ToolResult, canonical_json
+from tether.messages import (
+    Image,
+    JSONObject,
+    Message,
+    Text,
+    ToolCall,
+    ToolResult,
+    canonical_json,
+)
 from tether.state import SessionView, ThreadNode, parent_thread
 from tether.store.base import Lease, Queued
 
@@ -48,7 +56,9 @@ def summarize(event: Event) -> str:
         tools = ", ".join(p.tools) or "no tools"
         return f"model {p.model}; tools: {tools}"
     if isinstance(p, UserMessage):
-        return clip(p.message.text)
+        images = p.message.images
+        said = clip(p.message.text)
+        return f"{said} [+{len(images)} image(s)]" if images else said
     if isinstance(p, ModelRequested):
         return f"{p.model}, ~{p.input_tokens_estimate} input tokens"
     if isinstance(p, ModelResponded):
@@ -146,7 +156,16 @@ def _part_text(part: object) -> str:
     if isinstance(part, ToolResult):
         mark = "error" if part.is_error else "result"
         return f"{mark} [{part.call_id}] {clip(part.content, 200)}"
+    if isinstance(part, Image):
+        return image_placeholder(part)
     return repr(part)
+
+
+def image_placeholder(image: Image) -> str:
+    """An image as one line: never its bytes."""
+    if image.data is not None:
+        return f"[image {image.media_type}, {len(image.data):,} bytes]"
+    return f"[image {clip(image.url or '', 80)}]"
 
 
 def render_view(view: SessionView) -> str:

@@ -33,7 +33,17 @@ from tether.events import (
     UserMessage,
     payload_to_json,
 )
-from tether.messages import Message, Text, ToolCall, ToolResult, Usage, canonical_json, user
+from tether.messages import (
+    IMAGE_TYPES,
+    Image,
+    Message,
+    Text,
+    ToolCall,
+    ToolResult,
+    Usage,
+    canonical_json,
+    user,
+)
 from tether.store import SQLiteStore
 from tether.store.base import event_from_row, event_to_row
 
@@ -66,6 +76,16 @@ def json_values(
     return st.recursive(leaf, nest, max_leaves=12)
 
 
+MAGIC = [b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF89a", b"RIFF\x00\x00\x00\x00WEBP"]
+images = st.builds(
+    lambda magic, rest: Image(magic + rest), st.sampled_from(MAGIC), st.binary(max_size=24)
+) | st.builds(
+    lambda path, kind: Image(url=f"https://example.com/{path}", media_type=kind),
+    st.text(max_size=8),
+    st.none() | st.sampled_from(IMAGE_TYPES),
+)
+
+
 def payloads(
     text: st.SearchStrategy[str], floats: st.SearchStrategy[float], odd: bool
 ) -> st.SearchStrategy[Payload]:
@@ -76,6 +96,7 @@ def payloads(
         st.builds(Text, text)
         | st.builds(ToolCall, text, text, objects, st.none() | text)
         | st.builds(ToolResult, text, text, st.booleans())
+        | images
     )
     message = st.builds(
         Message,

@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tether.fold import Folder
-from tether.messages import Message, Text, ToolCall, ToolResult, canonical_json
+from tether.messages import (
+    IMAGE_TOKENS,
+    Image,
+    Message,
+    Text,
+    ToolCall,
+    ToolResult,
+    canonical_json,
+)
 from tether.providers import catalog
 
 # Before any answer has calibrated it: fewer characters per token than the usual rule of four,
@@ -130,7 +138,15 @@ class CharSizer:
         return math.ceil(len(text) / self.chars_per_token)
 
     def message(self, message: Message) -> int:
-        return math.ceil(len(message.canonical()) / self.chars_per_token)
+        chars = len(message.canonical())
+        images = 0
+        for part in message.parts:
+            if isinstance(part, Image):  # counted as a fixed estimate, not by its base64
+                images += 1
+                chars -= len(canonical_json(part.to_json()))
+        if images:  # and the commas between parts, as if the images were not there
+            chars -= images if images < len(message.parts) else images - 1
+        return math.ceil(chars / self.chars_per_token) + images * IMAGE_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +168,8 @@ class EncodingSizer:
                 total += MESSAGE_OVERHEAD_TOKENS + self.text(part.name) + self.text(raw)
             elif isinstance(part, ToolResult):
                 total += MESSAGE_OVERHEAD_TOKENS + self.text(part.content)
+            elif isinstance(part, Image):
+                total += IMAGE_TOKENS
         return total
 
 

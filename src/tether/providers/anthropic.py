@@ -12,7 +12,16 @@ from collections.abc import Sequence
 import httpx
 
 from tether.errors import ConnectionFailed, UsageError
-from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, ToolResult, Usage
+from tether.messages import (
+    Image,
+    JSONObject,
+    JSONValue,
+    Message,
+    Text,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
 from tether.providers import catalog
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
 from tether.providers.classify import body_error, classify_anthropic, stream_error
@@ -242,7 +251,16 @@ def _encode_message(message: Message) -> tuple[str, JSONValue]:
             if part.is_error:
                 block["is_error"] = True
             blocks.append(block)
+        elif isinstance(part, Image):
+            blocks.append(encode_image(part))
     return ("assistant" if message.role == "assistant" else "user"), blocks
+
+
+def encode_image(image: Image) -> JSONObject:
+    if image.url is not None:
+        return {"type": "image", "source": {"type": "url", "url": image.url}}
+    source: JSONObject = {"type": "base64", "media_type": image.media_type, "data": image.b64}
+    return {"type": "image", "source": source}
 
 
 def _blocks(content: JSONValue) -> list[JSONValue]:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import httpx
 
-from tether.errors import ConnectionFailed
+from tether.errors import ConnectionFailed, UsageError
 from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, Usage
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
 from tether.providers.classify import body_error, classify_ollama, stream_error
@@ -143,7 +143,7 @@ def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
     out: list[JSONValue] = []
     for message in messages:
         if message.role == "user":
-            out.append({"role": "user", "content": message.text})
+            out.append(_user_message(message))
         elif message.role == "assistant":
             wire: JSONObject = {"role": "assistant", "content": message.text}
             calls = message.tool_calls
@@ -161,6 +161,20 @@ def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
             if any(isinstance(p, Text) and p.text for p in message.parts):
                 out.append({"role": "user", "content": message.text})
     return out
+
+
+def _user_message(message: Message) -> JSONObject:
+    """A user's text, and its images as base64 in `images`: Ollama takes no image URLs."""
+    wire: JSONObject = {"role": "user", "content": message.text}
+    images = message.images
+    if images:
+        if any(i.url is not None for i in images):
+            raise UsageError(
+                "Ollama takes images only as bytes, not URLs: fetch the image and pass "
+                "Image(data=...)"
+            )
+        wire["images"] = [i.b64 for i in images]
+    return wire
 
 
 def _encode_call(call: ToolCall) -> JSONValue:

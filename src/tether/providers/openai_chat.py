@@ -11,7 +11,7 @@ from typing import Literal
 import httpx
 
 from tether.errors import ConnectionFailed
-from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, Usage
+from tether.messages import Image, JSONObject, JSONValue, Message, Text, ToolCall, Usage
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
 from tether.providers.classify import body_error, classify_openai, stream_error
 from tether.providers.codec import CodecModel
@@ -171,7 +171,7 @@ def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
     out: list[JSONValue] = []
     for message in messages:
         if message.role == "user":
-            out.append({"role": "user", "content": message.text})
+            out.append({"role": "user", "content": _user_content(message)})
         elif message.role == "assistant":
             calls = message.tool_calls
             said = message.text
@@ -193,6 +193,20 @@ def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
             if any(isinstance(p, Text) and p.text for p in message.parts):
                 out.append({"role": "user", "content": message.text})
     return out
+
+
+def _user_content(message: Message) -> JSONValue:
+    """A user's text as a string; with images, the parts in order (`image_url` takes a URL
+    or a `data:` URL of the bytes)."""
+    if all(isinstance(p, Text) for p in message.parts):
+        return message.text
+    return [_user_part(p) for p in message.parts if isinstance(p, Text | Image)]
+
+
+def _user_part(part: Text | Image) -> JSONValue:
+    if isinstance(part, Text):
+        return {"type": "text", "text": part.text}
+    return {"type": "image_url", "image_url": {"url": part.data_url}}
 
 
 def _encode_call(call: ToolCall) -> JSONValue:

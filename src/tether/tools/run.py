@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from tether import eager
 from tether.events import Outcome
-from tether.messages import ToolCall
+from tether.messages import Image, ToolCall
 from tether.recovery import CANCELED_BEFORE, CANCELED_RUNNING, Decision, abandoned
 from tether.tools.arguments import bind_arguments
 from tether.tools.base import Tool
@@ -155,11 +155,26 @@ async def _after_grace(
 
 
 def _result(tool: Tool, value: object, done: Callable[[Outcome, str], CallOutcome]) -> CallOutcome:
+    if _holds_image(value):
+        return done("error", f"tool {tool.name} returned an image: {NO_RESULT_IMAGES}")
     text = output_text(value)
     finished = done("ok", cap_output(text, tool.output_cap))
     if len(text) <= tool.output_cap:
         return finished
     return CallOutcome(finished.outcome, finished.content, finished.duration_ms, text)
+
+
+# Images in tool results need the result event to carry them; until it does, a tool that
+# returns one is answered this, plainly, rather than with the image's repr.
+NO_RESULT_IMAGES = (
+    "images in tool results are not supported yet; return text, or have the user send it"
+)
+
+
+def _holds_image(value: object) -> bool:
+    if isinstance(value, Image):
+        return True
+    return isinstance(value, list | tuple) and any(isinstance(v, Image) for v in value)
 
 
 def _deadline(tool: Tool, started: float) -> asyncio.Timeout:
