@@ -182,21 +182,21 @@ def test_names_are_made_safe_and_short_for_model_apis() -> None:
     assert len(long) == 64 and long != names[("s", "files.read")]
 
 
-def test_a_result_shows_its_content_then_structured_content_not_said_already() -> None:
-    result = types.CallToolResult(
+def test_a_result_shows_its_structured_content_only_when_an_output_schema_declares_it() -> None:
+    both = types.CallToolResult(
         content=[
             types.TextContent(type="text", text="two items"),
             types.ImageContent(type="image", data="AAAA", mime_type="image/png"),
         ],
         structured_content={"items": [1, 2]},
     )
-    assert render_result(result) == 'two items\n[image image/png, 3 bytes]\n{"items": [1, 2]}'
-    same = types.CallToolResult(
-        content=[types.TextContent(type="text", text='{"total": 3}')],
-        structured_content={"total": 3},
+    assert render_result(both) == "two items\n[image image/png, 3 bytes]"
+    assert (
+        render_result(both, output_schema=True) == '{"items": [1, 2]}\n[image image/png, 3 bytes]'
     )
-    assert render_result(same) == '{"total": 3}'
+    alone = types.CallToolResult(content=[], structured_content={"total": 3})
+    assert render_result(alone) == '{"total": 3}'
     wrapped = types.CallToolResult(
         content=[types.TextContent(type="text", text="hi")], structured_content={"result": "hi"}
     )
-    assert render_result(wrapped) == "hi"
+    assert render_result(wrapped, output_schema=True) == "hi"

@@ -3,7 +3,8 @@ the reconnect and content tests: tools that die mid-call, a ledger of what reall
 results that carry both text and structured content.
 
 `python session_server.py PORT LEDGER` serves on 127.0.0.1:PORT (a free port when 0), prints
-`PORT <n>` once it listens, and appends one line to the LEDGER file per write that ran.
+`PORT <n>` once it listens, and appends one line to the LEDGER file per write that ran;
+`python session_server.py stdio` serves over stdio.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel
 
 server = MCPServer("sessions", version="1.0", log_level="WARNING")
-LEDGER = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(os.devnull)
+LEDGER = Path(sys.argv[2] if len(sys.argv) > 2 else os.devnull)
 READ = ToolAnnotations(read_only_hint=True)
 
 
@@ -100,4 +101,7 @@ def serve(port: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    if sys.argv[1:2] == ["stdio"]:
+        server.run("stdio")
+    else:
+        serve(int(sys.argv[1]) if len(sys.argv) > 1 else 0)

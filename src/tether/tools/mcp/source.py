@@ -110,7 +110,7 @@ class McpToolSource:
             context = arguments.pop(_CONTEXT_PARAM, None)
             progress = self._progress_fn(config.name, name, context)
             result = await connection.call_tool(server_tool, arguments, progress, effect=effect)
-            text = render_result(result)
+            text = render_result(result, output_schema=spec.output_schema is not None)
             if result.is_error:
                 raise McpToolFailed(
                     config.name, text or f"tool {server_tool!r} reported an error with no message"
@@ -181,14 +181,28 @@ def _safe_name(name: str) -> str:
     return f"{cleaned[: MAX_NAME - 9]}_{digest}"
 
 
-def render_result(result: mcp_types.CallToolResult) -> str:
-    """The text the model sees: the content blocks in order, then the structured content as
-    JSON unless a text block already says exactly that."""
-    parts = [_render_block(block) for block in result.content]
+def render_result(result: mcp_types.CallToolResult, *, output_schema: bool = False) -> str:
+    """The text the model sees, never the same thing twice. A tool that declares an output
+    schema (`output_schema`) and answers structured content is shown that (with any media
+    blocks beside it, but not its text blocks, which servers fill with a copy); any other
+    result is shown its content blocks, in order, or its structured content when it has no
+    blocks at all."""
     structured = result.structured_content
-    if structured is not None and not any(_same_json(p, structured) for p in parts):
-        parts.append(json.dumps(structured, ensure_ascii=False, sort_keys=True))
+    blocks = list(result.content)
+    if structured is not None and (output_schema or not blocks):
+        media = [_render_block(b) for b in blocks if not isinstance(b, mcp_types.TextContent)]
+        parts = [_render_structured(structured), *media]
+    else:
+        parts = [_render_block(block) for block in blocks]
     return "\n".join(p for p in parts if p)
+
+
+def _render_structured(value: dict[str, Any]) -> str:
+    # SDKs wrap a return value that is not an object as {"result": value}: show the value.
+    if list(value) == ["result"]:
+        inner = value["result"]
+        return inner if isinstance(inner, str) else json.dumps(inner, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def _render_block(block: mcp_types.ContentBlock) -> str:
@@ -203,15 +217,3 @@ def _render_block(block: mcp_types.ContentBlock) -> str:
     if isinstance(resource, mcp_types.TextResourceContents):
         return resource.text
     return f"[resource {resource.uri}, {resource.mime_type or 'binary'}]"
-
-
-def _same_json(text: str, value: object) -> bool:
-    # Servers wrap a non-object return value as {"result": value} beside the same text.
-    if isinstance(value, dict) and list(value) == ["result"]:
-        if text == value["result"]:
-            return True
-        value = value["result"]
-    try:
-        return bool(json.loads(text) == value)
-    except ValueError:
-        return False
