@@ -18,7 +18,9 @@ from tether.messages import (
     MAX_IMAGE_BYTES,
     Message,
     Text,
+    ToolResult,
     canonical_json,
+    tool_results,
     user,
     user_parts,
 )
@@ -29,6 +31,7 @@ from tether.testing import ScriptedModel, call
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
 JPEG = b"\xff\xd8\xff\xe0" + b"jfif" * 8
 GIF = b"GIF89a" + b"\x00" * 16
+URL = "https://example.com/a.png"
 WEBP = b"RIFF\x10\x00\x00\x00WEBPVP8 " + b"\x00" * 8
 
 
@@ -89,6 +92,17 @@ def test_a_message_with_images_round_trips_in_one_byte_form(message: Message) ->
     assert again == message and again.canonical() == message.canonical()
 
 
+def test_a_result_s_images_round_trip_and_a_result_without_keeps_its_old_form() -> None:
+    shot = tool_results([ToolResult("c1", "shot", images=(Image(PNG), Image(url=URL)))])
+    assert shot.canonical() == canonical_json(shot.to_json())
+    assert Message.from_json(shot.to_json()) == shot
+    plain = tool_results([ToolResult("c1", "done")])
+    assert plain.canonical() == (
+        '{"parts":[{"call_id":"c1","content":"done","is_error":false,"type":"tool_result"}],'
+        '"role":"tool"}'
+    )
+
+
 def test_stored_image_data_that_is_not_base64_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="base64"):
         Message.from_json({"role": "user", "parts": [{"type": "image", "data": "%%%"}]})
@@ -120,6 +134,15 @@ def test_an_image_counts_as_a_fixed_estimate_not_its_base64() -> None:
     assert sizer.message(large) - text_only == IMAGE_TOKENS
 
 
+def test_a_result_s_images_count_as_the_fixed_estimate_too() -> None:
+    sizer = CharSizer(4.0)
+    plain = tool_results([ToolResult("c1", "shot")])
+    shot = tool_results([ToolResult("c1", "shot", images=(Image(PNG), Image(GIF)))])
+    assert sizer.message(shot) - sizer.message(plain) == 2 * IMAGE_TOKENS
+    letters = EncodingSizer(_Letters())
+    assert letters.message(shot) - letters.message(plain) == 2 * IMAGE_TOKENS
+
+
 class _Letters:
     def encode_ordinary(self, text: str) -> list[int]:
         return [ord(c) for c in text]
@@ -132,11 +155,13 @@ def test_an_encoding_sizer_counts_an_image_as_the_same_estimate() -> None:
 
 def test_renderings_show_an_image_as_a_placeholder_never_its_bytes() -> None:
     message = user("see", [Image(PNG), Image(url="https://example.com/cat.png")])
-    lines = render_transcript(Transcript(None, (message,))).splitlines()
+    shot = tool_results([ToolResult("c1", "shot", images=(Image(GIF),))])
+    lines = render_transcript(Transcript(None, (message, shot))).splitlines()
     assert lines == [
         "[user] see",
         f"[user] [image image/png, {len(PNG)} bytes]",
         "[user] [image https://example.com/cat.png]",
+        f"[tool] result [c1] shot [image image/gif, {len(GIF)} bytes]",
     ]
     event = Event("ses_1", 1, "ev_1", "2026-12-01T11:36:07.577913Z", UserMessage(message))
     assert summarize(event) == "see [+2 image(s)]"

@@ -82,21 +82,6 @@ class ToolCall:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    call_id: str
-    content: str
-    is_error: bool = False
-
-    def to_json(self) -> JSONObject:
-        return {
-            "type": "tool_result",
-            "call_id": self.call_id,
-            "content": self.content,
-            "is_error": self.is_error,
-        }
-
-
 ImageType = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
 IMAGE_TYPES: tuple[ImageType, ...] = ("image/png", "image/jpeg", "image/gif", "image/webp")
 # The largest image tether sends, in bytes before base64: Anthropic's own cap per image.
@@ -189,6 +174,29 @@ class Image:
             raise ValueError(str(exc)) from None
 
 
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A call's result: its text in `content`, and any `images` it returned after it. The
+    JSON form holds `images` only when there are some, so results without them keep the
+    form they always had."""
+
+    call_id: str
+    content: str
+    is_error: bool = False
+    images: tuple[Image, ...] = ()
+
+    def to_json(self) -> JSONObject:
+        out: JSONObject = {
+            "type": "tool_result",
+            "call_id": self.call_id,
+            "content": self.content,
+            "is_error": self.is_error,
+        }
+        if self.images:
+            out["images"] = [i.to_json() for i in self.images]
+        return out
+
+
 Part: TypeAlias = Text | ToolCall | ToolResult | Image
 
 
@@ -244,9 +252,12 @@ def _canonical_part(part: Part) -> str:
         return f'{{"text":{_string(part.text)},"type":"text"}}'
     if isinstance(part, ToolResult):
         error = "true" if part.is_error else "false"
+        images = ""
+        if part.images:
+            images = f',"images":[{",".join(_canonical_part(i) for i in part.images)}]'
         return (
             f'{{"call_id":{_string(part.call_id)},"content":{_string(part.content)},'
-            f'"is_error":{error},"type":"tool_result"}}'
+            f'{images[1:] + "," if images else ""}"is_error":{error},"type":"tool_result"}}'
         )
     if isinstance(part, Image):
         return canonical_json(part.to_json())
@@ -272,8 +283,15 @@ def part_from_json(data: object) -> Part:
             str(data["id"]), str(data["name"]), arguments, None if raw is None else str(raw)
         )
     if kind == "tool_result":
+        raw_images = data.get("images", [])
+        if not isinstance(raw_images, list) or not all(isinstance(i, dict) for i in raw_images):
+            raise ValueError("tool result images must be a list of objects")
+        images = tuple(Image.from_json(i) for i in raw_images)
         return ToolResult(
-            str(data["call_id"]), str(data["content"]), bool(data.get("is_error", False))
+            str(data["call_id"]),
+            str(data["content"]),
+            bool(data.get("is_error", False)),
+            images,
         )
     if kind == "image":
         return Image.from_json(data)

@@ -155,7 +155,8 @@ def _part_text(part: object) -> str:
         return f"call {part.name}({canonical_json(part.arguments)}) [{part.id}]"
     if isinstance(part, ToolResult):
         mark = "error" if part.is_error else "result"
-        return f"{mark} [{part.call_id}] {clip(part.content, 200)}"
+        shown = f"{mark} [{part.call_id}] {clip(part.content, 200)}"
+        return " ".join([shown, *(image_placeholder(i) for i in part.images)])
     if isinstance(part, Image):
         return image_placeholder(part)
     return repr(part)

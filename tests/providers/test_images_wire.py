@@ -1,6 +1,7 @@
 """Images on the wire: a user's image as each codec sends it to a real loopback server,
 checked against the official SDKs' request types; Ollama's refusal of URLs; and a session
-with an image, resumed by a fresh agent, whose next request repeats the first turn's bytes."""
+with an image, resumed by a fresh agent, whose next request repeats the first turn's bytes;
+and the images of a tool result as each codec encodes them."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pydantic
 import pytest
 
 from tether import Agent, Image
+from tether.messages import Message, ToolCall, ToolResult, assistant, tool_results, user
+from tether.providers.base import ModelRequest
 from tether.store import MemoryStore
 
 from .fake_servers import FakeServer
@@ -122,3 +125,84 @@ async def test_a_resumed_session_repeats_its_image_turn_byte_for_byte(dialect: s
     again = [json.dumps(m, sort_keys=True) for m in second[key][: len(first[key])]]
     assert again == sent
     assert any(B64 in m for m in again)
+
+
+# --- images in tool results: encoded by each codec (the loop does not make them yet) ------
+
+SHOT = ToolResult("call_1", "a screenshot", images=(Image(PNG),))
+TURN = (
+    user("take a screenshot"),
+    assistant(calls=[ToolCall("call_1", "screenshot", {})]),
+    tool_results([SHOT]),
+)
+
+
+class _Seen(ToyModel):
+    """Answers without reading its results (a result with images is a list of blocks)."""
+
+    def answer(self, results: list[Any]) -> str:
+        return "seen"
+
+
+async def _sent(dialect: str, messages: tuple[Message, ...] = TURN) -> Any:
+    async with FakeServer(HANDLERS[dialect](_Seen([]))) as server:
+        model = build(dialect, server.url, False)
+        await model.complete(ModelRequest(model.name, "Be brief.", messages))
+        await model.aclose()  # type: ignore[attr-defined]
+    body = server.requests[0].json()
+    if dialect in SDK_PARAMS:
+        SDK_PARAMS[dialect].validate_python(body)
+    return body
+
+
+async def test_anthropic_puts_a_result_s_images_inside_its_tool_result() -> None:
+    body = await _sent("anthropic")
+    (block,) = body["messages"][-1]["content"]
+    assert block["type"] == "tool_result"
+    assert block["content"] == [
+        {"type": "text", "text": "a screenshot"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": B64}},
+    ]
+
+
+async def test_openai_chat_sends_a_result_s_images_in_a_user_message_after_the_tools() -> None:
+    body = await _sent("openai")
+    tool, after = body["messages"][-2:]
+    assert tool == {"role": "tool", "tool_call_id": "call_1", "content": "a screenshot"}
+    assert after == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Images from tool call call_1:"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{B64}"}},
+        ],
+    }
+
+
+async def test_openai_responses_puts_a_result_s_images_in_its_output_items() -> None:
+    body = await _sent("openai-responses")
+    output = body["input"][-1]
+    assert output["type"] == "function_call_output"
+    assert output["output"] == [
+        {"type": "input_text", "text": "a screenshot"},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{B64}", "detail": "auto"},
+    ]
+
+
+async def test_ollama_sends_a_result_s_images_in_a_user_message_after_the_tools() -> None:
+    body = await _sent("ollama")
+    tool, after = body["messages"][-2:]
+    assert tool["role"] == "tool" and tool["content"] == "a screenshot"
+    assert after == {
+        "role": "user",
+        "content": "Images from tool call(s) call_1:",
+        "images": [B64],
+    }
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_a_result_without_images_is_sent_as_before(dialect: str) -> None:
+    plain = (*TURN[:2], tool_results([ToolResult("call_1", "a screenshot")]))
+    body = await _sent(dialect, plain)
+    key = "input" if dialect == "openai-responses" else "messages"
+    assert "image" not in json.dumps(body[key][-1])
+    assert "Images from" not in json.dumps(body)

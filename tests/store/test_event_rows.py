@@ -95,7 +95,7 @@ def payloads(
     parts = (
         st.builds(Text, text)
         | st.builds(ToolCall, text, text, objects, st.none() | text)
-        | st.builds(ToolResult, text, text, st.booleans())
+        | st.builds(ToolResult, text, text, st.booleans(), st.lists(images, max_size=2).map(tuple))
         | images
     )
     message = st.builds(

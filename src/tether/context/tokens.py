@@ -14,7 +14,7 @@ import contextlib
 import math
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tether.fold import Folder
@@ -128,6 +128,26 @@ class Sizer(Protocol):
     def message(self, message: Message) -> int: ...
 
 
+def image_count(message: Message) -> int:
+    """The images in `message`: its own and its results'."""
+    count = 0
+    for part in message.parts:
+        if isinstance(part, Image):
+            count += 1
+        elif isinstance(part, ToolResult) and part.images:
+            count += len(part.images)
+    return count
+
+
+def without_images(message: Message) -> Message:
+    parts = tuple(
+        replace(p, images=()) if isinstance(p, ToolResult) else p
+        for p in message.parts
+        if not isinstance(p, Image)
+    )
+    return Message(message.role, parts)
+
+
 @dataclass(frozen=True, slots=True)
 class CharSizer:
     """Characters of the canonical JSON form over a (calibrated) ratio."""
@@ -138,15 +158,10 @@ class CharSizer:
         return math.ceil(len(text) / self.chars_per_token)
 
     def message(self, message: Message) -> int:
-        chars = len(message.canonical())
-        images = 0
-        for part in message.parts:
-            if isinstance(part, Image):  # counted as a fixed estimate, not by its base64
-                images += 1
-                chars -= len(canonical_json(part.to_json()))
-        if images:  # and the commas between parts, as if the images were not there
-            chars -= images if images < len(message.parts) else images - 1
-        return math.ceil(chars / self.chars_per_token) + images * IMAGE_TOKENS
+        images = image_count(message)
+        if images:  # counted as a fixed estimate each, never by their base64
+            message = without_images(message)
+        return math.ceil(len(message.canonical()) / self.chars_per_token) + images * IMAGE_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,9 +183,7 @@ class EncodingSizer:
                 total += MESSAGE_OVERHEAD_TOKENS + self.text(part.name) + self.text(raw)
             elif isinstance(part, ToolResult):
                 total += MESSAGE_OVERHEAD_TOKENS + self.text(part.content)
-            elif isinstance(part, Image):
-                total += IMAGE_TOKENS
-        return total
+        return total + image_count(message) * IMAGE_TOKENS
 
 
 class _Running:

@@ -246,7 +246,7 @@ def _encode_message(message: Message) -> tuple[str, JSONValue]:
             block: JSONObject = {
                 "type": "tool_result",
                 "tool_use_id": part.call_id,
-                "content": part.content,
+                "content": _result_content(part),
             }
             if part.is_error:
                 block["is_error"] = True
@@ -254,6 +254,14 @@ def _encode_message(message: Message) -> tuple[str, JSONValue]:
         elif isinstance(part, Image):
             blocks.append(encode_image(part))
     return ("assistant" if message.role == "assistant" else "user"), blocks
+
+
+def _result_content(result: ToolResult) -> JSONValue:
+    """A result's text, or with images its text block and image blocks."""
+    if not result.images:
+        return result.content
+    text: list[JSONValue] = [{"type": "text", "text": result.content}] if result.content else []
+    return text + [encode_image(i) for i in result.images]
 
 
 def encode_image(image: Image) -> JSONObject:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import httpx
 
 from tether.errors import ConnectionFailed, UsageError
-from tether.messages import JSONObject, JSONValue, Message, Text, ToolCall, Usage
+from tether.messages import Image, JSONObject, JSONValue, Message, Text, ToolCall, Usage
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
 from tether.providers.classify import body_error, classify_ollama, stream_error
 from tether.providers.codec import CodecModel
@@ -158,15 +158,21 @@ def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
                     wire["tool_name"] = names[result.call_id]
                 wire["tool_call_id"] = result.call_id
                 out.append(wire)
+            images = [i for r in message.tool_results for i in r.images]
+            if images:  # after the turn's tool messages, as a user's: as Chat takes them
+                out.append(_with_images({"role": "user", "content": _image_note(message)}, images))
             if any(isinstance(p, Text) and p.text for p in message.parts):
                 out.append({"role": "user", "content": message.text})
     return out
 
 
 def _user_message(message: Message) -> JSONObject:
-    """A user's text, and its images as base64 in `images`: Ollama takes no image URLs."""
-    wire: JSONObject = {"role": "user", "content": message.text}
-    images = message.images
+    """A user's text, and its images as base64 in `images`."""
+    return _with_images({"role": "user", "content": message.text}, message.images)
+
+
+def _with_images(wire: JSONObject, images: Sequence[Image]) -> JSONObject:
+    """`wire` with `images` as base64: Ollama takes no image URLs."""
     if images:
         if any(i.url is not None for i in images):
             raise UsageError(
@@ -175,6 +181,11 @@ def _user_message(message: Message) -> JSONObject:
             )
         wire["images"] = [i.b64 for i in images]
     return wire
+
+
+def _image_note(message: Message) -> str:
+    calls = ", ".join(r.call_id for r in message.tool_results if r.images)
+    return f"Images from tool call(s) {calls}:"
 
 
 def _encode_call(call: ToolCall) -> JSONValue:

@@ -190,9 +190,21 @@ def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
                         "content": error_text(result.content, result.is_error),
                     }
                 )
+            out.extend(_result_images(message))
             if any(isinstance(p, Text) and p.text for p in message.parts):
                 out.append({"role": "user", "content": message.text})
     return out
+
+
+def _result_images(message: Message) -> list[JSONValue]:
+    """Chat's tool messages take only text: a result's images go in one user message right
+    after the turn's tool messages, each set named by its call."""
+    parts: list[JSONValue] = []
+    for result in message.tool_results:
+        if result.images:
+            parts.append({"type": "text", "text": f"Images from tool call {result.call_id}:"})
+            parts.extend(_user_part(i) for i in result.images)
+    return [{"role": "user", "content": parts}] if parts else []
 
 
 def _user_content(message: Message) -> JSONValue:

@@ -11,7 +11,16 @@ from collections.abc import Sequence
 import httpx
 
 from tether.errors import ConnectionFailed
-from tether.messages import Image, JSONObject, JSONValue, Message, Text, ToolCall, Usage
+from tether.messages import (
+    Image,
+    JSONObject,
+    JSONValue,
+    Message,
+    Text,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
 from tether.providers.classify import body_error, classify_openai, stream_error
 from tether.providers.codec import CodecModel
@@ -138,12 +147,21 @@ def encode_input(messages: Sequence[Message]) -> list[JSONValue]:
                     {
                         "type": "function_call_output",
                         "call_id": result.call_id,
-                        "output": error_text(result.content, result.is_error),
+                        "output": _output(result),
                     }
                 )
             if any(isinstance(p, Text) and p.text for p in message.parts):
                 out.append({"role": "user", "content": message.text})
     return out
+
+
+def _output(result: ToolResult) -> JSONValue:
+    """A result's text, or with images its `input_text` and `input_image` items."""
+    text = error_text(result.content, result.is_error)
+    if not result.images:
+        return text
+    items: list[JSONValue] = [{"type": "input_text", "text": text}] if text else []
+    return items + [_user_part(i) for i in result.images]
 
 
 def _user_content(message: Message) -> JSONValue:
