@@ -200,3 +200,73 @@ def test_a_result_shows_its_structured_content_only_when_an_output_schema_declar
         content=[types.TextContent(type="text", text="hi")], structured_content={"result": "hi"}
     )
     assert render_result(wrapped, output_schema=True) == "hi"
+
+
+def test_variables_with_defaults_are_expanded_in_every_string_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TETHER_TEST_DIR", "/srv/files")
+    monkeypatch.setenv("TETHER_TEST_EMPTY", "")
+    monkeypatch.delenv("TETHER_TEST_UNSET", raising=False)
+    local, remote = parse_mcp_config(
+        {
+            "mcpServers": {
+                "local": {
+                    "command": "${TETHER_TEST_UNSET:-npx}",
+                    "args": [
+                        "-y",
+                        "server-filesystem",
+                        "${TETHER_TEST_DIR}",
+                        "${TETHER_TEST_EMPTY:-.}",
+                    ],
+                    "env": {"MODE": "${TETHER_TEST_UNSET:-fast}"},
+                    "cwd": "${TETHER_TEST_DIR:-/tmp}",
+                },
+                "remote": {
+                    "url": "http://${TETHER_TEST_UNSET:-127.0.0.1}:${TETHER_TEST_UNSET:-8080}/mcp",
+                    "headers": {"X-Dir": "${TETHER_TEST_DIR:-none}"},
+                },
+            }
+        }
+    )
+    assert local.command == "npx"
+    assert local.args == ("-y", "server-filesystem", "/srv/files", ".")
+    assert (local.env["MODE"], local.cwd) == ("fast", "/srv/files")
+    assert remote.url == "http://127.0.0.1:8080/mcp"
+    assert remote.headers["X-Dir"] == "/srv/files"
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ({"command": "${TETHER_TEST_UNSET}"}, "command"),
+        ({"command": "x", "args": ["a", "${TETHER_TEST_UNSET}"]}, "args[1]"),
+        ({"url": "http://${TETHER_TEST_UNSET}/mcp"}, "url"),
+        ({"url": "http://h/mcp", "headers": {"A": "${TETHER_TEST_UNSET}"}}, "headers.A"),
+    ],
+)
+def test_an_unset_variable_without_a_default_names_the_server_and_field(
+    monkeypatch: pytest.MonkeyPatch, entry: dict[str, object], field: str
+) -> None:
+    monkeypatch.delenv("TETHER_TEST_UNSET", raising=False)
+    with pytest.raises(ConfigError) as caught:
+        parse_mcp_config({"mcpServers": {"srv": entry}}, source="cfg.json")
+    message = str(caught.value)
+    assert f"'srv': {field} refers to ${{TETHER_TEST_UNSET}}" in message
+    assert "${TETHER_TEST_UNSET:-default}" in message
+
+
+def test_enabled_and_disabled_tools_are_read_and_checked() -> None:
+    (server,) = parse_mcp_config(
+        {
+            "mcpServers": {
+                "s": {"command": "x", "enabled_tools": ["a", "b"], "disabled_tools": ["b"]}
+            }
+        }
+    )
+    assert server.enabled_tools == {"a", "b"} and server.disabled_tools == {"b"}
+    assert [server.offers(n) for n in ("a", "b", "c")] == [True, False, False]
+    with pytest.raises(ConfigError, match=r"'s'.*'disabled_tools' must be a list of strings"):
+        parse_mcp_config({"mcpServers": {"s": {"command": "x", "disabled_tools": "b"}}})
+    with pytest.raises(ConfigError, match="unknown key 'disabled_tool'"):
+        parse_mcp_config({"mcpServers": {"s": {"command": "x", "disabled_tool": ["b"]}}})

@@ -8,7 +8,13 @@ from tether.tools.mcp.config import McpServerConfig, load_mcp_config, parse_mcp_
 
 try:
     from tether.tools.mcp.connection import McpConnection
-    from tether.tools.mcp.source import McpProgress, McpToolSource, effect_of, render_result
+    from tether.tools.mcp.source import (
+        McpProgress,
+        McpToolSource,
+        ToolFilter,
+        effect_of,
+        render_result,
+    )
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError(
         f"tether.tools.mcp needs the MCP SDK: pip install 'tether[mcp]' ({exc})"
@@ -31,6 +37,7 @@ __all__ = [
     "McpServerUnavailable",
     "McpToolFailed",
     "McpToolSource",
+    "ToolFilter",
     "effect_of",
     "load_mcp_config",
     "parse_mcp_config",

@@ -38,8 +38,6 @@ _FOREIGN_KEYS = frozenset(
         "alwaysAllow",
         "description",
         "transportType",
-        "enabled_tools",
-        "disabled_tools",
     }
 )
 _KEY_ALIASES = {
@@ -48,6 +46,8 @@ _KEY_ALIASES = {
     "startup_timeout_sec": "startupTimeout",
     "tool_timeout_sec": "timeout",
     "http_headers": "headers",
+    "enabledTools": "enabled_tools",
+    "disabledTools": "disabled_tools",
 }
 _KNOWN_KEYS = frozenset(
     {
@@ -64,9 +64,12 @@ _KNOWN_KEYS = frozenset(
         "protocol",
         "disabled",
         "enabled",
+        "enabled_tools",
+        "disabled_tools",
     }
 )
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# `${VAR}`, or `${VAR:-default}` (the default when VAR is unset or empty, as in a shell).
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +78,9 @@ class McpServerConfig:
 
     `needs_approval` is True (every tool of the server), False, or the set of tool names
     (as the server names them) that need an approval. `timeout` bounds each call;
-    `startup_timeout` bounds starting the server and the MCP handshake."""
+    `startup_timeout` bounds starting the server and the MCP handshake. `enabled_tools`
+    (None: all) and `disabled_tools` name the server's tools that are offered and hidden;
+    a name the server does not have is an error when its tools are listed."""
 
     name: str
     command: str | None = None
@@ -88,6 +93,8 @@ class McpServerConfig:
     timeout: float | None = DEFAULT_TIMEOUT
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
     protocol: str = "auto"
+    enabled_tools: frozenset[str] | None = None
+    disabled_tools: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         where = f"MCP server {self.name!r}"
@@ -119,6 +126,12 @@ class McpServerConfig:
     @property
     def transport(self) -> Transport:
         return "stdio" if self.command is not None else "http"
+
+    def offers(self, tool_name: str) -> bool:
+        """Is the tool offered, by `enabled_tools` and `disabled_tools`?"""
+        if tool_name in self.disabled_tools:
+            return False
+        return self.enabled_tools is None or tool_name in self.enabled_tools
 
     def approval_for(self, tool_name: str) -> bool:
         if isinstance(self.needs_approval, bool):
@@ -172,7 +185,9 @@ def server_from_mapping(
     name: str, entry: object, *, source: str = "MCP config"
 ) -> McpServerConfig | None:
     """One server's settings (`command`/`args`/`env`/`cwd` or `url`/`headers`, plus
-    `needsApproval`, `timeout`, `startupTimeout`, `protocol`); None when it is disabled."""
+    `needsApproval`, `timeout`, `startupTimeout`, `protocol`, `enabled_tools`,
+    `disabled_tools`); None when it is disabled. `${VAR}` and `${VAR:-default}` in any string
+    of `command`, `args`, `env`, `cwd`, `url` and `headers` are read from the environment."""
     where = f"{source}: MCP server {name!r}"
     if not isinstance(entry, Mapping):
         raise ConfigError(f"{where}: settings must be an object")
@@ -192,11 +207,16 @@ def server_from_mapping(
     )
     fields: dict[str, Any] = {
         "command": _optional_str(settings, "command", where),
-        "args": tuple(_str_list(settings.get("args", []), "args", where)),
+        "args": tuple(
+            _expand(arg, f"{where}: args[{i}]")
+            for i, arg in enumerate(_str_list(settings.get("args", []), "args", where))
+        ),
         "env": _str_map(settings.get("env", {}), "env", where),
         "cwd": _optional_str(settings, "cwd", where),
         "url": _optional_str(settings, "url", where),
         "headers": _str_map(settings.get("headers", {}), "headers", where),
+        "enabled_tools": _tool_names(settings, "enabled_tools", where),
+        "disabled_tools": _tool_names(settings, "disabled_tools", where) or frozenset(),
         "needs_approval": _approval(settings.get("needsApproval", False), where),
         "timeout": _seconds(
             settings.get("timeout", DEFAULT_TIMEOUT), "timeout", where, allow_none=True
@@ -216,7 +236,14 @@ def _optional_str(settings: Mapping[str, Any], key: str, where: str) -> str | No
         return None
     if not isinstance(value, str):
         raise ConfigError(f"{where}: {key!r} must be a string")
-    return value
+    return _expand(value, f"{where}: {key}")
+
+
+def _tool_names(settings: Mapping[str, Any], key: str, where: str) -> frozenset[str] | None:
+    value = settings.get(key)
+    if value is None:
+        return None
+    return frozenset(_str_list(value, key, where))
 
 
 def _str_list(value: object, key: str, where: str) -> list[str]:
@@ -240,9 +267,14 @@ def _str_map(value: object, key: str, where: str) -> dict[str, str]:
 
 def _expand(text: str, where: str) -> str:
     def value(match: re.Match[str]) -> str:
-        var = match.group(1)
+        var, default = match.group(1), match.group(2)
+        if default is not None:
+            return os.environ.get(var) or default
         if var not in os.environ:
-            raise ConfigError(f"{where} refers to ${{{var}}}, which is not set in the environment")
+            raise ConfigError(
+                f"{where} refers to ${{{var}}}, which is not set in the environment "
+                f"(write ${{{var}:-default}} to give a default)"
+            )
         return os.environ[var]
 
     return _ENV_REF.sub(value, text)

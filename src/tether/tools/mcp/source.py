@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from mcp import types as mcp_types
 
+from tether.errors import ConfigError
 from tether.events import Effect
 from tether.tools.base import Tool
 from tether.tools.mcp.config import McpServerConfig, servers_by_name
@@ -47,13 +48,17 @@ class McpProgress:
 
 
 ProgressObserver = Callable[[McpProgress], None]
+# Decides whether a server's tool is offered: (server name, the tool as the server lists it).
+ToolFilter = Callable[[str, mcp_types.Tool], bool]
 
 
 class McpToolSource:
     """Tools from MCP servers: `tools = await source.list_tools()`, then `Agent(model, tools=tools)`.
 
     Use it as `async with McpToolSource(configs) as source:` or call `aclose()`: closing
-    stops every server it started. `on_progress` sees every progress notification."""
+    stops every server it started. `on_progress` sees every progress notification. A tool is
+    offered when its server's `enabled_tools`/`disabled_tools` allow it and `tool_filter`
+    (if given) returns True for it."""
 
     def __init__(
         self,
@@ -61,9 +66,11 @@ class McpToolSource:
         *,
         on_progress: ProgressObserver | None = None,
         errlog: TextIO | None = None,
+        tool_filter: ToolFilter | None = None,
     ) -> None:
         self.configs = servers_by_name(servers)
         self.on_progress = on_progress
+        self.tool_filter = tool_filter
         self.connections = {
             name: McpConnection(c, errlog=errlog) for name, c in self.configs.items()
         }
@@ -89,10 +96,11 @@ class McpToolSource:
     async def list_tools(self, *, taken: Iterable[str] = ()) -> list[Tool]:
         """Every server's tools, starting the servers that are not running. A name used by
         two servers (or in `taken`, e.g. the Python tools beside them) is prefixed with the
-        server's name. A server that cannot start raises `McpServerUnavailable` naming it."""
+        server's name. A server that cannot start raises `McpServerUnavailable` naming it; one
+        whose `enabled_tools` or `disabled_tools` name a tool it does not have, `ConfigError`."""
         listings: list[tuple[McpConnection, list[mcp_types.Tool]]] = []
         for connection in self.connections.values():
-            listings.append((connection, await connection.list_tools()))
+            listings.append((connection, self._offered(connection, await connection.list_tools())))
         pairs = [(c.name, t.name) for c, tools in listings for t in tools]
         names = exposed_names(pairs, taken)
         return [
@@ -100,6 +108,27 @@ class McpToolSource:
             for connection, tools in listings
             for tool in tools
         ]
+
+    def _offered(
+        self, connection: McpConnection, tools: list[mcp_types.Tool]
+    ) -> list[mcp_types.Tool]:
+        config = connection.config
+        have = {t.name for t in tools}
+        for key, names in (
+            ("enabled_tools", config.enabled_tools),
+            ("disabled_tools", config.disabled_tools),
+        ):
+            # An error, not a warning: a misspelt disabled name would offer what was meant hidden.
+            missing = sorted((names or frozenset()) - have)
+            if missing:
+                raise ConfigError(
+                    f"MCP server {config.name!r}: {key} names {', '.join(map(repr, missing))}, "
+                    f"which the server does not have (it has: {', '.join(sorted(have)) or 'none'})"
+                )
+        offered = [t for t in tools if config.offers(t.name)]
+        if self.tool_filter is not None:
+            offered = [t for t in offered if self.tool_filter(config.name, t)]
+        return offered
 
     def _make_tool(self, connection: McpConnection, spec: mcp_types.Tool, name: str) -> Tool:
         config = connection.config
