@@ -4,7 +4,8 @@ results that carry both text and structured content.
 
 `python session_server.py PORT LEDGER` serves on 127.0.0.1:PORT (a free port when 0), prints
 `PORT <n>` once it listens, and appends one line to the LEDGER file per write that ran;
-`python session_server.py stdio` serves over stdio.
+`python session_server.py stdio` serves over stdio. With `SESSION_SERVER_TOKEN` set, HTTP
+requests need `Authorization: Bearer <token>`: none is answered 401, a wrong one 403.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -87,6 +88,22 @@ def only_structured(text: str) -> Annotated[CallToolResult, FileText]:
     return CallToolResult(content=[], structured_content={"content": text})
 
 
+def guarded(app: Any, token: str) -> Any:
+    """The app behind a bearer token check, as a gateway in front of a remote server does."""
+
+    async def guard(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization", b"").decode()
+            if given != f"Bearer {token}":
+                status = 403 if given else 401
+                await send({"type": "http.response.start", "status": status, "headers": []})
+                await send({"type": "http.response.body", "body": b"denied"})
+                return
+        await app(scope, receive, send)
+
+    return guard
+
+
 def serve(port: int) -> None:
     import uvicorn
 
@@ -95,7 +112,9 @@ def serve(port: int) -> None:
     sock.bind(("127.0.0.1", port))
     sock.listen(64)
     print(f"PORT {sock.getsockname()[1]}", flush=True)
-    app = server.streamable_http_app(stateless_http=False)
+    app: Any = server.streamable_http_app(stateless_http=False)
+    if token := os.environ.get("SESSION_SERVER_TOKEN"):
+        app = guarded(app, token)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     anyio.run(uvicorn.Server(config).serve, [sock])
 

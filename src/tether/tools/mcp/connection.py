@@ -30,7 +30,7 @@ from tether.tools.mcp.errors import (
     McpProtocolError,
     McpServerUnavailable,
 )
-from tether.tools.mcp.http import DELIVERY, Delivery, http_transport, refused
+from tether.tools.mcp.http import DELIVERY, Delivery, HttpState, http_transport, refused
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,8 @@ _CLIENT_INFO = mcp_types.Implementation(name="tether", version="0.1")
 # Waits between attempts to reach an HTTP server that refuses connections (it is restarting).
 CONNECT_BACKOFF = (0.1, 0.25, 0.5, 1.0, 2.0)
 _MODERN = ("2026-07-28",)
+# What the SDK says for an HTTP error status with no JSON-RPC error in the body.
+_SDK_STAND_IN = "Server returned an error response"
 _UNKNOWN_EFFECT = (
     "The call was running when the connection was lost, so its effects are unknown: it may or "
     "may not have happened. It was not repeated. Inspect the current state before repeating it"
@@ -56,11 +58,11 @@ class _Live:
     client: Client | None = None
     task: asyncio.Task[None] | None = None
     failure: str | None = None
-    session_lost: bool = False  # an HTTP server answered 404 to our session id
+    http: HttpState = field(default_factory=HttpState)  # what its HTTP requests learnt
 
     def usable(self) -> bool:
         return (
-            not self.session_lost
+            not self.http.session_lost
             and self.client is not None
             and self.task is not None
             and not self.task.done()
@@ -145,7 +147,7 @@ class McpConnection:
             try:
                 return await _client(live).call_tool(tool, arguments, progress_callback=progress)
             except Exception as exc:
-                error = await self._translate(live, f"tool {tool!r}", exc, delivery.broken)
+                error = await self._translate(live, f"tool {tool!r}", exc, delivery)
                 if not isinstance(error, McpServerUnavailable):
                     raise error from exc
                 if attempt == 1 and (delivery.undelivered or effect != "write"):
@@ -218,8 +220,12 @@ class McpConnection:
             raise
         except Exception as exc:
             self._abandon(live, ready)
+            problem = _describe(exc)
+            if live.http.status is not None:
+                status = live.http.status
+                problem = status if problem == _SDK_STAND_IN else f"{problem} ({status})"
             raise McpServerUnavailable(
-                self.name, f"{where} could not be started: {_describe(exc)}"
+                self.name, f"{where} could not be started: {problem}"
             ) from exc
         self.starts += 1
         self._tools = None
@@ -262,9 +268,7 @@ class McpConnection:
             )
             transport = stdio_client(params, errlog=self._errlog or _default_errlog())
         else:
-            transport = http_transport(
-                str(config.url), dict(config.headers), lambda: setattr(live, "session_lost", True)
-            )
+            transport = http_transport(str(config.url), dict(config.headers), live.http)
         return Client(
             transport,
             mode=config.protocol,
@@ -289,12 +293,15 @@ class McpConnection:
             logger.debug("MCP server %s: listening for tool changes failed: %s", self.name, exc)
 
     async def _translate(
-        self, live: _Live, what: str, exc: Exception, broken: bool = False
+        self, live: _Live, what: str, exc: Exception, delivery: Delivery | None = None
     ) -> McpError:
-        """The error to raise for a failed request; `broken`: its answer's stream broke off,
-        so an error the SDK made up for it means the connection was lost."""
+        """The error to raise for a failed request. `delivery`: what became of its HTTP
+        requests (a stream that broke off means the connection was lost, whatever error the
+        SDK made up for it; an HTTP error status is named)."""
+        broken = delivery is not None and delivery.broken
+        status = delivery.status if delivery is not None else live.http.status
         name = self.name
-        if live.session_lost:
+        if live.http.session_lost:
             await self._retire(live)
             return McpServerUnavailable(
                 name,
@@ -302,9 +309,10 @@ class McpConnection:
                 "restarted or expired the session); a new session is started at the next call",
             )
         if isinstance(exc, MCPError) and not (broken or _lost(live, exc)):
-            return McpProtocolError(
-                name, f"MCP server {name!r} answered {what} with error {exc.code}: {exc.message}"
-            )
+            answer = f"error {exc.code}: {exc.message}"
+            if status is not None:
+                answer = status if exc.message == _SDK_STAND_IN else f"{status}, {answer}"
+            return McpProtocolError(name, f"MCP server {name!r} answered {what} with {answer}")
         if isinstance(exc, ValidationError):
             problem = exc.errors()[0]["msg"] if exc.errors() else str(exc)
             return McpProtocolError(

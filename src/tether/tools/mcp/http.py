@@ -7,7 +7,7 @@ connection (reconnect, retry, refuse to repeat a write) is `connection`'s.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -29,6 +29,7 @@ class Delivery:
     session_lost: bool = False  # a request was answered 404 for our session: not run
     reached: bool = False  # a request was answered otherwise: the server may have run it
     broken: bool = False  # an answer's stream broke off: the connection was lost mid-call
+    status: str | None = None  # an HTTP error status a request was answered with
 
     @property
     def undelivered(self) -> bool:
@@ -39,12 +40,20 @@ class Delivery:
 DELIVERY: ContextVar[Delivery | None] = ContextVar("tether_mcp_delivery", default=None)
 
 
+@dataclass(eq=False)
+class HttpState:
+    """What one connection's HTTP requests have learnt of the server."""
+
+    session_lost: bool = False  # it answered 404 to our session id: it restarted or expired it
+    status: str | None = None  # the last HTTP error status it answered, as "HTTP 401 Unauthorized"
+
+
 class _WatchedTransport(httpx2.AsyncBaseTransport):
     """httpx's own transport, reporting refusals and unknown-session answers."""
 
-    def __init__(self, on_session_lost: Callable[[], None]) -> None:
+    def __init__(self, state: HttpState) -> None:
         self._inner = httpx2.AsyncHTTPTransport()
-        self._on_session_lost = on_session_lost
+        self._state = state
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         delivery = DELIVERY.get()
@@ -57,10 +66,17 @@ class _WatchedTransport(httpx2.AsyncBaseTransport):
         # A 404 to a request that carries a session id: the server restarted or expired the
         # session (the spec's signal to start a new one); it ran nothing.
         if response.status_code == 404 and _SESSION_HEADER in request.headers:
-            self._on_session_lost()
+            self._state.session_lost = True
             if delivery is not None:
                 delivery.session_lost = True
-        elif delivery is not None:
+            return response
+        if response.status_code >= 400:
+            # The SDK reports most of these as "Server returned an error response".
+            status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
+            self._state.status = status
+            if delivery is not None:
+                delivery.status = status
+        if delivery is not None:
             delivery.reached = True
             assert isinstance(response.stream, httpx2.AsyncByteStream)  # an async transport's
             return httpx2.Response(
@@ -95,12 +111,10 @@ class _WatchedStream(httpx2.AsyncByteStream):
 
 
 @asynccontextmanager
-async def http_transport(
-    url: str, headers: dict[str, str], on_session_lost: Callable[[], None]
-) -> AsyncIterator[Any]:
+async def http_transport(url: str, headers: dict[str, str], state: HttpState) -> AsyncIterator[Any]:
     async with (
         httpx2.AsyncClient(
-            headers=headers, timeout=_HTTP_TIMEOUT, transport=_WatchedTransport(on_session_lost)
+            headers=headers, timeout=_HTTP_TIMEOUT, transport=_WatchedTransport(state)
         ) as http,
         streamable_http_client(url, http_client=http) as streams,
     ):
