@@ -31,6 +31,7 @@ from tether.tools.mcp.errors import (
     McpServerUnavailable,
 )
 from tether.tools.mcp.http import DELIVERY, Delivery, HttpState, http_transport, refused
+from tether.tools.mcp.stderr import StderrTail
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ CLOSE_WAIT = 10.0
 _CLIENT_INFO = mcp_types.Implementation(name="tether", version="0.1")
 # Waits between attempts to reach an HTTP server that refuses connections (it is restarting).
 CONNECT_BACKOFF = (0.1, 0.25, 0.5, 1.0, 2.0)
+STDERR_WAIT = 2.0  # for the last words of a stdio server that would not start
 _MODERN = ("2026-07-28",)
 # What the SDK says for an HTTP error status with no JSON-RPC error in the body.
 _SDK_STAND_IN = "Server returned an error response"
@@ -59,6 +61,7 @@ class _Live:
     task: asyncio.Task[None] | None = None
     failure: str | None = None
     http: HttpState = field(default_factory=HttpState)  # what its HTTP requests learnt
+    stderr: StderrTail | None = None  # a stdio server's stderr
 
     def usable(self) -> bool:
         return (
@@ -224,9 +227,13 @@ class McpConnection:
             if live.http.status is not None:
                 status = live.http.status
                 problem = status if problem == _SDK_STAND_IN else f"{problem} ({status})"
+            if live.stderr is not None and (said := await live.stderr.tail(STDERR_WAIT)):
+                problem = f"{problem}; its stderr ended: {said}"
             raise McpServerUnavailable(
                 self.name, f"{where} could not be started: {problem}"
             ) from exc
+        if live.stderr is not None:
+            live.stderr.release()
         self.starts += 1
         self._tools = None
         return live
@@ -255,6 +262,9 @@ class McpConnection:
             if not ready.done():
                 ready.set_exception(exc)
             logger.debug("MCP server %s stopped: %s", self.name, live.failure)
+        finally:
+            if live.stderr is not None:  # the server is gone: let the pipe end with it
+                live.stderr.release()
 
     def _new_client(self, live: _Live) -> Client:
         config = self.config
@@ -266,7 +276,8 @@ class McpConnection:
                 env=dict(config.env) or None,
                 cwd=config.cwd,
             )
-            transport = stdio_client(params, errlog=self._errlog or _default_errlog())
+            live.stderr = StderrTail(self._errlog or _default_errlog())
+            transport = stdio_client(params, errlog=live.stderr.writer)
         else:
             transport = http_transport(str(config.url), dict(config.headers), live.http)
         return Client(
