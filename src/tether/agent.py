@@ -396,10 +396,10 @@ class Agent(Generic[OutputT]):
     ) -> RunResult[OutputT]:
         """Run one turn: a new session for `task`, or `task` sent to session `session_id`.
         `task` is a text, a `Message`, or a list of texts and `Image`s (one user message, in
-        that order: `["what is in this photo?", Image(data)]`). With `task=None`, continue the session's open turn (after an approval or a crash).
-        With `end_session` (a one-shot task), a turn that stops for good also ends the
-        session (`completed`, or `failed` after an error or a limit), in the same commit as
-        `turn.ended`.
+        that order: `["what is in this photo?", Image(data)]`). With `task=None`, continue
+        the session's open turn (after an approval or a crash). With `end_session` (a
+        one-shot task), a turn that stops for good also ends the session (`completed`, or
+        `failed` after an error or a limit), in the same commit as `turn.ended`.
 
         `settings` go over the agent's for this run only, field by field (`merged`).
 
