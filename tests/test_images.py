@@ -18,7 +18,9 @@ from tether.messages import (
     MAX_IMAGE_BYTES,
     Message,
     Text,
+    ToolCall,
     ToolResult,
+    assistant,
     canonical_json,
     tool_results,
     user,
@@ -180,3 +182,8 @@ async def test_a_tool_returning_an_image_is_answered_plainly_that_it_cannot() ->
     (answer,) = transcript.messages[2].tool_results
     assert answer.is_error
     assert "returned an image" in answer.content and "not supported yet" in answer.content
+
+
+def test_a_call_whose_arguments_look_like_an_image_is_counted_by_its_characters() -> None:
+    said = assistant(calls=[ToolCall("c1", "draw", {"type": "image"})])
+    assert CharSizer(4.0).message(said) == -(-len(said.canonical()) // 4)

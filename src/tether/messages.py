@@ -251,13 +251,12 @@ def _canonical_part(part: Part) -> str:
     if isinstance(part, Text):
         return f'{{"text":{_string(part.text)},"type":"text"}}'
     if isinstance(part, ToolResult):
-        error = "true" if part.is_error else "false"
-        images = ""
         if part.images:
-            images = f',"images":[{",".join(_canonical_part(i) for i in part.images)}]'
+            return canonical_json(part.to_json())
+        error = "true" if part.is_error else "false"
         return (
             f'{{"call_id":{_string(part.call_id)},"content":{_string(part.content)},'
-            f'{images[1:] + "," if images else ""}"is_error":{error},"type":"tool_result"}}'
+            f'"is_error":{error},"type":"tool_result"}}'
         )
     if isinstance(part, Image):
         return canonical_json(part.to_json())

@@ -158,10 +158,14 @@ class CharSizer:
         return math.ceil(len(text) / self.chars_per_token)
 
     def message(self, message: Message) -> int:
-        images = image_count(message)
-        if images:  # counted as a fixed estimate each, never by their base64
-            message = without_images(message)
-        return math.ceil(len(message.canonical()) / self.chars_per_token) + images * IMAGE_TOKENS
+        body = message.canonical()
+        # Canonical JSON escapes every quote inside a string, so this marks image parts (or,
+        # rarely, a call's arguments holding that pair: then no image is found below).
+        if '"type":"image"' not in body:
+            return math.ceil(len(body) / self.chars_per_token)
+        # Each image counts as the fixed estimate, never by its base64.
+        body = without_images(message).canonical()
+        return math.ceil(len(body) / self.chars_per_token) + image_count(message) * IMAGE_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +187,10 @@ class EncodingSizer:
                 total += MESSAGE_OVERHEAD_TOKENS + self.text(part.name) + self.text(raw)
             elif isinstance(part, ToolResult):
                 total += MESSAGE_OVERHEAD_TOKENS + self.text(part.content)
-        return total + image_count(message) * IMAGE_TOKENS
+                total += len(part.images) * IMAGE_TOKENS
+            else:  # an image: the fixed estimate, never its base64
+                total += IMAGE_TOKENS
+        return total
 
 
 class _Running:
