@@ -17,6 +17,8 @@ these at the adapter boundary (provider codecs, stores), nowhere else.
     │   ├── EndpointBlocked      the endpoint policy refused the connection: never retried
     │   ├── GatewayBusy          the model gateway's queue is full: not sent, never retried
     │   └── ScriptExhausted      the scripted test model has no reply left
+    ├── EffectUnknown            a tool cannot tell whether its effect happened (answered
+    │                            `unknown_effect`, never repeated)
     ├── LimitExceeded            a limit was reached where a stop reason cannot be used
     ├── QuotaExceeded            a tenant's quota refuses this now: try after retry_after
     ├── Parked                   the model gateway parked the call: the run stops, unwritten
@@ -130,6 +132,12 @@ class GatewayBusy(ProviderError):
 
 class ScriptExhausted(ProviderError):
     kind = "script_exhausted"
+
+
+class EffectUnknown(TetherError):
+    """Raised by a tool whose call was cut off where its effect may or may not have happened
+    (a connection lost mid-call): the call is answered `unknown_effect`, as the recovery rules
+    answer a started `write`, and is never sent again."""
 
 
 class LimitExceeded(TetherError):

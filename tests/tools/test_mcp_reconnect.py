@@ -180,8 +180,8 @@ async def test_a_write_whose_session_was_lost_mid_call_is_not_repeated(
         tools = {t.name: t for t in await source.list_tools()}
         assert tools["record_then_die"].effect == "write"
         lost = await run(tools["record_then_die"], note="pay the invoice")
-        assert lost.outcome == "error"
-        assert "McpEffectUnknown" in lost.content
+        # Answered as the recovery rules answer a started write: its effect is unknown.
+        assert lost.outcome == "unknown_effect"
         assert "may or may not have happened. It was not repeated" in lost.content
         after = await run(tools["record"], note="checked")
         assert after.outcome == "ok"

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tether import eager
+from tether.errors import EffectUnknown
 from tether.events import Outcome
 from tether.messages import Image, ToolCall
 from tether.recovery import CANCELED_BEFORE, CANCELED_RUNNING, Decision, abandoned
@@ -132,6 +133,8 @@ async def execute(
         if thread is None:  # an async call saw the cancel itself
             raise CallCanceled(done("canceled", CANCELED_RUNNING)) from None
         raise CallCanceled(await _after_grace(tool, thread, done)) from None
+    except EffectUnknown as exc:
+        return done("unknown_effect", f"tool {tool.name}: {exc}")
     except Exception as exc:
         return done("error", f"tool {tool.name} raised {type(exc).__name__}: {exc}")
     return _result(tool, value, done)

@@ -11,7 +11,7 @@ tool runner turns them into `error` results the model reads.
 
 from __future__ import annotations
 
-from tether.errors import TetherError
+from tether.errors import EffectUnknown, TetherError
 
 
 class McpError(TetherError):
@@ -26,7 +26,7 @@ class McpServerUnavailable(McpError):
     """The server would not start, or its connection was lost."""
 
 
-class McpEffectUnknown(McpServerUnavailable):
+class McpEffectUnknown(McpServerUnavailable, EffectUnknown):
     """A `write` call was running when its connection or session was lost: it may or may not
     have happened, so it was not sent again."""
 
