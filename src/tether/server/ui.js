@@ -37,10 +37,12 @@ function clip(text, n) {
 }
 
 let timer = null;
+let generation = 0;  // bumped by each navigation: a view's late work checks it is still current
 let stream = null;
 let chartUrl = null;
 
 function stopAll() {
+  generation += 1;
   if (timer) clearInterval(timer);
   timer = null;
   if (stream) stream.abort();
@@ -76,7 +78,9 @@ async function showList() {
     }
     $("empty").hidden = data.sessions.length > 0;
   };
+  const mine = generation;
   await refresh();
+  if (mine !== generation) return;  // navigated away meanwhile: start nothing for this view
   timer = setInterval(refresh, 2000);
 }
 
@@ -264,7 +268,9 @@ async function showSession(sessionId) {
     if (!message) return;
     api("POST", path + "/messages", { text: message }).then(() => { $("message").value = ""; refresh(); }).catch(() => {});
   };
+  const mine = generation;
   await refresh();
+  if (mine !== generation) return;  // navigated away meanwhile: start nothing for this view
   timer = setInterval(refresh, 1000);
   follow(sessionId);
 }
@@ -329,7 +335,9 @@ async function showExperiments() {
     $("experiments-scanned").textContent = data.scanned.complete ? "" :
       "Looked through the " + data.scanned.sessions + " most recent sessions only.";
   };
+  const mine = generation;
   await refresh();
+  if (mine !== generation) return;  // navigated away meanwhile: start nothing for this view
   timer = setInterval(refresh, 5000);
 }
 
