@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.messages import Message, Text, ToolCall, ToolResult, canonical_json
+from tether.messages import Message, Text, Thinking, ToolCall, ToolResult, canonical_json
 
 # Any JSON a model may send as arguments, including the awkward corners: non-ASCII and
 # control characters, line separators, big and negative integers, floats of every kind.
@@ -32,6 +32,12 @@ parts = st.one_of(
         st.none() | st.text(max_size=10),
     ),
     st.builds(ToolResult, st.text(max_size=8), st.text(), st.booleans()),
+    st.builds(
+        Thinking,
+        st.text(),
+        st.text(max_size=8),
+        st.dictionaries(st.text(max_size=6), json_values, max_size=3),
+    ),
 )
 messages = st.builds(
     Message, st.sampled_from(["user", "assistant", "tool"]), st.lists(parts, max_size=4).map(tuple)

@@ -61,10 +61,15 @@ class UserMessage:
 
 @dataclass(frozen=True, slots=True)
 class ModelRequested:
+    """`dropped_reasoning`: thinking blocks of another provider left out of the request
+    (only that provider can read them); written only when there are some."""
+
     type: ClassVar[str] = "model.requested"
+    SPARSE: ClassVar[frozenset[str]] = frozenset({"dropped_reasoning"})
     model: str
     request_hash: str
     input_tokens_estimate: int
+    dropped_reasoning: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,8 +307,21 @@ def _encode(value: object) -> Any:
     return value
 
 
+# Per payload type, the fields written only when they hold something (`SPARSE`): a field
+# added after logs were written keeps every older event's bytes as they were.
+SPARSE_FIELDS: dict[type, frozenset[str]] = {
+    cls: getattr(cls, "SPARSE", frozenset()) for cls in PAYLOAD_TYPES.values()
+}
+
+
 def payload_to_json(payload: Payload) -> JSONObject:
-    return {f.name: _encode(getattr(payload, f.name)) for f in dataclasses.fields(payload)}
+    sparse = SPARSE_FIELDS.get(type(payload))
+    out = {f.name: _encode(getattr(payload, f.name)) for f in dataclasses.fields(payload)}
+    if sparse:
+        for name in sparse:
+            if not out[name]:
+                del out[name]
+    return out
 
 
 # Field annotations are strings (postponed evaluation); only these need more than a copy.

@@ -38,6 +38,7 @@ from tether.messages import (
     Message,
     Part,
     Text,
+    Thinking,
     ToolCall,
     ToolResult,
     Usage,
@@ -120,6 +121,9 @@ class Folder:
         # until turn.ended: whether a runner has work to do.
         self.turn_open = False
         self.transcript_chars = 0
+        # Whether any answer carried reasoning: only then does a request look for the
+        # reasoning another provider wrote (a scan per step otherwise costs every session).
+        self.has_thinking = False
         # Per message, the seq of the event it came from (context.compacted names messages by
         # seq range; a summary takes the seq of the first message it replaces, so the list
         # stays sorted) and the length of its canonical JSON.
@@ -272,6 +276,8 @@ class Folder:
 
     def _add_message(self, message: Message) -> None:
         self.messages.append(message)
+        if message.parts and isinstance(message.parts[0], Thinking):
+            self.has_thinking = True
         body = message.canonical()
         self.message_seqs.append(self.last_seq)
         self.message_chars.append(len(body))
@@ -283,7 +289,8 @@ class Folder:
         message = p.message
         if p.incomplete and message.tool_calls:
             # A call cut by the output limit is never executable: keep only the text.
-            message = Message("assistant", tuple(x for x in message.parts if isinstance(x, Text)))
+            kept = tuple(x for x in message.parts if isinstance(x, Text | Thinking))
+            message = Message("assistant", kept)
         self._add_message(message)
         if p.usage.input_tokens > 0:
             self.calibration = (self._request_chars, p.usage.input_tokens)

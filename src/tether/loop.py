@@ -28,7 +28,7 @@ from tether.events import (
 )
 from tether.fold import Folder
 from tether.limits import Limits, Stop, StopCondition, check_before_request, estimate_input_tokens
-from tether.messages import ToolCall
+from tether.messages import ToolCall, foreign_thinking
 from tether.providers.base import Caller, DeltaObserver, Model, ModelRequest
 from tether.recovery import Decision, closing, decide_calls, decide_open_calls
 from tether.retrying import DEFAULT_RETRY, complete
@@ -259,8 +259,13 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
         if failed is not None:  # the turn ends with the policy's error, by name
             await ctx.log.append(*_closing(ctx, "error", failed))
             return False
+    name = ctx.engine.model.name
+    # A codec's name is `provider:model`; it leaves out thinking another provider wrote.
+    dropped = (
+        foreign_thinking(folder.messages, name.partition(":")[0]) if folder.has_thinking else 0
+    )
     await ctx.log.append(
-        ModelRequested(ctx.engine.model.name, _request_hash(ctx, max_output), _input_estimate(ctx))
+        ModelRequested(name, _request_hash(ctx, max_output), _input_estimate(ctx), dropped)
     )
     request = ModelRequest(
         model=ctx.engine.model.name,

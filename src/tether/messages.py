@@ -197,7 +197,44 @@ class ToolResult:
         return out
 
 
-Part: TypeAlias = Text | ToolCall | ToolResult | Image
+@dataclass(frozen=True, slots=True)
+class Thinking:
+    """The model's reasoning, in an assistant message before its text and calls: `text` (may
+    be empty, or a summary) and `data`, the opaque payload of the `provider` (the codec's
+    name: `anthropic`, `openai-responses`, `openrouter`, `ollama`...) that produced it: a
+    signature, an encrypted item. Sent back as it came to that provider, and dropped for
+    any other (the `model.requested` event counts the dropped). `data` is kept with sorted
+    keys, as the log holds it, so a resumed session sends the very bytes a live one does."""
+
+    text: str
+    provider: str
+    data: JSONObject = field(default_factory=dict)
+
+    def to_json(self) -> JSONObject:
+        return {"type": "thinking", "text": self.text, "provider": self.provider, "data": self.data}
+
+
+def foreign_thinking(messages: Iterable[Message], provider: str) -> int:
+    """How many thinking blocks in `messages` another provider than `provider` wrote."""
+    return sum(
+        1
+        for m in messages
+        if m.role == "assistant"
+        for p in m.parts
+        if isinstance(p, Thinking) and p.provider != provider
+    )
+
+
+def sorted_copy(value: JSONValue) -> JSONValue:
+    """A JSON value with every object's keys in sorted order: the form the log gives back."""
+    if isinstance(value, dict):
+        return {k: sorted_copy(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [sorted_copy(v) for v in value]
+    return value
+
+
+Part: TypeAlias = Text | ToolCall | ToolResult | Image | Thinking
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +252,10 @@ class Message:
     @property
     def images(self) -> tuple[Image, ...]:
         return tuple(p for p in self.parts if isinstance(p, Image))
+
+    @property
+    def thinking(self) -> tuple[Thinking, ...]:
+        return tuple(p for p in self.parts if isinstance(p, Thinking))
 
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
@@ -258,7 +299,7 @@ def _canonical_part(part: Part) -> str:
             f'{{"call_id":{_string(part.call_id)},"content":{_string(part.content)},'
             f'"is_error":{error},"type":"tool_result"}}'
         )
-    if isinstance(part, Image):
+    if isinstance(part, Image | Thinking):
         return canonical_json(part.to_json())
     raw = "" if part.raw_arguments is None else f',"raw_arguments":{_string(part.raw_arguments)}'
     return (
@@ -294,6 +335,11 @@ def part_from_json(data: object) -> Part:
         )
     if kind == "image":
         return Image.from_json(data)
+    if kind == "thinking":
+        payload = data.get("data", {})
+        if not isinstance(payload, dict):
+            raise ValueError("thinking data must be an object")
+        return Thinking(str(data.get("text", "")), str(data["provider"]), payload)
     raise ValueError(f"unknown message part type {kind!r}")
 
 

@@ -40,9 +40,10 @@ class OutputFormat:
 
 @dataclass(frozen=True, slots=True)
 class Delta:
-    """A piece of a streamed answer, offered to observers and never stored."""
+    """A piece of a streamed answer, offered to observers and never stored. `reasoning` is
+    the model's thinking as it streams (summarised, where the API summarises it)."""
 
-    kind: Literal["text", "tool_input", "progress"]
+    kind: Literal["text", "reasoning", "tool_input", "progress"]
     text: str
     call_id: str | None = None
 

@@ -17,6 +17,7 @@ from tether.messages import (
     Message,
     Part,
     Text,
+    Thinking,
     ToolCall,
     Usage,
     canonical_json,
@@ -140,9 +141,14 @@ def normalise_stop(raw: str | None, has_calls: bool, incomplete: bool) -> StopKi
     return "other"
 
 
-def assistant_message(text_parts: Iterable[str], calls: Iterable[ToolCall]) -> Message:
+def assistant_message(
+    text_parts: Iterable[str], calls: Iterable[ToolCall], thinking: Iterable[Thinking] = ()
+) -> Message:
+    """Reasoning first, then the text, then the calls: the order the APIs answer in."""
+    parts: list[Part] = list(thinking)
     body = "".join(text_parts)
-    parts: list[Part] = [Text(body)] if body else []
+    if body:
+        parts.append(Text(body))
     parts.extend(calls)
     return Message("assistant", tuple(parts))
 
@@ -157,11 +163,12 @@ def finish(
     body: bytes,
     incomplete: bool = False,
     cost_usd: float | None = None,
+    thinking: Iterable[Thinking] = (),
 ) -> ModelResponse:
     """Assemble the neutral response. `cost_usd` given by the provider wins over the catalog."""
     # A call with unreadable arguments still needs its answer (invalid_input): it counts.
     return ModelResponse(
-        message=assistant_message(text_parts, calls),
+        message=assistant_message(text_parts, calls, thinking),
         stop=normalise_stop(raw_stop, bool(calls), incomplete),
         raw_stop_reason=raw_stop,
         usage=usage,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
 from tether.errors import LeaseLost, UsageError
-from tether.events import PAYLOAD_TYPES, Event, Payload, payload_to_json
+from tether.events import PAYLOAD_TYPES, SPARSE_FIELDS, Event, Payload, payload_to_json
 from tether.messages import Message, Usage, canonical_json
 
 
@@ -139,6 +139,12 @@ class Leases(Protocol):
         """The session's lease if one is held and unexpired."""
         ...
 
+    async def acquit(self, lease: Lease) -> None:
+        """Forgive the deaths counted on the session's lease: the workers that died holding
+        it were not killed by it (nothing of its was in flight). Its count of claims becomes
+        1, the claim `lease` made; a lease no longer current is left as it is."""
+        ...
+
 
 class WorkQueue(Protocol):
     """The sessions with work for a runner: marks, claims and not-before times."""
@@ -162,10 +168,13 @@ class WorkQueue(Protocol):
         `ttl` seconds, oldest mark first, atomically: workers asking at once get different
         sessions. Each claim counts one more claim of the lease.
 
-        A *suspect* is a session whose lease ran out with claims counted (its worker died or
-        hung holding it). It goes only to a worker that runs nothing else (`alone`), and by
-        itself, first; so a session that kills its worker takes no other down with it. A
-        worker not alone is never handed one. `UsageError` for a `limit` below 1."""
+        A *takeover* is a session whose lease ran out with one claim counted (its worker died
+        or hung holding it): any worker takes it, before fresh work, oldest expiry first, as
+        many as its `limit`. A *suspect* ran out with two or more counted (a worker died
+        with it before, and the death was not forgiven, `acquit`): it goes only to a worker
+        that runs nothing else (`alone`), and by itself, first; so a session that kills its
+        worker takes no other down with it. A worker not alone is never handed one.
+        `UsageError` for a `limit` below 1."""
         ...
 
     async def clear_runnable(self, wakeup: Wakeup) -> bool:
@@ -277,6 +286,11 @@ def _fast_canonical(payload: Payload) -> str:
         for name in names:
             value = getattr(payload, name)
             fields[name] = value.to_json() if isinstance(value, Message | Usage) else value
+        sparse = SPARSE_FIELDS[type(payload)]
+        if sparse:
+            for name in sparse:
+                if not fields[name]:
+                    del fields[name]
         try:
             return "".join(_ENCODER(fields, 0))
         except (TypeError, ValueError, RecursionError):
@@ -326,13 +340,21 @@ def check_limit(limit: int | None) -> None:
 
 def lease_refusal(session_id: str, held: Lease | None, lease: Lease) -> LeaseLost | None:
     """Why an append under `lease` must be refused, given the lease the store holds."""
-    if held is None or held.generation != lease.generation:
-        now_held = f"generation {held.generation} ({held.owner})" if held else "no lease"
+    # A released lease keeps its generation but not its owner: it fences like a lost one.
+    if held is None or held.generation != lease.generation or not held.owner:
+        now_held = (
+            f"generation {held.generation} ({held.owner or 'released'})" if held else "no lease"
+        )
         return LeaseLost(
             f"session {session_id}: lease generation {lease.generation} of {lease.owner} "
             f"is no longer current; the store holds {now_held}"
         )
     return None
+
+
+# Claims counted on a lease that ran out from which its session is a suspect
+# (`WorkQueue.claim_runnable`): it ran out before, and that death was not forgiven.
+SUSPECT_CLAIMS = 2
 
 
 def check_ttl(ttl: float) -> None:
