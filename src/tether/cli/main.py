@@ -394,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_experiment_command(sub, store_help)
     add_review_command(sub, store_help)
     add_chat_command(sub, store_help)
+    add_mcp_commands(sub)
     return parser
 
 
@@ -416,6 +417,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
         return await cmd_review(args)
     if args.command == "chat":
         return await cmd_chat(args)
+    if args.command == "mcp":
+        return await cmd_mcp(args)
     if args.command == "demo":
         from tether.demo import DEMO_TASK
 
@@ -481,6 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 from tether.cli.chat import add_chat_command, cmd_chat  # noqa: E402
 from tether.cli.db import add_db_commands, cmd_db  # noqa: E402
 from tether.cli.experiment import add_experiment_command, cmd_experiment  # noqa: E402
+from tether.cli.mcp import add_mcp_commands, cmd_mcp  # noqa: E402
 from tether.cli.review import add_review_command, cmd_review  # noqa: E402
 from tether.cli.serve import RUNTIME_COMMANDS, add_runtime_commands  # noqa: E402
 from tether.cli.steer import STEERING_COMMANDS, add_steering_commands  # noqa: E402

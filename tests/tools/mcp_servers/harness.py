@@ -18,13 +18,25 @@ from tether.tools.mcp import McpServerConfig
 HERE = Path(__file__).parent
 TOY = HERE / "toy_server.py"
 PAGED = HERE / "paged_server.py"
+CATALOG = HERE / "catalog_server.py"
 PYTHON = sys.executable
 TIME_SERVER = str(Path(PYTHON).parent / "mcp-server-time")
-SERVER_MARKERS = ("toy_server.py", "paged_server.py", "mcp-server-time", "mcp_server_time")
+SERVER_MARKERS = (
+    "toy_server.py",
+    "paged_server.py",
+    "session_server.py",
+    "catalog_server.py",
+    "mcp-server-time",
+    "mcp_server_time",
+)
 
 
 def toy_stdio(name: str = "toy", **settings: object) -> McpServerConfig:
     return McpServerConfig(name, command=PYTHON, args=(str(TOY), "stdio"), **settings)  # type: ignore[arg-type]
+
+
+def catalog_stdio(name: str = "catalog", **settings: object) -> McpServerConfig:
+    return McpServerConfig(name, command=PYTHON, args=(str(CATALOG),), **settings)  # type: ignore[arg-type]
 
 
 def time_stdio(name: str = "time", **settings: object) -> McpServerConfig:

@@ -7,13 +7,22 @@ SDK: `pip install 'tether[mcp]'`.
 from tether.tools.mcp.config import McpServerConfig, load_mcp_config, parse_mcp_config
 
 try:
+    from tether.tools.mcp.catalog import (
+        McpPrompt,
+        McpPromptArgument,
+        McpPromptMessage,
+        McpPromptResult,
+        McpResource,
+        McpResourceContent,
+        McpResourceTemplate,
+    )
     from tether.tools.mcp.connection import McpConnection
+    from tether.tools.mcp.content import render_result
     from tether.tools.mcp.source import (
         McpProgress,
         McpToolSource,
         ToolFilter,
         effect_of,
-        render_result,
     )
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError(
@@ -25,6 +34,7 @@ from tether.tools.mcp.errors import (
     McpProtocolError,
     McpServerUnavailable,
     McpToolFailed,
+    McpUnsupported,
 )
 
 __all__ = [
@@ -32,11 +42,19 @@ __all__ = [
     "McpEffectUnknown",
     "McpError",
     "McpProgress",
+    "McpPrompt",
+    "McpPromptArgument",
+    "McpPromptMessage",
+    "McpPromptResult",
     "McpProtocolError",
+    "McpResource",
+    "McpResourceContent",
+    "McpResourceTemplate",
     "McpServerConfig",
     "McpServerUnavailable",
     "McpToolFailed",
     "McpToolSource",
+    "McpUnsupported",
     "ToolFilter",
     "effect_of",
     "load_mcp_config",

@@ -11,8 +11,9 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO, TypeVar
 
 from mcp import Client, StdioServerParameters
 from mcp import types as mcp_types
@@ -29,6 +30,7 @@ from tether.tools.mcp.errors import (
     McpError,
     McpProtocolError,
     McpServerUnavailable,
+    McpUnsupported,
 )
 from tether.tools.mcp.http import DELIVERY, Delivery, HttpState, http_transport, refused
 from tether.tools.mcp.stderr import StderrTail
@@ -36,6 +38,8 @@ from tether.tools.mcp.stderr import StderrTail
 logger = logging.getLogger(__name__)
 
 ProgressFn = ProgressFnT  # async (progress, total, message) -> None
+Capability = Literal["resources", "prompts", "tools", "logging"]
+T = TypeVar("T")
 MAX_LIST_PAGES = 100  # a paginator that never ends must not hang the listing
 # stdio shutdown is close stdin, 2 s, SIGTERM, 2 s, SIGKILL: this bounds it with room to spare.
 CLOSE_WAIT = 10.0
@@ -162,6 +166,38 @@ class McpConnection:
             finally:
                 DELIVERY.reset(token)
         raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def request(
+        self, what: str, send: Callable[[Client], Awaitable[T]], *, needs: Capability | None = None
+    ) -> T:
+        """One request other than a tool call (`send` makes it with the SDK client), e.g. a
+        resource read. Such requests change nothing, so one whose connection is lost is sent
+        once more on a new one. `needs`: the capability the server must have declared, else
+        `McpUnsupported`."""
+        for attempt in (1, 2):
+            live = await self._connect()
+            client = _client(live)
+            if needs is not None and getattr(client.server_capabilities, needs) is None:
+                raise McpUnsupported(
+                    self.name,
+                    f"MCP server {self.name!r} does not offer {needs} (it did not "
+                    f"declare the {needs!r} capability)",
+                )
+            try:
+                return await send(client)
+            except McpError:
+                raise
+            except Exception as exc:
+                error = await self._translate(live, what, exc)
+                if attempt == 1 and isinstance(error, McpServerUnavailable):
+                    logger.info("MCP server %s: %s; sending %s again", self.name, error, what)
+                    continue
+                raise error from exc
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def instructions(self) -> str | None:
+        """The server's `instructions` (from its handshake), starting it if need be."""
+        return _client(await self._connect()).instructions or None
 
     async def aclose(self) -> None:
         """Stop the server (stdio: the process is gone afterwards). Later calls are refused."""

@@ -6,6 +6,7 @@ tool runner turns them into `error` results the model reads.
         ├── McpServerUnavailable it would not start, or its connection was lost (restarted next call)
         │   └── McpEffectUnknown a `write` call was running when its connection was lost (not repeated)
         ├── McpProtocolError     a JSON-RPC error or a malformed answer
+        ├── McpUnsupported       the server does not offer what was asked (resources, prompts)
         └── McpToolFailed        the tool reported an error itself (`isError: true`)
 """
 
@@ -33,6 +34,10 @@ class McpEffectUnknown(McpServerUnavailable, EffectUnknown):
 
 class McpProtocolError(McpError):
     """The server answered with a JSON-RPC error, or with something that is not MCP."""
+
+
+class McpUnsupported(McpError):
+    """The server did not declare the capability a request needs (`resources`, `prompts`)."""
 
 
 class McpToolFailed(McpError):

@@ -7,23 +7,31 @@ Owns what the model sees of an MCP tool and what a call returns to it. Talking t
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from mcp import types as mcp_types
 
 from tether.errors import ConfigError
 from tether.events import Effect
 from tether.tools.base import Tool
+from tether.tools.mcp import catalog
+from tether.tools.mcp.catalog import (
+    McpPrompt,
+    McpPromptResult,
+    McpResource,
+    McpResourceContent,
+    McpResourceTemplate,
+)
 from tether.tools.mcp.config import McpServerConfig, servers_by_name
 from tether.tools.mcp.connection import McpConnection, ProgressFn
-from tether.tools.mcp.errors import McpToolFailed
+from tether.tools.mcp.content import render_result
+from tether.tools.mcp.errors import McpToolFailed, McpUnsupported
 from tether.tools.schema import ToolContext
 
 logger = logging.getLogger(__name__)
@@ -32,6 +40,7 @@ MAX_NAME = 64  # the tool-name limit of the strictest provider APIs
 # The runner passes a ToolContext under this name; a model would have to guess it to collide.
 _CONTEXT_PARAM = "_tether_call_context"
 _NOT_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +100,43 @@ class McpToolSource:
             await connection.aclose()
 
     def connection(self, server: str) -> McpConnection:
-        return self.connections[server]
+        """The server's connection; an unknown name is a `ConfigError` listing the known ones."""
+        try:
+            return self.connections[server]
+        except KeyError:
+            known = ", ".join(map(repr, self.connections)) or "none"
+            raise ConfigError(f"no MCP server is named {server!r} (configured: {known})") from None
+
+    async def list_resources(self) -> list[McpResource]:
+        """Every resource of every server that offers resources (others are skipped)."""
+        return await self._gather(catalog.list_resources)
+
+    async def list_resource_templates(self) -> list[McpResourceTemplate]:
+        """Every resource template of every server that offers resources."""
+        return await self._gather(catalog.list_resource_templates)
+
+    async def read_resource(self, server: str, uri: str) -> McpResourceContent:
+        """Read one resource; `McpUnsupported` if the server offers no resources."""
+        return await catalog.read_resource(self.connection(server), uri)
+
+    async def list_prompts(self) -> list[McpPrompt]:
+        """Every prompt of every server that offers prompts (others are skipped)."""
+        return await self._gather(catalog.list_prompts)
+
+    async def get_prompt(
+        self, server: str, name: str, arguments: Mapping[str, str] | None = None
+    ) -> McpPromptResult:
+        """Fill one prompt; `McpUnsupported` if the server offers no prompts."""
+        return await catalog.get_prompt(self.connection(server), name, dict(arguments or {}))
+
+    async def _gather(self, listing: Callable[[McpConnection], Awaitable[list[T]]]) -> list[T]:
+        found: list[T] = []
+        for connection in self.connections.values():
+            try:
+                found.extend(await listing(connection))
+            except McpUnsupported:
+                continue
+        return found
 
     async def list_tools(self, *, taken: Iterable[str] = ()) -> list[Tool]:
         """Every server's tools, starting the servers that are not running. A name used by
@@ -208,41 +253,3 @@ def _safe_name(name: str) -> str:
         return cleaned
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
     return f"{cleaned[: MAX_NAME - 9]}_{digest}"
-
-
-def render_result(result: mcp_types.CallToolResult, *, output_schema: bool = False) -> str:
-    """The text the model sees, never the same thing twice. A tool that declares an output
-    schema (`output_schema`) and answers structured content is shown that (with any media
-    blocks beside it, but not its text blocks, which servers fill with a copy); any other
-    result is shown its content blocks, in order, or its structured content when it has no
-    blocks at all."""
-    structured = result.structured_content
-    blocks = list(result.content)
-    if structured is not None and (output_schema or not blocks):
-        media = [_render_block(b) for b in blocks if not isinstance(b, mcp_types.TextContent)]
-        parts = [_render_structured(structured), *media]
-    else:
-        parts = [_render_block(block) for block in blocks]
-    return "\n".join(p for p in parts if p)
-
-
-def _render_structured(value: dict[str, Any]) -> str:
-    # SDKs wrap a return value that is not an object as {"result": value}: show the value.
-    if list(value) == ["result"]:
-        inner = value["result"]
-        return inner if isinstance(inner, str) else json.dumps(inner, ensure_ascii=False)
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def _render_block(block: mcp_types.ContentBlock) -> str:
-    if isinstance(block, mcp_types.TextContent):
-        return block.text
-    if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
-        kind = "image" if isinstance(block, mcp_types.ImageContent) else "audio"
-        return f"[{kind} {block.mime_type}, {len(block.data) * 3 // 4:,} bytes]"
-    if isinstance(block, mcp_types.ResourceLink):
-        return f"[resource {block.uri}{f' ({block.name})' if block.name else ''}]"
-    resource = block.resource
-    if isinstance(resource, mcp_types.TextResourceContents):
-        return resource.text
-    return f"[resource {resource.uri}, {resource.mime_type or 'binary'}]"
