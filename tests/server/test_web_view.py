@@ -62,9 +62,20 @@ async def browser() -> AsyncIterator[object]:
 
 
 async def give_token(page: Any, token: str) -> None:
-    """Type the token as a person would; the page keeps it and loads what it shows."""
+    """Type the token as a person would; the page keeps it and loads what it shows. The box
+    keeps the focus, so its next blur fires `change` again (which must not reload the view)."""
     await page.fill("#token", token)
     await page.dispatch_event("#token", "change")
+
+
+async def refreshed(page: Any, view: str, times: int = 1) -> None:
+    """Wait until `view` (a section's id) has refreshed `times` more times than now."""
+    seen = await page.eval_on_selector(f"#{view}", "(e) => Number(e.dataset.refreshes || 0)")
+    await page.wait_for_function(
+        "([id, n]) => Number(document.getElementById(id).dataset.refreshes || 0) >= n",
+        arg=[view, seen + times],
+        timeout=WAIT_MS,
+    )
 
 
 async def test_the_web_view_lists_follows_and_steers_a_session(
@@ -252,6 +263,44 @@ async def test_the_web_view_shows_the_thread_tree_and_decides_a_sub_agents_call(
             await rt.close()
 
 
+async def test_a_row_click_opens_its_session_across_a_refresh_and_the_token_boxs_blur(
+    tmp_path: Path, browser: object
+) -> None:
+    """The flake this guards against: the token box's `change` on blur reloaded the list,
+    which rebuilt its rows between the click's mousedown and mouseup, and the click was lost."""
+    from playwright.async_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    with serve(tmp_path, "--workers", "2") as server:
+        rt = HttpRuntime(server.url, ACME)
+        try:
+            ref = await rt.start(spec("echo click me"))
+            await Observer(rt, ref).settled()
+            page = await browser.new_page()
+            await page.goto(f"{server.url}/ui")
+            await give_token(page, ACME)
+            row = page.locator(f'tr[data-session="{ref.session_id}"]')
+            await expect(row).to_contain_text("echo: click me", timeout=WAIT_MS)
+            box = await row.locator("td").nth(2).bounding_box()
+            assert box is not None
+            # The press blurs the token box (its `change` fires again); the list refreshes
+            # while the button is held; the release still clicks the same row.
+            await page.mouse.move(box["x"] + 5, box["y"] + 5)
+            await page.mouse.down()
+            await refreshed(page, "list-view")
+            await page.mouse.up()
+            await expect(page).to_have_url(f"{server.url}/ui#/s/{ref.session_id}")
+            await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)
+            # The session's id in its row is a link too (a new tab, or the keyboard).
+            await page.go_back()
+            link = row.locator(f'a[href="#/s/{ref.session_id}"]')
+            await link.focus()
+            await page.keyboard.press("Enter")
+            await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)
+        finally:
+            await rt.close()
+
+
 # Collects the page's CSP violations from before its first script (Playwright's init scripts
 # are not subject to the page's policy).
 WATCH_VIOLATIONS = """
@@ -283,6 +332,7 @@ async def test_the_web_view_works_under_its_content_security_policy(
             row = page.locator(f'tr[data-session="{ref.session_id}"]')
             await expect(row).to_contain_text("echo: under policy", timeout=WAIT_MS)
             await row.click()
+            await expect(page).to_have_url(f"{server.url}/ui#/s/{ref.session_id}")
             await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)
             await expect(page.locator("#timeline li").last).to_contain_text(
                 "turn.ended", timeout=WAIT_MS

@@ -5,8 +5,13 @@
 const $ = (id) => document.getElementById(id);
 const tokenInput = $("token");
 tokenInput.value = localStorage.getItem("tether-token") || "";
+// A `change` fires again when the box loses focus (a click on a row, say), even if the
+// token is the one already in use: only a token that differs reloads the view, or that
+// reload would rebuild the list under the click and the click would open nothing.
 tokenInput.addEventListener("change", () => {
-  localStorage.setItem("tether-token", tokenInput.value.trim());
+  const token = tokenInput.value.trim();
+  if (token === (localStorage.getItem("tether-token") || "")) return;
+  localStorage.setItem("tether-token", token);
   route();
 });
 
@@ -51,10 +56,52 @@ function stopAll() {
   chartUrl = null;
 }
 
+// Each view counts its refreshes on its section (data-refreshes), so a test can wait for one.
+function counted(id) {
+  const view = $(id);
+  view.dataset.refreshes = String(Number(view.dataset.refreshes || 0) + 1);
+}
+
 const VIEWS = ["list-view", "session-view", "experiments-view", "experiment-view"];
 
 function showView(id) {
   for (const view of VIEWS) $(view).hidden = view !== id;
+}
+
+// Rows are kept and updated in place, keyed by session: a refresh that replaced them could
+// take the row from under a click between its mousedown and mouseup, and the click would be
+// lost.
+function renderRows(body, sessions) {
+  const old = new Map([...body.children].map((tr) => [tr.dataset.session, tr]));
+  let at = 0;
+  for (const s of sessions) {
+    let tr = old.get(s.session_id);
+    old.delete(s.session_id);
+    if (!tr) {
+      tr = document.createElement("tr");
+      tr.dataset.session = s.session_id;
+      const link = document.createElement("a");
+      link.href = "#/s/" + encodeURIComponent(s.session_id);
+      link.className = "mono";
+      link.textContent = s.session_id;
+      const first = document.createElement("td");
+      first.appendChild(link);
+      tr.appendChild(first);
+      for (let i = 0; i < 5; i++) tr.appendChild(document.createElement("td"));
+      tr.addEventListener("click", (e) => {
+        if (e.target.closest("a")) return;  // the link navigates by itself (or opens a tab)
+        location.hash = "#/s/" + encodeURIComponent(s.session_id);
+      });
+    }
+    const values = [s.state, s.stop_reason || "-", String(s.steps), s.updated, clip(s.last_output, 90)];
+    values.forEach((value, i) => {
+      const cell = tr.children[i + 1];
+      if (cell.textContent !== value) cell.textContent = value;
+    });
+    if (body.children[at] !== tr) body.insertBefore(tr, body.children[at] || null);
+    at += 1;
+  }
+  for (const tr of old.values()) tr.remove();
 }
 
 async function showList() {
@@ -62,21 +109,9 @@ async function showList() {
   const refresh = async () => {
     const data = await api("GET", "/v1/sessions?limit=100").catch(() => null);
     if (!data) return;
-    const body = $("sessions");
-    body.replaceChildren();
-    for (const s of data.sessions) {
-      const row = document.createElement("tr");
-      row.dataset.session = s.session_id;
-      for (const value of [s.session_id, s.state, s.stop_reason || "-", s.steps, s.updated, clip(s.last_output, 90)]) {
-        const cell = document.createElement("td");
-        cell.textContent = value;
-        row.appendChild(cell);
-      }
-      row.firstChild.className = "mono";
-      row.addEventListener("click", () => { location.hash = "#/s/" + s.session_id; });
-      body.appendChild(row);
-    }
+    renderRows($("sessions"), data.sessions);
     $("empty").hidden = data.sessions.length > 0;
+    counted("list-view");
   };
   const mine = generation;
   await refresh();
