@@ -1,7 +1,8 @@
 """The OpenAI Responses codec (`/responses`, stateless: `store: false`). Calls and results are
 input items (`function_call`, `function_call_output`) beside the messages; the system prompt
-is `instructions`. Reasoning items are dropped: the neutral message has no part for them, so a
-reasoning model re-reasons each turn.
+is `instructions`. A `reasoning` output item is kept whole as a `Thinking` part and sent back
+as it came, before its turn's other items: with `store: false` only its `encrypted_content`
+(asked for with `include` when `ModelSettings.reasoning` is set) carries it to the next step.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from tether.messages import (
     JSONValue,
     Message,
     Text,
+    Thinking,
     ToolCall,
     ToolResult,
     Usage,
+    sorted_copy,
 )
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
 from tether.providers.classify import body_error, classify_openai, stream_error
@@ -42,6 +45,10 @@ from tether.providers.settings_wire import output_cap, tool_choice, unsupported
 from tether.settings import ModelSettings, apply_extra
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+PROVIDER = "openai-responses"
+# With `store: false` a reasoning item goes back only with its encrypted content, which the
+# API returns only when asked.
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
 
 
 class OpenAIResponsesModel(CodecModel):
@@ -59,26 +66,30 @@ class OpenAIResponsesModel(CodecModel):
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         url = base_url.rstrip("/") + "/responses"
         endpoint = Endpoint(url, headers, classify_openai, http_client)
-        super().__init__(model, endpoint, stream=stream, provider="openai-responses")
+        super().__init__(model, endpoint, stream=stream, provider=PROVIDER)
 
     def encode(self, request: ModelRequest) -> JSONObject:
-        return encode_request(self.model, request, stream=self.streaming)
+        return encode_request(self.model, request, stream=self.streaming, provider=self.provider)
 
     def decode(self, body: bytes, seed: str) -> ModelResponse:
-        return decode_response(self.model, body)
+        return decode_response(self.model, body, self.provider)
 
     def assembler(self, on_delta: DeltaObserver | None, seed: str) -> StreamAssembler:
-        return StreamAssembler(self.model, on_delta)
+        return StreamAssembler(self.model, on_delta, self.provider)
 
 
 # --- request ------------------------------------------------------------------------------
 
 
-def encode_request(model: str, request: ModelRequest, *, stream: bool = False) -> JSONObject:
+def encode_request(
+    model: str, request: ModelRequest, *, stream: bool = False, provider: str = PROVIDER
+) -> JSONObject:
     body: JSONObject = {"model": model}
     if request.system:
         body["instructions"] = request.system
-    body["input"] = encode_input(request.messages)
+    extra = request.settings.extra if request.settings is not None else None
+    stored = bool(extra and extra.get("store"))
+    body["input"] = encode_input(request.messages, provider, stored=stored)
     if request.tools:
         body["tools"] = [
             {
@@ -128,16 +139,22 @@ def _encode_settings(body: JSONObject, settings: ModelSettings, request: ModelRe
     if settings.parallel_tool_calls is not None and request.tools:
         body["parallel_tool_calls"] = settings.parallel_tool_calls
     if settings.reasoning is not None:
+        # No `summary`: asking for one is refused for an unverified organization; it can
+        # be asked with extra={"reasoning": {"summary": "auto"}}.
         body["reasoning"] = {"effort": settings.reasoning.effective_effort}
+        body["include"] = [ENCRYPTED_REASONING]
     apply_extra(body, settings.extra)
 
 
-def encode_input(messages: Sequence[Message]) -> list[JSONValue]:
+def encode_input(
+    messages: Sequence[Message], provider: str = PROVIDER, *, stored: bool = False
+) -> list[JSONValue]:
     out: list[JSONValue] = []
     for message in messages:
         if message.role == "user":
             out.append({"role": "user", "content": _user_content(message)})
         elif message.role == "assistant":
+            out.extend(_reasoning_items(message, provider, stored))
             if message.text:
                 out.append({"role": "assistant", "content": message.text})
             out.extend(_encode_call(c) for c in message.tool_calls)
@@ -153,6 +170,18 @@ def encode_input(messages: Sequence[Message]) -> list[JSONValue]:
             if any(isinstance(p, Text) and p.text for p in message.parts):
                 out.append({"role": "user", "content": message.text})
     return out
+
+
+def _reasoning_items(message: Message, provider: str, stored: bool) -> list[JSONValue]:
+    """The turn's reasoning items as they came. Another provider's thinking is left out (the
+    loop counts it); so is an item without its encrypted content when nothing is stored,
+    since the API could only look it up by id, and refuses (the answer came without
+    `include`)."""
+    return [
+        t.data
+        for t in message.thinking
+        if t.provider == provider and (stored or t.data.get("encrypted_content"))
+    ]
 
 
 def _output(result: ToolResult) -> JSONValue:
@@ -201,14 +230,14 @@ def decode_usage(usage: JSONObject) -> Usage:
     )
 
 
-def decode_response(model: str, body: bytes) -> ModelResponse:
+def decode_response(model: str, body: bytes, provider: str = PROVIDER) -> ModelResponse:
     data = load_json(body)
     if not is_obj(data):
         raise ConnectionFailed("the model host answered 200 with a body that is not JSON")
     failure = _failure(data)
     if failure is not None:
         raise body_error(failure, body.decode("utf-8", "replace"))
-    return _decode(model, data, items(data, "output"), body)
+    return _decode(model, data, items(data, "output"), body, provider)
 
 
 def _failure(response: JSONObject) -> JSONValue | None:
@@ -221,16 +250,19 @@ def _failure(response: JSONObject) -> JSONValue | None:
 
 
 def _decode(
-    model: str, response: JSONObject, output: list[JSONValue], body: bytes
+    model: str, response: JSONObject, output: list[JSONValue], body: bytes, provider: str
 ) -> ModelResponse:
     failure = _failure(response)
     if failure is not None:
         raise stream_error(failure)
     texts: list[str] = []
     calls: list[ToolCall] = []
+    thinking: list[Thinking] = []
     wire_items = [i for i in output if is_obj(i)]
     for item in wire_items:
-        if item.get("type") == "message":
+        if item.get("type") == "reasoning":
+            thinking.append(_thinking(item, provider))
+        elif item.get("type") == "message":
             for part in items(item, "content"):
                 texts.append(text(part, "text") or text(part, "refusal") or "")
         elif item.get("type") == "function_call":
@@ -254,7 +286,23 @@ def _decode(
         usage=decode_usage(obj(response, "usage")),
         body=body,
         incomplete=cut,
+        thinking=thinking,
     )
+
+
+def _thinking(item: JSONObject, provider: str) -> Thinking:
+    """A reasoning item whole (id, summary, encrypted content), keys sorted as the log keeps
+    them; its text is the summary's, or the raw reasoning text some servers send."""
+    parts = items(item, "summary") or items(item, "content")
+    said = "\n\n".join(t for p in parts if (t := text(p, "text")))
+    return Thinking(said, provider, {k: sorted_copy(item[k]) for k in sorted(item)})
+
+
+# The summary as it streams; the raw reasoning text (`reasoning_text`) from servers that
+# send it (gpt-oss on vLLM). The item itself comes whole in `response.output_item.done`.
+REASONING_DELTAS = frozenset(
+    {"response.reasoning_summary_text.delta", "response.reasoning_text.delta"}
+)
 
 
 class StreamAssembler:
@@ -262,8 +310,11 @@ class StreamAssembler:
     final `response.completed` (or `.incomplete`) carries usage and, usually, the whole
     output, which wins over what the deltas assembled."""
 
-    def __init__(self, model: str, on_delta: DeltaObserver | None = None) -> None:
+    def __init__(
+        self, model: str, on_delta: DeltaObserver | None = None, provider: str = PROVIDER
+    ) -> None:
         self.model = model
+        self._provider = provider
         self._on_delta = on_delta
         self._sse = SSEDecoder()
         self._items: dict[int, JSONObject] = {}
@@ -281,7 +332,7 @@ class StreamAssembler:
         output = items(self._final, "output")
         if not output:
             output = [self._items[i] for i in sorted(self._items)]
-        return _decode(self.model, self._final, output, body)
+        return _decode(self.model, self._final, output, body, self._provider)
 
     def _handle(self, data: str) -> None:
         payload = load_json(data)
@@ -292,7 +343,12 @@ class StreamAssembler:
             self._text_delta(count(payload, "output_index"), text(payload, "delta") or "")
         elif kind == "response.function_call_arguments.delta":
             self._arguments_delta(count(payload, "output_index"), text(payload, "delta") or "")
+        elif kind in REASONING_DELTAS:
+            piece = text(payload, "delta")
+            if self._on_delta is not None and piece:
+                self._on_delta(Delta("reasoning", piece))
         elif kind in ("response.output_item.added", "response.output_item.done"):
+            # `.done` comes last and wins: only its encrypted content is whole.
             self._items[count(payload, "output_index")] = dict(obj(payload, "item"))
         elif kind == "response.failed":
             raise stream_error({"error": obj(obj(payload, "response"), "error")}, data)
