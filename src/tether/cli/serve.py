@@ -76,6 +76,14 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
         help="on SIGTERM, let running turns finish this long, then hand the rest over "
         "(left open for the next worker to go on with)",
     )
+    worker.add_argument(
+        "--poison-after",
+        type=int,
+        default=3,
+        metavar="N",
+        help="end a session failed once N workers in a row died while one of its tool calls "
+        "was running (a death while it waited on its model is not counted)",
+    )
     for p in (serve, worker):
         p.add_argument(
             "--lease-ttl",
@@ -286,6 +294,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     _positive("lease-ttl", args.lease_ttl)
     _positive("poll-interval", args.poll_interval)
     _positive("drain", args.drain, allow_zero=True)
+    _positive("poison-after", args.poison_after)
     gateway = gateway_config(args)
     endpoints = endpoint_policy(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -299,6 +308,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         gateway=gateway,
         park_after=park_after(args),
         endpoints=endpoints,
+        max_claims=args.poison_after,
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -325,11 +335,18 @@ async def cmd_worker(args: argparse.Namespace) -> int:
 async def _until_stopped(worker: Any, stopping: asyncio.Event, drain: float) -> None:
     """Take work until asked to stop; then take no more, and drain what runs."""
     run = asyncio.get_running_loop().create_task(worker.run())
-    await stopping.wait()
-    run.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await run
-    await worker.stop(drain=drain)
+    stop = asyncio.get_running_loop().create_task(stopping.wait())
+    try:
+        # A worker loop that fails ends the command with its error, not silently.
+        await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        run.cancel()
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
+        finally:
+            await worker.stop(drain=drain)
 
 
 RUNTIME_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {

@@ -56,8 +56,9 @@ class Worker:
     """`concurrency`: sessions run at once. `poll_interval`: how often to look for work
     when nobody said there is some (this process's `wake`, or the store's news). `lease_ttl`:
     how long a session whose worker died waits before another takes it over. `max_claims`:
-    how many workers a session may take down before it is ended `failed` as poisoned
-    (None: `runtime.claims.DEFAULT_MAX_CLAIMS`). `gateway`: the limits of the
+    how many workers in a row may die while a tool call of a session runs before it is
+    ended `failed` as poisoned (`tether worker --poison-after`; None:
+    `runtime.claims.DEFAULT_MAX_CLAIMS`). `gateway`: the limits of the
     model gateway each backend gets here (`gateways`); every model call passes it.
     `park_after`: a model call that would wait this long or longer for a spent budget or an
     open circuit is parked: the run stops, the session's slot and lease are let go, and it

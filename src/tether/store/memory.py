@@ -11,6 +11,7 @@ from tether.errors import Conflict, LeaseHeld, StoreUnavailable
 from tether.events import Event
 from tether.store.base import (
     READY_BLOB,
+    SUSPECT_CLAIMS,
     Claimed,
     DeferReason,
     Lease,
@@ -118,6 +119,11 @@ class MemoryStore:
             self._leases[lease.session_id] = Lease(lease.session_id, "", held.generation, 0.0)
             self._claims[lease.session_id] = 0  # a clean release: it killed no worker
 
+    async def acquit(self, lease: Lease) -> None:
+        held = self._leases.get(lease.session_id)
+        if held is not None and held.generation == lease.generation and held.owner:
+            self._claims[lease.session_id] = 1
+
     async def current_lease(self, session_id: str) -> Lease | None:
         held = self._leases.get(session_id)
         if held is None or held.expires <= self._clock():
@@ -151,20 +157,21 @@ class MemoryStore:
             return None
         return Queued(session_id, deferred[0], deferred[1])
 
-    def _free(self, now: float) -> Iterator[tuple[str, int, bool]]:
+    def _free(self, now: float) -> Iterator[tuple[str, int, int, float]]:
         """Marked sessions no lease holds and no deferral keeps back, oldest mark first, as
-        (session id, token, suspect)."""
+        (session id, token, claims counted, when the lease ran out)."""
         for sid, token in self._wakeups.items():
             deferred = self._deferred.get(sid)
             if deferred is not None and deferred[0] > now:
                 continue
             held = self._leases.get(sid)
             if held is None or held.expires <= now:
-                yield sid, token, self._claims.get(sid, 0) > 0
+                expired = held.expires if held is not None else 0.0
+                yield sid, token, self._claims.get(sid, 0), expired
 
     async def runnable(self, limit: int = 100) -> list[Wakeup]:
         free = itertools.islice(self._free(self._clock()), limit)
-        return [Wakeup(sid, token) for sid, token, _ in free]
+        return [Wakeup(sid, token) for sid, token, _, _ in free]
 
     async def claim_runnable(
         self, owner: str, ttl: float, limit: int = 1, *, alone: bool = True
@@ -172,11 +179,18 @@ class MemoryStore:
         check_claim(ttl, limit)
         now = self._clock()
         free = list(self._free(now))
-        suspects = [f for f in free if f[2]]
-        # A suspect only to a worker running nothing else, and by itself.
-        chosen = suspects[:1] if alone and suspects else [f for f in free if not f[2]][:limit]
+        suspects = sorted((f for f in free if f[2] >= SUSPECT_CLAIMS), key=lambda f: f[3])
+        if alone and suspects:
+            chosen = suspects[:1]  # only to a worker running nothing else, and by itself
+        else:
+            # Takeovers first, oldest expiry first (a stable sort keeps mark order after).
+            rest = sorted(
+                (f for f in free if f[2] < SUSPECT_CLAIMS),
+                key=lambda f: (0, f[3]) if f[2] > 0 else (1, 0.0),
+            )
+            chosen = rest[:limit]
         out: list[Claimed] = []
-        for sid, token, _ in chosen:
+        for sid, token, _, _ in chosen:
             lease = self._take(sid, owner, now + ttl)
             out.append(Claimed(Wakeup(sid, token), lease, self._claims[sid]))
         return out

@@ -304,9 +304,55 @@ BEGIN
 END $$;
 """
 
+# Takeover in parallel: a session whose worker died once (one claim counted on a lease that
+# ran out) goes to any worker, before fresh work, oldest expiry first; only a suspect (two or
+# more counted: `runtime.claims` forgives a death the session had no part in) goes to a
+# worker running nothing else, and by itself.
+_V3 = """
+CREATE OR REPLACE FUNCTION tether_claim_runnable(
+    p_owner text, p_ttl double precision, p_limit integer, p_alone boolean
+) RETURNS TABLE (session_id text, token bigint, generation bigint, expires double precision,
+                 claims integer)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    now_ double precision := tether_now();
+    w record;
+BEGIN
+    FOR w IN
+        SELECT k.session_id, k.token, coalesce(l.claims, 0) >= 2 AS suspect
+        FROM tether_wakeups k
+        LEFT JOIN tether_leases l ON l.session_id = k.session_id
+        WHERE (l.session_id IS NULL OR l.expires <= now_)
+          AND (k.not_before IS NULL OR k.not_before <= now_)
+          AND (p_alone OR coalesce(l.claims, 0) < 2)
+        ORDER BY coalesce(l.claims, 0) >= 2 DESC, coalesce(l.claims, 0) > 0 DESC,
+                 CASE WHEN coalesce(l.claims, 0) > 0 THEN l.expires END, k.marked, k.session_id
+        LIMIT CASE WHEN p_alone THEN 1 ELSE p_limit END
+        FOR UPDATE OF k SKIP LOCKED
+    LOOP
+        RETURN QUERY
+            INSERT INTO tether_leases AS l VALUES (w.session_id, p_owner, 1, now_ + p_ttl, 1)
+            ON CONFLICT (session_id) DO UPDATE
+                SET owner = p_owner, generation = l.generation + 1, expires = now_ + p_ttl,
+                    claims = l.claims + 1
+                WHERE l.expires <= tether_now()
+            RETURNING l.session_id, w.token, l.generation, l.expires, l.claims;
+        IF w.suspect THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    IF p_alone AND p_limit > 1 THEN
+        -- The oldest was no suspect: fill the rest of the worker's room as usual.
+        RETURN QUERY SELECT * FROM tether_claim_runnable(p_owner, p_ttl, p_limit - 1, false);
+    END IF;
+END $$;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sessions, events, leases with claim counts, wakeups, blobs, token buckets", _V1),
     Migration(2, "wakeups get a not-before time and its reason (parked, backoff)", _V2),
+    Migration(3, "takeovers go to any worker, oldest expiry first; suspects only alone", _V3),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -197,6 +197,13 @@ class PostgresStore:
             (lease.session_id, lease.generation),
         )
 
+    async def acquit(self, lease: Lease) -> None:
+        await self.execute(
+            "UPDATE tether_leases SET claims = 1 "
+            "WHERE session_id = %s AND generation = %s AND owner <> ''",
+            (lease.session_id, lease.generation),
+        )
+
     async def current_lease(self, session_id: str) -> Lease | None:
         row = await self.fetch_one(
             "SELECT owner, generation, expires FROM tether_leases "
@@ -252,12 +259,13 @@ class PostgresStore:
     async def claim_runnable(
         self, owner: str, ttl: float, limit: int = 1, *, alone: bool = True
     ) -> list[Claimed]:
-        """Claim up to `limit` runnable sessions at once, oldest mark first. Workers asking
-        together get different sessions without waiting on each other (SKIP LOCKED).
+        """Claim up to `limit` runnable sessions at once: takeovers oldest expiry first, then
+        fresh work oldest mark first. Workers asking together get different sessions without
+        waiting on each other (SKIP LOCKED).
 
-        A suspect — a session whose last worker died holding it — goes only to a worker
-        that runs nothing else (`alone`), and by itself, so that a session that kills its
-        worker takes no other down with it."""
+        A suspect — a session whose workers died holding it twice without a forgiving
+        `acquit` — goes only to a worker that runs nothing else (`alone`), and by itself, so
+        that a session that kills its worker takes no other down with it."""
         check_claim(ttl, limit)
         rows = await self.fetch_all(
             "SELECT * FROM tether_claim_runnable(%s, %s, %s, %s)", (owner, ttl, limit, alone)

@@ -471,6 +471,16 @@ class SQLiteStore:
 
         await self._submit(body)
 
+    async def acquit(self, lease: Lease) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE leases SET claims = 1 "
+                "WHERE session_id = ? AND generation = ? AND owner <> ''",
+                (lease.session_id, lease.generation),
+            )
+
+        await self._submit(body)
+
     async def current_lease(self, session_id: str) -> Lease | None:
         held = _held(self._db(), session_id)
         if held is None or held.expires <= time.time():

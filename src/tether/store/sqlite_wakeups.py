@@ -12,7 +12,7 @@ import sqlite3
 import time
 from typing import cast
 
-from tether.store.base import DeferReason, Queued, Wakeup
+from tether.store.base import SUSPECT_CLAIMS, DeferReason, Queued, Wakeup
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS wakeups (
@@ -82,16 +82,19 @@ def free(
     conn: sqlite3.Connection, now: float, limit: int, alone: bool
 ) -> list[tuple[Wakeup, int, int]]:
     """What `claim_runnable` takes, as (wakeup, the lease's generation now, its claims now):
-    a suspect (claims counted on a lease that ran out) alone and only when `alone`, otherwise
-    up to `limit` others, oldest mark first. Run under the write lock, so nobody else takes
-    them before the caller writes their leases."""
+    a suspect (`SUSPECT_CLAIMS` or more on a lease that ran out) alone and only when `alone`,
+    otherwise up to `limit` others: takeovers (one claim on a lease that ran out) oldest
+    expiry first, then fresh work oldest mark first. Run under the write lock, so nobody
+    else takes them before the caller writes their leases."""
     rows = conn.execute(
         "SELECT w.session_id, w.token, coalesce(l.generation, 0), coalesce(l.claims, 0) "
-        f"{_FREE}AND (?2 OR coalesce(l.claims, 0) = 0) "
-        "ORDER BY coalesce(l.claims, 0) > 0 DESC, w.marked, w.session_id LIMIT ?3",
-        (now, alone, limit),
+        f"{_FREE}AND (?2 OR coalesce(l.claims, 0) < ?4) "
+        "ORDER BY coalesce(l.claims, 0) >= ?4 DESC, coalesce(l.claims, 0) > 0 DESC, "
+        "CASE WHEN coalesce(l.claims, 0) > 0 THEN l.expires END, w.marked, w.session_id "
+        "LIMIT ?3",
+        (now, alone, limit, SUSPECT_CLAIMS),
     ).fetchall()
-    if rows and int(rows[0][3]) > 0:
+    if rows and int(rows[0][3]) >= SUSPECT_CLAIMS:
         rows = rows[:1]  # suspects sort first: the oldest goes out by itself
     return [(Wakeup(str(r[0]), int(r[1])), int(r[2]), int(r[3])) for r in rows]
 

@@ -99,11 +99,36 @@ async def a_deferred_mark_is_not_claimed_until_its_time(store: Store) -> None:
     assert _taken(later) == [("later", 1)]
 
 
+async def _dies_holding(store: Store, session_id: str, owner: str) -> Claimed:
+    """`owner` claims the session (it must be handed out) and dies: its lease runs out."""
+    claimed = await store.claim_runnable(owner, ttl=0.1, limit=10)
+    got = [c for c in claimed if c.lease.session_id == session_id]
+    assert got, f"{session_id} was not handed out to {owner}"
+    await asyncio.sleep(0.2)
+    return got[0]
+
+
+async def a_dead_workers_sessions_go_to_any_worker_oldest_expiry_first(store: Store) -> None:
+    await store.mark_runnable("fresh0")
+    await asyncio.sleep(0.002)
+    for sid in ("late", "early"):
+        await store.mark_runnable(sid)
+        await asyncio.sleep(0.002)
+    await store.claim("early", "worker-a", ttl=0.1)  # worker-a runs both and dies
+    await asyncio.sleep(0.02)
+    await store.claim("late", "worker-a", ttl=0.1)
+    await asyncio.sleep(0.2)
+    # A busy worker takes them over, before older fresh work, the oldest expiry first.
+    busy = await store.claim_runnable("worker-b", ttl=30, limit=2, alone=False)
+    assert _taken(busy) == [("early", 2), ("late", 2)], _taken(busy)
+    rest = await store.claim_runnable("worker-c", ttl=30, limit=5, alone=False)
+    assert _taken(rest) == [("fresh0", 1)]
+
+
 async def a_suspect_goes_only_to_a_worker_running_nothing_else_and_alone(store: Store) -> None:
     await store.mark_runnable("suspect")
-    died = await store.claim_runnable("worker-a", ttl=0.1, limit=1)
-    assert _taken(died) == [("suspect", 1)]
-    await asyncio.sleep(0.2)  # worker-a died holding it: its lease ran out, claims counted
+    await _dies_holding(store, "suspect", "worker-a")
+    await _dies_holding(store, "suspect", "worker-b")  # died again, not forgiven: a suspect
     for i in range(3):
         await store.mark_runnable(f"fresh{i}")
     busy = await store.claim_runnable("worker-b", ttl=30, limit=10, alone=False)
@@ -111,7 +136,7 @@ async def a_suspect_goes_only_to_a_worker_running_nothing_else_and_alone(store: 
     assert await store.claim_runnable("worker-c", ttl=30, limit=10, alone=False) == []
     await store.mark_runnable("fresh3")  # even with other work to take, the suspect goes alone
     idle = await store.claim_runnable("worker-d", ttl=30, limit=10, alone=True)
-    assert _taken(idle) == [("suspect", 2)], "a suspect was not handed out by itself"
+    assert _taken(idle) == [("suspect", 3)], "a suspect was not handed out by itself"
     assert [w.session_id for w in await store.runnable()] == ["fresh3"]
     # Released cleanly, it is no suspect any more: it goes with other work, in mark order.
     await store.release(idle[0].lease)
@@ -125,10 +150,27 @@ async def an_idle_worker_takes_the_oldest_suspect_before_older_work(store: Store
     await store.mark_runnable("suspect")
     await store.claim("suspect", "worker-a", ttl=0.1)  # worker-a runs it and dies
     await asyncio.sleep(0.2)
-    idle = await store.claim_runnable("worker-b", ttl=30, limit=5, alone=True)
-    assert _taken(idle) == [("suspect", 2)]
-    busy = await store.claim_runnable("worker-c", ttl=30, limit=5, alone=False)
+    await store.claim("suspect", "worker-b", ttl=0.1)  # and worker-b
+    await asyncio.sleep(0.2)
+    idle = await store.claim_runnable("worker-c", ttl=30, limit=5, alone=True)
+    assert _taken(idle) == [("suspect", 3)]
+    busy = await store.claim_runnable("worker-d", ttl=30, limit=5, alone=False)
     assert _taken(busy) == [("old", 1)]
+
+
+async def an_acquitted_session_is_no_suspect_when_its_worker_dies_again(store: Store) -> None:
+    await store.mark_runnable("s1")
+    await _dies_holding(store, "s1", "worker-a")
+    [taken] = await store.claim_runnable("worker-b", ttl=0.1, limit=1, alone=False)
+    assert _taken([taken]) == [("s1", 2)]
+    await store.acquit(taken.lease)  # worker-a's death was none of its doing
+    await asyncio.sleep(0.2)  # worker-b dies too
+    busy = await store.claim_runnable("worker-c", ttl=30, limit=1, alone=False)
+    assert _taken(busy) == [("s1", 2)], "an acquitted session was held back as a suspect"
+    await store.acquit(taken.lease)  # a stale lease acquits nothing
+    await asyncio.sleep(0.002)
+    await store.release(busy[0].lease)
+    assert _taken(await store.claim_runnable("worker-d", ttl=30, limit=1)) == [("s1", 1)]
 
 
 async def a_clean_release_resets_the_claims(store: Store) -> None:
@@ -140,13 +182,36 @@ async def a_clean_release_resets_the_claims(store: Store) -> None:
     second = await store.claim_runnable("worker-b", ttl=0.1, limit=1, alone=False)
     assert _taken(second) == [("s1", 1)]
     assert second[0].lease.generation > first[0].lease.generation
-    await asyncio.sleep(0.2)  # this time the worker dies holding it
-    assert await store.claim_runnable("worker-c", ttl=30, limit=1, alone=False) == []
-    third = await store.claim_runnable("worker-c", ttl=30, limit=1, alone=True)
+    await asyncio.sleep(0.2)  # this time the worker dies holding it: a takeover
+    third = await store.claim_runnable("worker-c", ttl=0.1, limit=1, alone=False)
     assert _taken(third) == [("s1", 2)]
-    await store.release(third[0].lease)
-    fourth = await store.claim_runnable("worker-d", ttl=30, limit=1, alone=False)
-    assert _taken(fourth) == [("s1", 1)]
+    await asyncio.sleep(0.2)  # and again: now a suspect
+    assert await store.claim_runnable("worker-d", ttl=30, limit=1, alone=False) == []
+    fourth = await store.claim_runnable("worker-d", ttl=30, limit=1, alone=True)
+    assert _taken(fourth) == [("s1", 3)]
+    await store.release(fourth[0].lease)
+    fifth = await store.claim_runnable("worker-e", ttl=30, limit=1, alone=False)
+    assert _taken(fifth) == [("s1", 1)]
+
+
+async def an_append_under_a_released_lease_is_refused(store: Store) -> None:
+    await store.mark_runnable("s1")
+    [got] = await store.claim_runnable("worker-a", ttl=30, limit=1)
+    await store.append("s1", _one_event("s1", 1, "a"), 0, got.lease)
+    await store.release(got.lease)
+    try:
+        await store.append("s1", _one_event("s1", 2, "b"), 1, got.lease)
+    except LeaseLost:
+        pass
+    else:
+        raise AssertionError("an append under a released lease was accepted")
+    try:
+        await store.renew(got.lease, 30)
+    except LeaseLost:
+        pass
+    else:
+        raise AssertionError("a released lease was renewed")
+    assert await store.last_seq("s1") == 1
 
 
 async def a_claim_of_no_sessions_or_without_a_ttl_is_refused(store: Store) -> None:
@@ -166,8 +231,11 @@ CLAIM_CHECKS: list[Check] = [
     workers_claiming_at_once_get_different_sessions,
     claimed_sessions_come_oldest_first_within_the_limit_and_fence_appends,
     a_deferred_mark_is_not_claimed_until_its_time,
+    a_dead_workers_sessions_go_to_any_worker_oldest_expiry_first,
     a_suspect_goes_only_to_a_worker_running_nothing_else_and_alone,
     an_idle_worker_takes_the_oldest_suspect_before_older_work,
+    an_acquitted_session_is_no_suspect_when_its_worker_dies_again,
     a_clean_release_resets_the_claims,
+    an_append_under_a_released_lease_is_refused,
     a_claim_of_no_sessions_or_without_a_ttl_is_refused,
 ]

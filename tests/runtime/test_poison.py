@@ -1,0 +1,104 @@
+"""Poison detection convicts only the guilty: a death counts against a session only when one
+of its tool calls was in flight, and only deaths in a row; a session killed while it waited
+on its model is forgiven, however often. Real SQLite and the memory store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tether.events import ModelResponded, SessionCreated, ToolFinished, ToolStarted, UserMessage
+from tether.fold import Folder
+from tether.messages import Message, ToolCall, user
+from tether.runtime.claims import take_work
+from tether.session.log import SessionLog
+from tether.store.base import Store
+from tether.store.memory import MemoryStore
+from tether.store.sqlite import SQLiteStore
+
+TTL = 0.1
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    s: Store = MemoryStore() if request.param == "memory" else SQLiteStore(str(tmp_path / "t.db"))
+    yield s
+    await s.close()
+
+
+async def _waiting_on_its_model(store: Store, sid: str) -> SessionLog:
+    log = SessionLog(store, sid)
+    await log.append(SessionCreated(model="scripted", system=None, tools={}))
+    await log.append(UserMessage(user("go")))
+    await store.mark_runnable(sid)
+    return log
+
+
+async def _with_a_started_call(store: Store, sid: str, call: str = "c1") -> SessionLog:
+    log = await _waiting_on_its_model(store, sid)
+    answer = Message("assistant", (ToolCall(call, "write", {}),))
+    await log.append(ModelResponded(answer, stop="tool_calls"), ToolStarted(call, "write"))
+    return log
+
+
+async def _dies(store: Store, worker: str, *, alone: bool = True) -> list[str]:
+    """`worker` takes what it is given and dies holding it: its leases run out."""
+    got = await take_work(store, worker, ttl=TTL, limit=5, alone=alone, max_claims=3)
+    await asyncio.sleep(TTL * 1.5)
+    return [c.lease.session_id for c in got]
+
+
+async def test_a_session_killed_while_waiting_on_its_model_is_never_condemned(
+    store: Store,
+) -> None:
+    await _waiting_on_its_model(store, "innocent")
+    for n in range(6):  # twice the limit of workers killed under it
+        assert await _dies(store, f"w{n}", alone=False) == ["innocent"], n
+    [taken] = await take_work(store, "last", ttl=30, limit=5, alone=False, max_claims=3)
+    assert taken.lease.session_id == "innocent"
+    view = Folder().apply_all(await store.read("innocent")).view()
+    assert view.state != "failed"
+
+
+async def test_a_session_that_kills_its_workers_with_a_call_is_parked_naming_it(
+    store: Store,
+) -> None:
+    await _with_a_started_call(store, "poison")
+    await _waiting_on_its_model(store, "other")
+    assert sorted(await _dies(store, "w1")) == ["other", "poison"]
+    # Taken over by a busy worker, both: "other" is forgiven, "poison" struck once.
+    assert sorted(await _dies(store, "w2", alone=False)) == ["other", "poison"]
+    # Struck, it is a suspect: a busy worker is not handed it, only "other".
+    [other] = await take_work(store, "busy", ttl=30, limit=5, alone=False, max_claims=3)
+    assert other.lease.session_id == "other"
+    await store.clear_runnable(other.wakeup)
+    await store.release(other.lease)
+    assert await _dies(store, "w3") == ["poison"]  # strike 2, alone
+    assert await take_work(store, "w4", ttl=30, limit=5, alone=True, max_claims=3) == []
+    view = Folder().apply_all(await store.read("poison")).view()
+    assert (view.state, view.stop_reason) == ("failed", "error")
+    assert view.stop_detail is not None and "write (c1)" in view.stop_detail
+    assert "3 times" in view.stop_detail, view.stop_detail
+    assert await store.current_lease("poison") is None
+    assert await store.runnable() == []
+
+
+async def test_a_death_while_idle_forgives_the_strikes_before_it(store: Store) -> None:
+    log = await _with_a_started_call(store, "s")
+    assert await _dies(store, "w1") == ["s"]
+    assert await _dies(store, "w2") == ["s"]  # strike 1 (w1 died mid-call); a suspect now
+    # w3 takes it, finishes the call (no call in flight) and is killed from outside.
+    [taken] = await take_work(store, "w3", ttl=TTL, limit=1, alone=True, max_claims=3)
+    log.lease = taken.lease
+    await log.refresh()
+    await log.append(ToolFinished("c1", "ok", "done"))
+    await asyncio.sleep(TTL * 1.5)
+    # w3's death, found at the next claim (still by an idle worker: the store cannot know),
+    # is forgiven, and the strikes before it: once w4 dies too, a busy worker takes it over.
+    assert await _dies(store, "w4") == ["s"]
+    [again] = await take_work(store, "w5", ttl=30, limit=1, alone=False, max_claims=3)
+    assert again.lease.session_id == "s"
+    assert Folder().apply_all(await store.read("s")).view().state != "failed"
