@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+
 import anthropic.types
 import pydantic
 import pytest
 
 from tether import errors
-from tether.messages import Text, ToolCall, ToolResult, assistant, tool_results, user
+from tether.messages import (
+    Message,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    assistant,
+    tool_results,
+    user,
+)
 from tether.providers.anthropic import AnthropicModel, encode_request
 from tether.providers.base import Delta
 
@@ -249,7 +260,9 @@ async def test_bearer_auth_replaces_the_api_key_header(recorder: Recorder) -> No
     assert sent["authorization"] == "Bearer sk-test" and "x-api-key" not in sent
 
 
-async def test_thinking_blocks_are_neither_kept_nor_offered_as_text(recorder: Recorder) -> None:
+async def test_streamed_thinking_is_kept_with_its_signature_and_offered_as_reasoning(
+    recorder: Recorder,
+) -> None:
     events = [
         (
             "message_start",
@@ -287,6 +300,14 @@ async def test_thinking_blocks_are_neither_kept_nor_offered_as_text(recorder: Re
             {
                 "type": "content_block_start",
                 "index": 1,
+                "content_block": {"type": "redacted_thinking", "data": "EmwKAhgBEgy"},
+            },
+        ),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 2,
                 "content_block": {"type": "text", "text": ""},
             },
         ),
@@ -294,7 +315,7 @@ async def test_thinking_blocks_are_neither_kept_nor_offered_as_text(recorder: Re
             "content_block_delta",
             {
                 "type": "content_block_delta",
-                "index": 1,
+                "index": 2,
                 "delta": {"type": "text_delta", "text": "Hi."},
             },
         ),
@@ -308,17 +329,78 @@ async def test_thinking_blocks_are_neither_kept_nor_offered_as_text(recorder: Re
         ),
         ("message_stop", {"type": "message_stop"}),
     ]
-    import json
-
     body = b"".join(f"event: {n}\ndata: {json.dumps(d)}\n\n".encode() for n, d in events)
     recorder.reply(200, body)
     seen: list[Delta] = []
     response = await _model(recorder, stream=True).complete(
         request((user("hi"),), on_delta=seen.append)
     )
-    assert response.message.parts == (Text("Hi."),)
-    assert seen == [Delta("text", "Hi.")]
+    assert response.message.parts == (
+        Thinking("hmm", "anthropic", {"signature": "sig"}),
+        Thinking("", "anthropic", {"redacted": "EmwKAhgBEgy"}),
+        Text("Hi."),
+    )
+    assert seen == [Delta("reasoning", "hmm"), Delta("text", "Hi.")]
     assert response.usage.output_tokens == 9
+
+
+async def test_betas_go_in_one_anthropic_beta_header(recorder: Recorder) -> None:
+    recorder.reply(200, wire_bytes("anthropic-response-end-turn.json"))
+    model = AnthropicModel(
+        "claude-sonnet-4-5",
+        api_key="sk-test",
+        http_client=recorder.client(),
+        betas=("interleaved-thinking-2025-05-14", "other-2025-01-01"),
+    )
+    await model.complete(request((user("hi"),)))
+    sent = recorder.requests[0].headers
+    assert sent["anthropic-beta"] == "interleaved-thinking-2025-05-14,other-2025-01-01"
+
+
+def test_thinking_goes_back_as_it_came_and_another_providers_is_left_out() -> None:
+    turn = Message(
+        "assistant",
+        (
+            Thinking("hmm", "anthropic", {"signature": "sig"}),
+            Thinking("", "anthropic", {"redacted": "EmwK"}),
+            Thinking("other", "openai-responses", {"encrypted_content": "gAAA"}),
+            Text("Let me look."),
+            ToolCall("toolu_1", "search", {"q": "x"}),
+        ),
+    )
+    body = encode_request("claude-sonnet-4-5", request((user("hi"), turn)))
+    assert body["messages"][1] == {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+            {"type": "redacted_thinking", "data": "EmwK"},
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"q": "x"}},
+        ],
+    }
+
+
+async def test_a_whole_answer_keeps_its_thinking_blocks_first(recorder: Recorder) -> None:
+    answer = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [
+            {"type": "thinking", "thinking": "The user wants x.", "signature": "EqQBCg"},
+            {"type": "redacted_thinking", "data": "EmwKAh"},
+            {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"q": "x"}},
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 10, "output_tokens": 20},
+    }
+    recorder.reply(200, json.dumps(answer).encode())
+    response = await _model(recorder).complete(request((user("hi"),)))
+    assert response.message.thinking == (
+        Thinking("The user wants x.", "anthropic", {"signature": "EqQBCg"}),
+        Thinking("", "anthropic", {"redacted": "EmwKAh"}),
+    )
+    assert response.stop == "tool_calls" and len(response.message.tool_calls) == 1
 
 
 async def test_an_error_body_with_status_200_still_raises(recorder: Recorder) -> None:

@@ -265,7 +265,11 @@ async def test_anthropic_thinks_with_the_budget_derived_from_an_effort() -> None
     ("settings", "tools", "named"),
     [
         (ModelSettings(reasoning=Reasoning(budget_tokens=500)), (), "at least 1024"),
-        (ModelSettings(reasoning=Reasoning(budget_tokens=4000)), (ADD,), "with tools"),
+        (
+            ModelSettings(reasoning=Reasoning(budget_tokens=4000), tool_choice="required"),
+            (ADD,),
+            "tool_choice auto or none",
+        ),
         (ModelSettings(reasoning=Reasoning(effort="low"), temperature=0.2), (), "temperature"),
         (
             ModelSettings(reasoning=Reasoning(budget_tokens=4000), max_output_tokens=2000),

@@ -1,7 +1,8 @@
 """The Anthropic Messages codec: neutral request -> `/v1/messages` JSON, and the JSON answer or
 SSE stream -> `ModelResponse`. `system` is top level; all tool results of a turn travel as one
-user message of `tool_result` blocks. Thinking blocks are dropped: the neutral message has no
-part for them, so extended thinking with tools is not supported yet.
+user message of `tool_result` blocks. Thinking and redacted thinking blocks become `Thinking`
+parts (the signature or the redacted data in `data`) and go back as they came, before the
+turn's text and tool calls, as the API requires with extended thinking and tools.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tether.messages import (
     JSONValue,
     Message,
     Text,
+    Thinking,
     ToolCall,
     ToolResult,
     Usage,
@@ -41,6 +43,7 @@ from tether.providers.http import Endpoint, SSEDecoder, SSEEvent
 from tether.providers.settings_wire import output_cap, tool_choice, unsupported
 from tether.settings import ModelSettings, apply_extra
 
+PROVIDER = "anthropic"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_VERSION = "2023-06-01"
 # The API requires max_tokens. Without one in the request, the catalog's limit is used, capped
@@ -67,13 +70,16 @@ class AnthropicModel(CodecModel):
         stream: bool = False,
         version: str = DEFAULT_VERSION,
         bearer: bool = False,
+        betas: Sequence[str] = (),
     ) -> None:
         # Newer API versions (and gateways) also take the key as `Authorization: Bearer`.
         auth = {"authorization": f"Bearer {api_key}"} if bearer else {"x-api-key": api_key}
         headers = {**auth, "anthropic-version": version}
+        if betas:  # e.g. interleaved-thinking-2025-05-14: thinking between tool calls
+            headers["anthropic-beta"] = ",".join(betas)
         url = base_url.rstrip("/") + "/v1/messages"
         endpoint = Endpoint(url, headers, classify_anthropic, http_client)
-        super().__init__(model, endpoint, stream=stream, provider="anthropic")
+        super().__init__(model, endpoint, stream=stream, provider=PROVIDER)
 
     def encode(self, request: ModelRequest) -> JSONObject:
         return encode_request(self.model, request, stream=self.streaming)
@@ -177,12 +183,10 @@ def _encode_thinking(
     budget = settings.reasoning.effective_budget
     if budget < 1024:
         raise UsageError(f"Anthropic's thinking budget is at least 1024 tokens, not {budget}")
-    if request.tools and settings.tool_choice != "none":
-        # Its thinking blocks must travel back with each tool call's result, and the
-        # neutral message has no part for them yet.
+    if request.tools and settings.tool_choice not in (None, "auto", "none"):
         raise UsageError(
-            "Anthropic extended thinking (ModelSettings.reasoning) with tools is not supported "
-            "yet: thinking blocks are not carried back across tool calls"
+            "Anthropic extended thinking takes tool_choice auto or none only, not "
+            f"{settings.tool_choice!r}: leave it unset with reasoning"
         )
     if settings.temperature is not None or (settings.top_p is not None and settings.top_p < 0.95):
         raise UsageError(
@@ -253,7 +257,27 @@ def _encode_message(message: Message) -> tuple[str, JSONValue]:
             blocks.append(block)
         elif isinstance(part, Image):
             blocks.append(encode_image(part))
+        elif isinstance(part, Thinking) and part.provider == PROVIDER:
+            blocks.append(encode_thinking(part))
+        # Another provider's reasoning is left out: only its author can read it.
     return ("assistant" if message.role == "assistant" else "user"), blocks
+
+
+def encode_thinking(part: Thinking) -> JSONObject:
+    """The block as the API sent it: thinking text with its signature, or redacted data."""
+    if "redacted" in part.data:
+        return {"type": "redacted_thinking", "data": part.data["redacted"]}
+    return {"type": "thinking", "thinking": part.text, "signature": part.data.get("signature", "")}
+
+
+def decode_thinking(block: JSONObject) -> Thinking | None:
+    kind = block.get("type")
+    if kind == "thinking":
+        signature = text(block, "signature") or ""
+        return Thinking(text(block, "thinking") or "", PROVIDER, {"signature": signature})
+    if kind == "redacted_thinking":
+        return Thinking("", PROVIDER, {"redacted": text(block, "data") or ""})
+    return None
 
 
 def _result_content(result: ToolResult) -> JSONValue:
@@ -301,9 +325,13 @@ def decode_response(model: str, body: bytes) -> ModelResponse:
     stop = text(data, "stop_reason")
     texts: list[str] = []
     calls: list[ToolCall] = []
+    thinking: list[Thinking] = []
     blocks = [b for b in items(data, "content") if is_obj(b)]
     for block in blocks:
-        if block.get("type") == "text":
+        thought = decode_thinking(block)
+        if thought is not None:
+            thinking.append(thought)
+        elif block.get("type") == "text":
             texts.append(text(block, "text") or "")
         elif block.get("type") == "tool_use":
             calls.append(
@@ -320,17 +348,26 @@ def decode_response(model: str, body: bytes) -> ModelResponse:
         usage=decode_usage(obj(data, "usage")),
         body=body,
         incomplete=cut,
+        thinking=thinking,
     )
 
 
 class _Block:
-    __slots__ = ("id", "kind", "name", "parts")
+    __slots__ = ("id", "kind", "name", "parts", "signature", "start")
 
-    def __init__(self, kind: str, call_id: str = "", name: str = "") -> None:
-        self.kind = kind
-        self.id = call_id
-        self.name = name
+    def __init__(self, start: JSONObject) -> None:
+        self.start = start  # the content_block_start's block: a redacted one is whole there
+        self.kind = text(start, "type") or ""
+        self.id = text(start, "id") or ""
+        self.name = text(start, "name") or ""
         self.parts: list[str] = []
+        self.signature: list[str] = []
+
+    def thinking(self) -> Thinking | None:
+        if self.kind == "thinking":
+            whole = {"type": "thinking", "thinking": "".join(self.parts)}
+            return decode_thinking({**whole, "signature": "".join(self.signature)})
+        return decode_thinking(self.start)
 
 
 # The events whose data the answer is built from (`message` is SSE's default name, which a
@@ -372,6 +409,7 @@ class StreamAssembler:
         if not self._done:
             raise ConnectionFailed("the stream ended before message_stop")
         ordered = [self._blocks[i] for i in sorted(self._blocks)]
+        thinking = [t for t in (b.thinking() for b in ordered) if t is not None]
         texts = [("".join(b.parts)) for b in ordered if b.kind == "text"]
         calls = [tool_call(b.id, b.name, "".join(b.parts)) for b in ordered if b.kind == "tool_use"]
         cut = self._stop == "max_tokens" and bool(ordered) and ordered[-1].kind == "tool_use"
@@ -385,6 +423,7 @@ class StreamAssembler:
             usage=decode_usage(self._usage),
             body=body,
             incomplete=cut,
+            thinking=thinking,
         )
 
     def _event(self, event: SSEEvent) -> None:
@@ -399,10 +438,7 @@ class StreamAssembler:
         if kind == "content_block_delta":
             self._delta(count(payload, "index"), obj(payload, "delta"))
         elif kind == "content_block_start":
-            block = obj(payload, "content_block")
-            self._blocks[count(payload, "index")] = _Block(
-                text(block, "type") or "", text(block, "id") or "", text(block, "name") or ""
-            )
+            self._blocks[count(payload, "index")] = _Block(obj(payload, "content_block"))
         elif kind == "message_start":
             self._usage.update(obj(obj(payload, "message"), "usage"))
         elif kind == "message_delta":
@@ -418,12 +454,26 @@ class StreamAssembler:
         if block is None:
             return
         kind = delta.get("type")
-        piece = text(delta, "text") if kind == "text_delta" else text(delta, "partial_json")
-        if piece is None or kind not in ("text_delta", "input_json_delta"):
+        if kind == "signature_delta":
+            block.signature.append(text(delta, "signature") or "")
+            return
+        key = _DELTA_KEYS.get(kind)  # type: ignore[arg-type]
+        piece = None if key is None else text(delta, key)
+        if piece is None:
             return
         block.parts.append(piece)
         if self._on_delta is not None and piece:
             if kind == "text_delta":
                 self._on_delta(Delta("text", piece))
+            elif kind == "thinking_delta":
+                self._on_delta(Delta("reasoning", piece))
             else:
                 self._on_delta(Delta("tool_input", piece, block.id))
+
+
+# Where each delta kind keeps its piece.
+_DELTA_KEYS = {
+    "text_delta": "text",
+    "input_json_delta": "partial_json",
+    "thinking_delta": "thinking",
+}
