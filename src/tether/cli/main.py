@@ -107,6 +107,7 @@ async def cmd_run(
     # MCP servers start and list their tools here, before the store is touched.
     source, mcp_tools = await load_mcp_tools(args.mcp, [t.name for t in tools])
     try:
+        args.system = await source.system_prompt(args.system)  # servers' `use_instructions`
         return await _run_agent(args, task, resolved, tools + mcp_tools)
     finally:
         await source.aclose()

@@ -48,6 +48,7 @@ _KEY_ALIASES = {
     "http_headers": "headers",
     "enabledTools": "enabled_tools",
     "disabledTools": "disabled_tools",
+    "useInstructions": "use_instructions",
 }
 _KNOWN_KEYS = frozenset(
     {
@@ -66,6 +67,7 @@ _KNOWN_KEYS = frozenset(
         "enabled",
         "enabled_tools",
         "disabled_tools",
+        "use_instructions",
     }
 )
 # `${VAR}`, or `${VAR:-default}` (the default when VAR is unset or empty, as in a shell).
@@ -80,7 +82,8 @@ class McpServerConfig:
     (as the server names them) that need an approval. `timeout` bounds each call;
     `startup_timeout` bounds starting the server and the MCP handshake. `enabled_tools`
     (None: all) and `disabled_tools` name the server's tools that are offered and hidden;
-    a name the server does not have is an error when its tools are listed."""
+    a name the server does not have is an error when its tools are listed. `use_instructions`:
+    the server's `instructions` are added to the system prompt (`McpToolSource.system_prompt`)."""
 
     name: str
     command: str | None = None
@@ -95,6 +98,7 @@ class McpServerConfig:
     protocol: str = "auto"
     enabled_tools: frozenset[str] | None = None
     disabled_tools: frozenset[str] = frozenset()
+    use_instructions: bool = False
 
     def __post_init__(self) -> None:
         where = f"MCP server {self.name!r}"
@@ -186,7 +190,7 @@ def server_from_mapping(
 ) -> McpServerConfig | None:
     """One server's settings (`command`/`args`/`env`/`cwd` or `url`/`headers`, plus
     `needsApproval`, `timeout`, `startupTimeout`, `protocol`, `enabled_tools`,
-    `disabled_tools`); None when it is disabled. `${VAR}` and `${VAR:-default}` in any string
+    `disabled_tools`, `use_instructions`); None when it is disabled. `${VAR}` and `${VAR:-default}` in any string
     of `command`, `args`, `env`, `cwd`, `url` and `headers` are read from the environment."""
     where = f"{source}: MCP server {name!r}"
     if not isinstance(entry, Mapping):
@@ -223,6 +227,7 @@ def server_from_mapping(
         ),
         "startup_timeout": startup or DEFAULT_STARTUP_TIMEOUT,
         "protocol": str(settings.get("protocol", "auto")),
+        "use_instructions": _flag(settings, "use_instructions", where),
     }
     try:
         return McpServerConfig(name=name, **fields)
@@ -278,6 +283,13 @@ def _expand(text: str, where: str) -> str:
         return os.environ[var]
 
     return _ENV_REF.sub(value, text)
+
+
+def _flag(settings: Mapping[str, Any], key: str, where: str) -> bool:
+    value = settings.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: {key!r} must be true or false, not {value!r}")
+    return value
 
 
 def _approval(value: object, where: str) -> bool | frozenset[str]:

@@ -33,6 +33,7 @@ from tether.tools.mcp.errors import (
     McpUnsupported,
 )
 from tether.tools.mcp.http import DELIVERY, Delivery, HttpState, http_transport, refused
+from tether.tools.mcp.logs import log_to_python, wanted_level
 from tether.tools.mcp.stderr import StderrTail
 
 logger = logging.getLogger(__name__)
@@ -321,6 +322,8 @@ class McpConnection:
             mode=config.protocol,
             cache=None,  # the listing is cached here, and refreshed on list_changed
             message_handler=self._on_message,
+            logging_callback=log_to_python(self.name),
+            log_level=wanted_level(),  # servers on 2026-07-28 send logs only when asked
             client_info=_CLIENT_INFO,
         )
 

@@ -107,6 +107,24 @@ class McpToolSource:
             known = ", ".join(map(repr, self.connections)) or "none"
             raise ConfigError(f"no MCP server is named {server!r} (configured: {known})") from None
 
+    async def instructions(self) -> dict[str, str]:
+        """Each server's `instructions` (from its handshake), for servers that give some."""
+        found = {}
+        for name, connection in self.connections.items():
+            if text := await connection.instructions():
+                found[name] = text
+        return found
+
+    async def system_prompt(self, system: str | None = None) -> str | None:
+        """`system` with the instructions of every server whose config sets
+        `use_instructions` added after it, each headed by its server's name; `system`
+        unchanged when none has any. Use it as `Agent(system=await source.system_prompt(s))`."""
+        parts = [system] if system else []
+        for name, connection in self.connections.items():
+            if connection.config.use_instructions and (text := await connection.instructions()):
+                parts.append(f"Instructions from the MCP server {name!r}:\n{text.strip()}")
+        return "\n\n".join(parts) if parts else system
+
     async def list_resources(self) -> list[McpResource]:
         """Every resource of every server that offers resources (others are skipped)."""
         return await self._gather(catalog.list_resources)
