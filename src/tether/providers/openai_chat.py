@@ -1,6 +1,9 @@
 """The OpenAI Chat Completions codec, which also serves OpenRouter, vLLM, llama.cpp and any
 OpenAI-compatible base URL. Arguments travel as JSON strings; each tool result is its own
 `tool` message, in call order; streamed call fragments are keyed by `index` and interleave.
+Reasoning comes in message fields (`reasoning_content`: DeepSeek, vLLM; `reasoning` and
+`reasoning_details`: OpenRouter), kept as received in one `Thinking` part and set again on
+the assistant message for the same provider (`chat_reasoning.py`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import httpx
 from tether.errors import ConnectionFailed
 from tether.messages import Image, JSONObject, JSONValue, Message, Text, ToolCall, Usage
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
+from tether.providers.chat_reasoning import ReasoningAssembler, decode_thinking, encode_thinking
 from tether.providers.classify import body_error, classify_openai, stream_error
 from tether.providers.codec import CodecModel
 from tether.providers.common import (
@@ -76,13 +80,14 @@ class OpenAIChatModel(CodecModel):
             stream=self.streaming,
             max_tokens_field=self.max_tokens_field,
             reasoning_style=self.reasoning_style,
+            provider=self.provider,
         )
 
     def decode(self, body: bytes, seed: str) -> ModelResponse:
-        return decode_response(self.model, body, seed)
+        return decode_response(self.model, body, seed, self.provider)
 
     def assembler(self, on_delta: DeltaObserver | None, seed: str) -> StreamAssembler:
-        return StreamAssembler(self.model, on_delta, seed)
+        return StreamAssembler(self.model, on_delta, seed, self.provider)
 
 
 # --- request ------------------------------------------------------------------------------
@@ -95,11 +100,12 @@ def encode_request(
     stream: bool = False,
     max_tokens_field: MaxTokensField = "max_completion_tokens",
     reasoning_style: ReasoningStyle = "effort",
+    provider: str = "openai",
 ) -> JSONObject:
     messages: list[JSONValue] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
-    messages.extend(encode_messages(request.messages))
+    messages.extend(encode_messages(request.messages, provider))
     body: JSONObject = {"model": model, "messages": messages}
     if request.tools:
         body["tools"] = [
@@ -167,7 +173,7 @@ def _encode_settings(
     apply_extra(body, settings.extra)
 
 
-def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
+def encode_messages(messages: Sequence[Message], provider: str = "openai") -> list[JSONValue]:
     out: list[JSONValue] = []
     for message in messages:
         if message.role == "user":
@@ -178,6 +184,7 @@ def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
             if not calls and not said:
                 continue  # content null with no calls is refused
             wire: JSONObject = {"role": "assistant", "content": said or None}
+            wire.update(encode_thinking(message, provider))
             if calls:
                 wire["tool_calls"] = [_encode_call(c) for c in calls]
             out.append(wire)
@@ -263,7 +270,9 @@ def _is_error(payload: JSONObject) -> bool:
     return payload.get("error") is not None or payload.get("object") == "error"
 
 
-def decode_response(model: str, body: bytes, seed: str = "") -> ModelResponse:
+def decode_response(
+    model: str, body: bytes, seed: str = "", provider: str = "openai"
+) -> ModelResponse:
     data = load_json(body)
     if not is_obj(data):
         raise ConnectionFailed("the model host answered 200 with a body that is not JSON")
@@ -285,6 +294,7 @@ def decode_response(model: str, body: bytes, seed: str = "") -> ModelResponse:
         raw = text(obj(items(message, "tool_calls")[-1], "function"), "arguments") or ""
         calls[-1] = truncated(calls[-1], raw)
     usage = obj(data, "usage")
+    thinking = decode_thinking(message, provider)
     return finish(
         model=model,
         text_parts=[answer],
@@ -294,6 +304,7 @@ def decode_response(model: str, body: bytes, seed: str = "") -> ModelResponse:
         body=body,
         incomplete=cut,
         cost_usd=provider_cost(usage),
+        thinking=() if thinking is None else (thinking,),
     )
 
 
@@ -311,10 +322,17 @@ class StreamAssembler:
     keyed by `index`; a fragment with a new id at a used index starts a new call (some
     compatible servers send every call at index 0)."""
 
-    def __init__(self, model: str, on_delta: DeltaObserver | None = None, seed: str = "") -> None:
+    def __init__(
+        self,
+        model: str,
+        on_delta: DeltaObserver | None = None,
+        seed: str = "",
+        provider: str = "openai",
+    ) -> None:
         self.model = model
         self._on_delta = on_delta
         self._seed = seed
+        self._reasoning = ReasoningAssembler(provider, on_delta)
         self._sse = SSEDecoder()
         self._texts: list[str] = []
         self._calls: list[_Call] = []
@@ -352,6 +370,7 @@ class StreamAssembler:
             body=body,
             incomplete=cut,
             cost_usd=provider_cost(self._usage),
+            thinking=self._reasoning.finish(),
         )
 
     def _handle(self, data: str) -> None:
@@ -368,6 +387,7 @@ class StreamAssembler:
             if count(choice, "index") != 0:
                 continue  # n > 1 is never requested
             delta = obj(choice, "delta")
+            self._reasoning.feed(delta)
             piece = text(delta, "content")
             if piece:
                 self._texts.append(piece)
