@@ -73,8 +73,9 @@ class ModelSettings:
     tenant's cap, is sent); `stop` (a list of sequences); `seed`; `tool_choice` ("auto",
     "required", "none" or the name of one of the agent's tools); `parallel_tool_calls`;
     `timeout` (seconds: bounds each HTTP attempt whole, a stream included); `reasoning`
-    (`Reasoning`); `cache` (prompt caching, on by default; reserved: no codec acts on it
-    yet); `extra` (merged into the request body last, as a JSON merge patch: objects merge
+    (`Reasoning`); `cache` (prompt caching, on by default: Anthropic gets cache breakpoints
+    on the system prompt or tools and on the latest message; OpenAI caches on its own);
+    `extra` (merged into the request body last, as a JSON merge patch: objects merge
     key by key, a null removes the key, anything else replaces).
 
     A setting the provider cannot honour is a `UsageError` when the request is built (and

@@ -21,6 +21,7 @@ from tether.messages import (
 )
 from tether.providers.anthropic import AnthropicModel, encode_request
 from tether.providers.base import Delta
+from tether.settings import ModelSettings
 
 from .conftest import Recorder, wire_bytes, wire_json
 from .transcripts import ANTHROPIC_TURN, QUESTION, WEATHER, request
@@ -30,6 +31,10 @@ PARAMS = pydantic.TypeAdapter(anthropic.types.MessageCreateParams)
 
 def _validates(body: dict) -> None:  # type: ignore[type-arg]
     PARAMS.validate_python(body)
+
+
+# The documented shapes carry no cache breakpoints (tests/providers/test_prompt_cache.py).
+UNCACHED = ModelSettings(cache=False)
 
 
 def test_first_request_matches_the_documented_shape() -> None:
@@ -42,6 +47,7 @@ def test_first_request_matches_the_documented_shape() -> None:
             (WEATHER,),
             system="You are a helpful assistant.",
             max_output_tokens=1024,
+            settings=UNCACHED,
         ),
     )
     assert body == expected
@@ -56,7 +62,8 @@ def test_tool_results_travel_as_one_user_message_of_result_blocks() -> None:
     ][0]["text"]
     tool = dict(expected["tools"][0])
     body = encode_request(
-        "claude-sonnet-4-5", request(ANTHROPIC_TURN, (WEATHER,), max_output_tokens=1024)
+        "claude-sonnet-4-5",
+        request(ANTHROPIC_TURN, (WEATHER,), max_output_tokens=1024, settings=UNCACHED),
     )
     assert body["messages"] == expected["messages"]
     assert body["tools"][0]["name"] == tool["name"]
@@ -368,7 +375,7 @@ def test_thinking_goes_back_as_it_came_and_another_providers_is_left_out() -> No
             ToolCall("toolu_1", "search", {"q": "x"}),
         ),
     )
-    body = encode_request("claude-sonnet-4-5", request((user("hi"), turn)))
+    body = encode_request("claude-sonnet-4-5", request((user("hi"), turn), settings=UNCACHED))
     assert body["messages"][1] == {
         "role": "assistant",
         "content": [

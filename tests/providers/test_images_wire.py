@@ -15,7 +15,7 @@ import openai.types.responses
 import pydantic
 import pytest
 
-from tether import Agent, Image
+from tether import Agent, Image, ModelSettings
 from tether.messages import Message, ToolCall, ToolResult, assistant, tool_results, user
 from tether.providers.base import ModelRequest
 from tether.store import MemoryStore
@@ -43,7 +43,9 @@ async def _bodies(dialect: str, *turns: list[str | Image], stream: bool = False)
     async with FakeServer(HANDLERS[dialect](ToyModel([]))) as server:
         for turn in turns:
             model = build(dialect, server.url, stream)
-            result = await Agent(model, store=store).run(turn, session_id=session_id)
+            # Without cache breakpoints, which move each step (tests/providers/test_prompt_cache.py).
+            agent = Agent(model, store=store, settings=ModelSettings(cache=False))
+            result = await agent.run(turn, session_id=session_id)
             session_id = result.session_id
             await model.aclose()  # type: ignore[attr-defined]
     bodies = [r.json() for r in server.requests]

@@ -102,14 +102,25 @@ def encode_request(model: str, request: ModelRequest, *, stream: bool = False) -
     cap = output_cap(request) if settings is not None else request.max_output_tokens
     max_tokens = cap or min(known, DEFAULT_MAX_TOKENS)
     body: JSONObject = {"model": model, "max_tokens": max_tokens}
+    cache = settings is None or settings.cache
     if request.system:
-        body["system"] = request.system
+        body["system"] = (
+            [{"type": "text", "text": request.system, "cache_control": EPHEMERAL}]
+            if cache
+            else request.system
+        )
     if request.tools:
-        body["tools"] = [
+        tools: list[JSONValue] = [
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in request.tools
         ]
-    body["messages"] = encode_messages(request.messages)
+        if cache and not request.system:  # the system's breakpoint covers the tools too
+            tools[-1] = {**tools[-1], "cache_control": EPHEMERAL}  # type: ignore[dict-item]
+        body["tools"] = tools
+    messages = encode_messages(request.messages)
+    if cache:
+        _mark_latest(messages)
+    body["messages"] = messages
     if request.output is not None:
         body["output_config"] = {
             "format": {"type": "json_schema", "schema": closed(request.output.schema)}
@@ -119,6 +130,28 @@ def encode_request(model: str, request: ModelRequest, *, stream: bool = False) -
     if settings is not None:
         _encode_settings(body, settings, request, cap, limit)
     return body
+
+
+# A cache breakpoint: the prefix up to here is written to the cache (five minutes, renewed
+# by each hit) and read back by the next request that starts with it.
+EPHEMERAL: JSONObject = {"type": "ephemeral"}
+
+
+def _mark_latest(messages: list[JSONValue]) -> None:
+    """The rolling breakpoint: on the last block of the last message, so the next step reads
+    the whole conversation so far from the cache and pays full price only for what is new.
+    (The API looks back about 20 blocks from a breakpoint for an earlier one that matches.)
+    Thinking blocks cannot carry one; an empty text cannot either."""
+    if not messages or not is_obj(messages[-1]):
+        return
+    last = messages[-1]
+    blocks = _blocks(last["content"])
+    for i in range(len(blocks) - 1, -1, -1):
+        block = blocks[i]
+        if is_obj(block) and block.get("type") not in ("thinking", "redacted_thinking"):
+            blocks[i] = {**block, "cache_control": EPHEMERAL}
+            last["content"] = blocks
+            return
 
 
 def _encode_settings(
