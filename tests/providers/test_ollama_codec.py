@@ -7,9 +7,18 @@ import json
 import pytest
 
 from tether import errors
-from tether.messages import ToolCall, ToolResult, assistant, tool_results, user
+from tether.messages import (
+    Message,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    assistant,
+    tool_results,
+    user,
+)
 from tether.providers.base import Delta, ToolSpec
 from tether.providers.ollama import OllamaModel, encode_request
+from tether.settings import ModelSettings, Reasoning
 
 from .conftest import Recorder, wire_bytes, wire_json
 from .transcripts import request
@@ -96,15 +105,58 @@ async def test_calls_without_ids_get_the_same_synthesized_id_on_replay(recorder:
     assert other.message.tool_calls[0].id != call.id
 
 
-async def test_stream_assembles_the_call_and_skips_thinking(recorder: Recorder) -> None:
+async def test_stream_assembles_the_call_and_keeps_the_thinking(recorder: Recorder) -> None:
     seen: list[Delta] = []
     recorder.reply(200, wire_bytes("ollama-chat-stream-tool-calls.ndjson"))
     response = await _model(recorder, stream=True).complete(
         request((user(QUESTION),), on_delta=seen.append)
     )
-    assert response.message.tool_calls == (TORONTO,)
-    assert response.message.text == "" and seen == []
+    thought = "The user wants Toronto weather; call the tool."
+    assert response.message.parts == (
+        Thinking(thought, "ollama", {"thinking": thought}),
+        TORONTO,
+    )
+    assert response.message.text == "" and seen == [Delta("reasoning", thought)]
     assert response.usage.output_tokens == 33 and response.stop == "tool_calls"
+
+
+async def test_a_whole_answer_keeps_its_thinking(recorder: Recorder) -> None:
+    body = wire_json("ollama-chat-response-tool-calls.json")
+    body["message"]["thinking"] = "Toronto, in celsius."
+    recorder.reply(200, json.dumps(body).encode())
+    response = await _model(recorder).complete(request((user(QUESTION),)))
+    assert response.message.thinking == (
+        Thinking("Toronto, in celsius.", "ollama", {"thinking": "Toronto, in celsius."}),
+    )
+    recorder.reply(200, wire_bytes("ollama-chat-response-tool-calls.json"))
+    plain = await _model(recorder).complete(request((user(QUESTION),)))
+    assert plain.message.thinking == ()
+
+
+def test_thinking_goes_back_as_the_assistant_messages_thinking_for_ollama_only() -> None:
+    own = Thinking("hm", "ollama", {"thinking": "hm"})
+    foreign = Thinking("other", "anthropic", {"signature": "s"})
+    for parts, expected in (((own, TORONTO), "hm"), ((foreign, TORONTO), None)):
+        messages = (
+            user(QUESTION),
+            Message("assistant", parts),
+            tool_results([ToolResult(TORONTO.id, "11 C")]),
+        )
+        wire = encode_request("qwen3", request(messages))["messages"][1]
+        assert wire.get("thinking") == expected
+        assert wire["tool_calls"][0]["id"] == TORONTO.id
+
+
+def test_a_reasoning_setting_is_think_true_or_gpt_oss_s_effort() -> None:
+    high = ModelSettings(reasoning=Reasoning(effort="high"))
+    assert encode_request("qwen3", request((user("x"),), settings=high))["think"] is True
+    gpt_oss = encode_request("gpt-oss:20b", request((user("x"),), settings=high))
+    assert gpt_oss["think"] == "high"
+    budget = ModelSettings(reasoning=Reasoning(budget_tokens=1024))
+    assert encode_request("gpt-oss", request((user("x"),), settings=budget))["think"] == "low"
+    off = ModelSettings(reasoning=Reasoning(effort="low"), extra={"think": False})
+    assert encode_request("qwen3", request((user("x"),), settings=off))["think"] is False
+    assert "think" not in encode_request("qwen3", request((user("x"),)))
 
 
 async def test_streamed_calls_without_ids_are_numbered_across_chunks(recorder: Recorder) -> None:

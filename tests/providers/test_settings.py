@@ -216,7 +216,6 @@ async def test_ollama_honours_tool_choice_none_by_offering_no_tools() -> None:
         (ModelSettings(tool_choice="required"), "tool_choice 'required'"),
         (ModelSettings(tool_choice="add"), "tool_choice 'add'"),
         (ModelSettings(parallel_tool_calls=False), "parallel_tool_calls"),
-        (ModelSettings(reasoning=Reasoning(effort="low")), "reasoning"),
     ],
 )
 async def test_ollama_refuses_what_its_api_cannot_do(settings: ModelSettings, named: str) -> None:

@@ -1,6 +1,7 @@
 """The Ollama `/api/chat` codec. Arguments are JSON objects, not strings; streaming is NDJSON;
 calls from servers that send no id get a stable synthesized one (same request and answer, same
-id), and each tool result is a `tool` message naming its call.
+id), and each tool result is a `tool` message naming its call. A thinking model's
+`message.thinking` is a `Thinking` part, sent back as the assistant message's `thinking`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,16 @@ from collections.abc import Mapping, Sequence
 import httpx
 
 from tether.errors import ConnectionFailed, UsageError
-from tether.messages import Image, JSONObject, JSONValue, Message, Text, ToolCall, Usage
+from tether.messages import (
+    Image,
+    JSONObject,
+    JSONValue,
+    Message,
+    Text,
+    Thinking,
+    ToolCall,
+    Usage,
+)
 from tether.providers.base import Delta, DeltaObserver, ModelRequest, ModelResponse
 from tether.providers.classify import body_error, classify_ollama, stream_error
 from tether.providers.codec import CodecModel
@@ -30,9 +40,10 @@ from tether.providers.common import (
 )
 from tether.providers.http import Endpoint, NDJSONDecoder
 from tether.providers.settings_wire import output_cap, tool_choice, unsupported
-from tether.settings import ModelSettings, apply_extra
+from tether.settings import ModelSettings, Reasoning, apply_extra
 
 DEFAULT_HOST = "http://localhost:11434"
+PROVIDER = "ollama"
 
 
 class OllamaModel(CodecModel):
@@ -53,7 +64,7 @@ class OllamaModel(CodecModel):
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         url = host.rstrip("/") + "/api/chat"
         endpoint = Endpoint(url, headers, classify_ollama, http_client)
-        super().__init__(model, endpoint, stream=stream, provider="ollama")
+        super().__init__(model, endpoint, stream=stream, provider=PROVIDER)
 
     seeded = True  # older servers send calls without ids
 
@@ -102,6 +113,8 @@ def encode_request(
     merged: JSONObject = dict(options or {})
     if settings is not None:
         _encode_options(merged, settings)
+        if settings.reasoning is not None:
+            body["think"] = _think(model, settings.reasoning)
     cap = output_cap(request) if settings is not None else request.max_output_tokens
     if cap is not None:
         merged["num_predict"] = cap
@@ -124,12 +137,17 @@ def _offers_tools(settings: ModelSettings, request: ModelRequest) -> bool:
     return choice != "none"
 
 
+def _think(model: str, reasoning: Reasoning) -> JSONValue:
+    """`think`: the effort for gpt-oss, the one family whose levels Ollama takes (any other
+    model refuses a string: "think value … is not supported for this model"), and `true`
+    for the rest. A model that cannot think refuses `true` too; extra={'think': …} wins."""
+    if model.split("/")[-1].startswith("gpt-oss"):
+        return reasoning.effective_effort
+    return True
+
+
 def _encode_options(options: JSONObject, settings: ModelSettings) -> None:
     """Sampling settings are `options`, over the model's own."""
-    if settings.reasoning is not None:
-        raise unsupported(
-            "Ollama chat", "reasoning effort", "set extra={'think': True} for a thinking model"
-        )
     for name in ("temperature", "top_p", "seed"):
         value = getattr(settings, name)
         if value is not None:
@@ -146,6 +164,11 @@ def encode_messages(messages: Sequence[Message]) -> list[JSONValue]:
             out.append(_user_message(message))
         elif message.role == "assistant":
             wire: JSONObject = {"role": "assistant", "content": message.text}
+            thought = "".join(
+                str(t.data.get("thinking", "")) for t in message.thinking if t.provider == PROVIDER
+            )
+            if thought:
+                wire["thinking"] = thought
             calls = message.tool_calls
             if calls:
                 wire["tool_calls"] = [_encode_call(c) for c in calls]
@@ -212,8 +235,17 @@ def _decode_calls(wire_calls: Sequence[JSONValue], seed: str, start: int) -> lis
     return calls
 
 
+def _thinking(thought: str) -> tuple[Thinking, ...]:
+    return (Thinking(thought, PROVIDER, {"thinking": thought}),) if thought else ()
+
+
 def _finish(
-    model: str, texts: list[str], calls: list[ToolCall], last: JSONObject, body: bytes
+    model: str,
+    texts: list[str],
+    calls: list[ToolCall],
+    last: JSONObject,
+    body: bytes,
+    thought: str = "",
 ) -> ModelResponse:
     stop = text(last, "done_reason")
     cut = stop == "length" and bool(calls)
@@ -227,6 +259,7 @@ def _finish(
         usage=decode_usage(last),
         body=body,
         incomplete=cut,
+        thinking=_thinking(thought),
     )
 
 
@@ -238,7 +271,8 @@ def decode_response(model: str, body: bytes, seed: str = "") -> ModelResponse:
         raise body_error(data, body.decode("utf-8", "replace"))
     message = obj(data, "message")
     calls = _decode_calls(items(message, "tool_calls"), seed, 0)
-    return _finish(model, [text(message, "content") or ""], calls, data, body)
+    thought = text(message, "thinking") or ""
+    return _finish(model, [text(message, "content") or ""], calls, data, body, thought)
 
 
 class StreamAssembler:
@@ -250,6 +284,7 @@ class StreamAssembler:
         self._seed = seed
         self._ndjson = NDJSONDecoder()
         self._texts: list[str] = []
+        self._thoughts: list[str] = []
         self._calls: list[ToolCall] = []
         self._last: JSONObject | None = None
 
@@ -262,12 +297,18 @@ class StreamAssembler:
             self._handle(line)
         if self._last is None:
             raise ConnectionFailed("the stream ended before a chunk with done: true")
-        return _finish(self.model, self._texts, self._calls, self._last, body)
+        thought = "".join(self._thoughts)
+        return _finish(self.model, self._texts, self._calls, self._last, body, thought)
 
     def _handle(self, line: object) -> None:
         if not is_obj(line) or line.get("error") is not None:
             raise stream_error(line if is_obj(line) else None, str(line))
         message = obj(line, "message")
+        thought = text(message, "thinking")
+        if thought:
+            self._thoughts.append(thought)
+            if self._on_delta is not None:
+                self._on_delta(Delta("reasoning", thought))
         piece = text(message, "content")
         if piece:
             self._texts.append(piece)
