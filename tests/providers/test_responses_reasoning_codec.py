@@ -144,6 +144,9 @@ def test_reasoning_of_another_provider_or_without_its_encrypted_content_is_left_
     # Stored responses are found by id: then the bare item goes back too.
     stored = request(_turn(bare), settings=ModelSettings(extra={"store": True}))
     assert encode_request("o4-mini", stored)["input"][1] == bare.data
+    # Reasoning alone (its call cut by the output limit) would lack its following item.
+    alone = (user("x"), Message("assistant", (Thinking("x", "openai-responses", ITEM),)))
+    assert encode_request("o4-mini", request(alone))["input"] == [{"role": "user", "content": "x"}]
     # A codec under another name keeps only what that name wrote.
     renamed = encode_request("m", request(_turn(Thinking("", "azure", ITEM))), provider="azure")
     assert renamed["input"][1] == ITEM

@@ -176,7 +176,10 @@ def _reasoning_items(message: Message, provider: str, stored: bool) -> list[JSON
     """The turn's reasoning items as they came. Another provider's thinking is left out (the
     loop counts it); so is an item without its encrypted content when nothing is stored,
     since the API could only look it up by id, and refuses (the answer came without
-    `include`)."""
+    `include`). A turn with neither text nor calls (cut by the output limit) sends none:
+    the API refuses a reasoning item without the item that followed it."""
+    if not message.text and not message.tool_calls:
+        return []
     return [
         t.data
         for t in message.thinking
