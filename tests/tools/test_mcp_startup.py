@@ -1,5 +1,5 @@
-"""A stdio MCP server that exits as it starts: the error names the server and carries the last
-lines it wrote to stderr, which is where servers say what is missing."""
+"""A stdio MCP server that exits as it starts: the error names the server and carries its exit
+code and the last lines it wrote to stderr, which is where servers say what is missing."""
 
 from __future__ import annotations
 
@@ -22,7 +22,18 @@ async def test_a_server_that_exits_at_start_is_reported_with_the_tail_of_its_std
             await source.list_tools()
     message = str(caught.value)
     assert "MCP server 'quitter'" in message and "could not be started" in message
-    assert message.endswith("its stderr ended: starting | FS_ROOT is not set")
+    assert message.endswith(
+        "; it exited with code 4; its stderr ended: starting | FS_ROOT is not set"
+    )
+
+
+async def test_a_silent_server_that_exits_at_start_is_reported_with_its_exit_code() -> None:
+    config = McpServerConfig("mute", command=PYTHON, args=("-c", "raise SystemExit(7)"))
+    async with McpToolSource([config]) as source:
+        with pytest.raises(
+            McpServerUnavailable, match=r"could not be started: .*; it exited with code 7$"
+        ):
+            await source.list_tools()
 
 
 async def test_a_server_that_starts_keeps_working_with_its_stderr_passed_on() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tether import eager
-from tether.errors import EffectUnknown
+from tether.errors import EffectUnknown, TetherError
 from tether.events import Outcome
 from tether.messages import Image, ToolCall
 from tether.recovery import CANCELED_BEFORE, CANCELED_RUNNING, Decision, abandoned
@@ -135,6 +135,8 @@ async def execute(
         raise CallCanceled(await _after_grace(tool, thread, done)) from None
     except EffectUnknown as exc:
         return done("unknown_effect", f"tool {tool.name}: {exc}")
+    except TetherError as exc:  # written to be read (an MCP server's failure, say): no class name
+        return done("error", f"tool {tool.name} failed: {exc}")
     except Exception as exc:
         return done("error", f"tool {tool.name} raised {type(exc).__name__}: {exc}")
     return _result(tool, value, done)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ STDERR_WAIT = 2.0  # for the last words of a stdio server that would not start
 _MODERN = ("2026-07-28",)
 # What the SDK says for an HTTP error status with no JSON-RPC error in the body.
 _SDK_STAND_IN = "Server returned an error response"
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")  # "ReadTimeout" -> "Read Timeout"
 _UNKNOWN_EFFECT = (
     "The call was running when the connection was lost, so its effects are unknown: it may or "
     "may not have happened. It was not repeated. Inspect the current state before repeating it"
@@ -264,8 +266,8 @@ class McpConnection:
             if live.http.status is not None:
                 status = live.http.status
                 problem = status if problem == _SDK_STAND_IN else f"{problem} ({status})"
-            if live.stderr is not None and (said := await live.stderr.tail(STDERR_WAIT)):
-                problem = f"{problem}; its stderr ended: {said}"
+            if live.stderr is not None:
+                problem += await _last_words(live.stderr)
             raise McpServerUnavailable(
                 self.name, f"{where} could not be started: {problem}"
             ) from exc
@@ -314,7 +316,7 @@ class McpConnection:
                 cwd=config.cwd,
             )
             live.stderr = StderrTail(self._errlog or _default_errlog())
-            transport = stdio_client(params, errlog=live.stderr.writer)
+            transport = live.stderr.watch(stdio_client(params, errlog=live.stderr.writer))
         else:
             transport = http_transport(str(config.url), dict(config.headers), live.http)
         return Client(
@@ -423,6 +425,15 @@ def _default_errlog() -> TextIO:
         return _DEVNULL
 
 
+async def _last_words(stderr: StderrTail) -> str:
+    """ "; it exited with code N; its stderr ended: ...", as much of it as is known."""
+    said = await stderr.tail(STDERR_WAIT)
+    code = stderr.exit_code()
+    return (f"; it exited with code {code}" if code is not None else "") + (
+        f"; its stderr ended: {said}" if said else ""
+    )
+
+
 def _client(live: _Live) -> Client:
     assert live.client is not None  # set by _start before the live connection is handed out
     return live.client
@@ -456,8 +467,10 @@ def _announces_tool_changes(client: Client) -> bool:
 
 
 def _describe(exc: BaseException) -> str:
-    """The innermost useful error, for one line of text: task groups wrap the real one."""
+    """The innermost useful error, for one line of text the model may read: in words, never
+    a Python class name (task groups wrap the real error)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if not isinstance(exc, MCPError) else text
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return str(exc).strip() or _CAMEL.sub(" ", type(exc).__name__).lower()
