@@ -6,6 +6,8 @@ import asyncio
 import json
 
 from tether.errors import RateLimited
+from tether.messages import Usage, assistant
+from tether.providers.base import ModelRequest, ModelResponse
 from tether.scheduler.clock import run_virtual
 from tether.scheduler.figures import GatewayFigures, WaitSamples, render_prometheus
 from tether.scheduler.gateway import Gateway, GatewayConfig
@@ -72,3 +74,34 @@ def test_wait_quantiles_cover_the_latest_window_only() -> None:
         samples.add(float(n))
     assert samples.count == 200
     assert samples.quantile(0.5) == 49.0 and samples.quantile(1.0) == 99.0
+
+
+class _Cached:
+    """A backend whose answers read part of their input from its prompt cache."""
+
+    name = "cached"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.calls += 1
+        read = 0 if self.calls == 1 else 900  # the first request writes, later ones read
+        usage = Usage(input_tokens=1000, output_tokens=10, cache_read_tokens=read)
+        return ModelResponse(assistant("ok"), usage=usage)
+
+
+def test_the_cache_hit_ratio_is_the_share_of_input_read_from_the_cache() -> None:
+    async def main() -> tuple[GatewayFigures, GatewayFigures]:
+        gateway = Gateway(_Cached(), GatewayConfig(max_concurrency=1))
+        before = gateway.figures()
+        for _ in range(4):
+            await gateway.complete(request())
+        return before, gateway.figures()
+
+    before, after = run_virtual(main())
+    assert before.cache_hit_ratio is None
+    assert (after.input_tokens, after.cache_read_tokens) == (4000, 2700)
+    assert after.cache_hit_ratio == 2700 / 4000
+    text = render_prometheus([after])
+    assert 'tether_gateway_cache_read_tokens_total{backend="cached"} 2700\n' in text

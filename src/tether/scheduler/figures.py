@@ -83,6 +83,8 @@ class Counters:
     parked: int = 0
     circuit_opened: int = 0
     tokens_used: int = 0
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
     busy: float = 0.0
     busy_since: float = 0.0
     in_flight: int = 0
@@ -109,7 +111,8 @@ class GatewayFigures:
     """A snapshot of one backend's gateway. `utilisation` holds, per limit, the share of its
     capacity used since the first request (None for a limit the gateway does not know):
     `concurrency` is time-averaged requests in flight over the ceiling, `requests` and
-    `tokens` what was sent over what the per-minute budgets allowed.
+    `tokens` what was sent over what the per-minute budgets allowed. `cache_hit_ratio` is
+    the share of input tokens read from the provider's prompt cache (None before any).
     `input_estimate_factor` is what the input estimate is multiplied by when reserving."""
 
     backend: str
@@ -134,6 +137,9 @@ class GatewayFigures:
     circuit: str
     circuit_opened: int
     tokens_used: int
+    input_tokens: int
+    cache_read_tokens: int
+    cache_hit_ratio: float | None
     input_estimate_factor: float
     tokens_by_tenant: dict[str, int]
     requests_by_tenant: dict[str, int]
@@ -184,6 +190,8 @@ _COUNTERS = (
     ("parked", "calls handed back to their worker to run again after a long wait"),
     ("circuit_opened", "times the circuit breaker opened"),
     ("tokens_used", "tokens reported by the backend, input plus output"),
+    ("input_tokens", "input tokens reported by the backend, cached ones included"),
+    ("cache_read_tokens", "input tokens the backend read from its prompt cache"),
 )
 _GAUGES = (
     ("queue_depth", "requests waiting for their turn"),

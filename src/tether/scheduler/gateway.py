@@ -379,6 +379,8 @@ class Gateway:
             self._budgets.settle(lease.reserved, estimate, usage.input_tokens, used, now)
             self._queue.charge(ticket.tenant, ticket.priority, used - lease.reserved)
             self._counters.tokens_used += used
+            self._counters.input_tokens += usage.input_tokens
+            self._counters.cache_read_tokens += usage.cache_read_tokens
             self._counters.tokens_by_tenant[ticket.tenant] += used
         self._aimd.on_success()
         self._circuit.on_success(lease.probe)
@@ -487,6 +489,9 @@ class Gateway:
             circuit=self._circuit.state(now),
             circuit_opened=c.circuit_opened,
             tokens_used=c.tokens_used,
+            input_tokens=c.input_tokens,
+            cache_read_tokens=c.cache_read_tokens,
+            cache_hit_ratio=c.cache_read_tokens / c.input_tokens if c.input_tokens else None,
             input_estimate_factor=self._budgets.calibration.factor,
             tokens_by_tenant=dict(c.tokens_by_tenant),
             requests_by_tenant=dict(c.requests_by_tenant),
