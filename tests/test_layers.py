@@ -35,6 +35,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "tether.eager",
         "tether.session.log",
         "tether.session.lease",
+        "tether.session.blips",
         "tether.session.watch",
         "tether.session.tail",
         "tether.retrying",

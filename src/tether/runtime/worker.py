@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from tether.agent import SessionDeltaObserver
 from tether.context import make_context
-from tether.eager import shielded
 from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
 from tether.events import Event, SessionCreated
 from tether.loop import Engine
@@ -32,6 +31,7 @@ from tether.runtime.claims import DEFAULT_MAX_CLAIMS, take_work
 from tether.runtime.gateways import Gateways
 from tether.runtime.sessions import Runner, build_runner, subagent_tools
 from tether.scheduler import GatewayConfig
+from tether.session import blips
 from tether.session.lease import holding, worker_id
 from tether.session.log import SessionLog
 from tether.session.run import Runs, run_session
@@ -201,9 +201,13 @@ class Worker:
         self._running[session_id] = task
         task.add_done_callback(functools.partial(self._done, session_id))
 
-    def _done(self, session_id: str, _task: asyncio.Task[None]) -> None:
+    def _done(self, session_id: str, task: asyncio.Task[None]) -> None:
         self._running.pop(session_id, None)
         self._wake.set()  # a slot is free
+        # `_take` handles what a run raises; anything that still gets out is logged here,
+        # once, rather than left for "Task exception was never retrieved".
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("worker %s: session %s: %r", self.owner, session_id, exc, exc_info=exc)
 
     async def _take(self, item: Claimed) -> None:
         """Run the claimed session's turn. Afterwards its lease is let go; a run the gateway
@@ -227,7 +231,7 @@ class Worker:
         finally:
             # `run_session` releases the lease it is given; this covers the paths that never
             # got there. A second release is harmless: it matches only its own generation.
-            await shielded(self.store.release(item.lease))
+            await blips.shielded(blips.release(self.store, item.lease), f"session {sid}: a release")
         if defer is not None:
             # The open model request (or the failed step) is asked again, as after a crash,
             # by whichever worker takes the session once the time is up.

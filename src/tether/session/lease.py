@@ -15,8 +15,8 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from tether.eager import shielded
 from tether.errors import LeaseHeld
+from tether.session import blips
 from tether.session.log import SessionLog
 from tether.store.base import Lease, Store
 
@@ -58,4 +58,4 @@ async def holding(
         yield log
     finally:
         log.lease = None
-        await shielded(log.store.release(held))
+        await blips.shielded(blips.release(log.store, held), f"session {log.session_id}: a release")

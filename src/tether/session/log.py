@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import logging
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -17,9 +18,10 @@ from dataclasses import replace
 from typing import Protocol
 
 from tether import eager
-from tether.errors import Conflict
+from tether.errors import Conflict, StoreError
 from tether.events import Event, Payload, format_time
 from tether.fold import Folder
+from tether.session import blips
 from tether.store.base import Lease, Store
 
 
@@ -37,6 +39,8 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+_log = logging.getLogger("tether.store")
 
 # Event ids: a random per-process prefix and a counter, unique without a syscall per event.
 _ID_PREFIX = secrets.token_hex(6)
@@ -205,7 +209,7 @@ class SessionLog:
                 if ids is not None:
                     events = [replace(e, id=i) for e, i in zip(events, ids, strict=True)]
                 try:
-                    await self.store.append(sid, events, base, self.lease)
+                    await self._commit(events, base)
                 except Conflict:
                     await self._catch_up()
                     if self.lease is None:
@@ -216,12 +220,37 @@ class SessionLog:
         finally:
             self._turns.leave()
 
+    async def _commit(self, events: list[Event], base: int) -> None:
+        """One batch to the store. Under a lease, a transient failure (the store restarting,
+        a dropped connection) is tried again, the same events with the same ids, for as long
+        as the lease lasts: a try whose commit landed though its answer was lost is accepted
+        once by the store. A refusal (a conflict, a lost lease) is never retried."""
+        delay = blips.FIRST_DELAY
+        while True:
+            try:
+                await self.store.append(self.session_id, events, base, self.lease)
+                return
+            except StoreError as exc:
+                lease = self.lease  # renewed meanwhile by the watcher, while it could
+                if lease is None or not blips.transient(exc) or not blips.lasts(lease, delay):
+                    raise
+                _log.warning(
+                    "session %s: a commit of %d events failed (%s); trying again in %.2f s",
+                    self.session_id,
+                    len(events),
+                    exc,
+                    delay,
+                )
+            await asyncio.sleep(delay)
+            delay = blips.backoff(delay)
+
     async def append_shielded(self, *payloads: Payload) -> None:
         """For commits that must land even while the caller is being cancelled. This is
-        `eager.shielded` written out: one coroutine less on every tool result."""
+        `eager.shielded` written out: one coroutine less on every tool result. A failure
+        after the caller was cancelled is logged, never left unretrieved."""
         started = eager.start(self.append(*payloads))
         if isinstance(started, eager.Suspended):
-            await asyncio.shield(started.rest())
+            await blips.shielded(started.rest(), f"session {self.session_id}: a commit")
 
     async def refresh(self) -> list[Event]:
         """Fold in whatever other processes appended since this log last looked."""

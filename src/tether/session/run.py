@@ -14,12 +14,11 @@ import asyncio
 import time
 from collections.abc import Iterator, Sequence
 
-from tether.eager import shielded
 from tether.errors import HandedOver, LeaseLost, UsageError
 from tether.events import Payload
 from tether.loop import Engine, StopCause, TurnContext, close_canceled_turn, run_turn
 from tether.providers.base import Caller, DeltaObserver
-from tether.session import control
+from tether.session import blips, control
 from tether.session.lease import claim_lease, worker_id
 from tether.session.log import SessionLog
 from tether.session.tail import Tail
@@ -97,8 +96,9 @@ class Runs:
             if inner.cancelled() and not ctx.writes_nothing:
                 # A turn cancelled before its first step never ran run_turn's own close;
                 # for one that did, this finds the turn closed and does nothing.
-                await asyncio.shield(
-                    close_canceled_turn(ctx.log, ctx.stop_cause, turns_before=ctx.turns_before)
+                await blips.shielded(
+                    close_canceled_turn(ctx.log, ctx.stop_cause, turns_before=ctx.turns_before),
+                    f"session {sid}: closing its turn",
                 )
             self._watcher.unwatch(sid)
             self._running.pop(sid, None)
@@ -170,7 +170,9 @@ async def run_session(
         except asyncio.CancelledError:
             # Cancelled before the loop took over: a turn that opened (the batch may have
             # landed all the same) still ends by name.
-            await asyncio.shield(close_canceled_turn(log, "interrupted"))
+            await blips.shielded(
+                close_canceled_turn(log, "interrupted"), f"session {sid}: closing its turn"
+            )
             raise
         ctx = TurnContext(
             log,
@@ -183,7 +185,7 @@ async def run_session(
         await runs.drive(ctx)
     finally:
         if log.lease is not None:
-            await shielded(store.release(log.lease))
+            await blips.shielded(blips.release(store, log.lease), f"session {sid}: a release")
     if ctx.stop_cause == "handed_over":
         raise HandedOver(f"session {sid}: handed over; its turn stays open for the next runner")
     if ctx.stop_cause == "lease_lost":

@@ -10,14 +10,17 @@ calls back.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from tether.errors import LeaseLost, UsageError
+from tether.errors import LeaseLost, StoreError, UsageError
 from tether.session.log import SessionLog
 from tether.session.tail import Tail
 from tether.store.base import Store
+
+log = logging.getLogger("tether.worker")
 
 
 @dataclass
@@ -73,6 +76,9 @@ class Watcher:
                 except LeaseLost:
                     self._watched.pop(sid, None)
                     w.on_lease_lost()
+                except StoreError as exc:
+                    # A blip: the next round tries again, and the other leases are renewed.
+                    log.warning("session %s: renewing its lease failed: %s", sid, exc)
 
     async def deliver(self, seqs: Mapping[str, int]) -> None:
         """Fold in other processes' appends, and call back."""
