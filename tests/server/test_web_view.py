@@ -301,6 +301,145 @@ async def test_a_row_click_opens_its_session_across_a_refresh_and_the_token_boxs
             await rt.close()
 
 
+async def tab_to(page: Any, selector: str, presses: int = 60) -> None:
+    """Press Tab until `selector` has the focus, as a keyboard user would (never a click)."""
+    for _ in range(presses):
+        if await page.evaluate("(s) => document.activeElement.matches(s)", selector):
+            return
+        await page.keyboard.press("Tab")
+    raise AssertionError(f"{selector} never took the focus in {presses} presses of Tab")
+
+
+async def test_an_approval_shows_its_call_and_is_decided_by_keyboard_alone(
+    tmp_path: Path, browser: object
+) -> None:
+    from playwright.async_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    with serve(tmp_path, "--workers", "2") as server:
+        rt = HttpRuntime(server.url, ACME)
+        try:
+            ref = await rt.start(spec("guarded launch"))
+            await Observer(rt, ref).until(
+                "the call to wait", lambda s: bool(s.view.pending_approvals)
+            )
+            page = await browser.new_page()
+            await page.goto(f"{server.url}/ui#/s/{ref.session_id}")
+            await give_token(page, ACME)
+            box = page.locator('#approvals div[data-call="call_0_0"]')
+            # The tool, its effect class as far as the log knows it, and its full arguments.
+            await expect(box.locator(".tool")).to_have_text("guarded", timeout=WAIT_MS)
+            await expect(box.locator(".effect")).to_have_text("not recorded before the call runs")
+            await expect(box.locator("pre")).to_have_text('{\n  "action": "launch"\n}')
+            await expect(box).to_contain_text("call call_0_0 waits for a decision")
+
+            await page.locator("#token").blur()
+            await tab_to(page, '#approvals [data-call="call_0_0"] input.reason')
+            await page.keyboard.type("checked the target")
+            await page.keyboard.press("Tab")
+            allow = box.locator("button.allow")
+            await expect(allow).to_be_focused()
+            # Refreshes come and go; the box is not rebuilt, so the focus stays on Allow.
+            await refreshed(page, "session-view", 2)
+            await expect(allow).to_be_focused()
+            await expect(box.locator("input.reason")).to_have_value("checked the target")
+            await page.keyboard.press("Enter")
+            await expect(page.locator("#live")).to_contain_text(
+                "guarded said: done: launch", timeout=WAIT_MS
+            )
+            decided = page.locator('#timeline li[data-type="approval.decided"]')
+            await expect(decided).to_contain_text("allowed [call_0_0] — checked the target")
+            await expect(page.locator("#approvals div")).to_have_count(0)
+
+            # A second call of the same tool: its effect is known from the first one's run,
+            # and arguments this long start folded, opened from the keyboard.
+            long_action = " ".join(["land"] * 160)
+            await page.locator("#message").focus()
+            await page.keyboard.type(f"guarded {long_action}")
+            await page.keyboard.press("Tab")
+            await expect(page.locator("#send")).to_be_focused()
+            await page.keyboard.press("Enter")
+            second = page.locator("#approvals div.approval")
+            await expect(second.locator(".effect")).to_have_text("write", timeout=WAIT_MS)
+            fold = second.locator("details")
+            await expect(fold.locator("summary")).to_contain_text("arguments (3 lines")
+            assert await fold.get_attribute("open") is None
+            await tab_to(page, "#approvals summary")
+            await page.keyboard.press("Enter")
+            await expect(fold.locator("pre")).to_contain_text(long_action)
+            await tab_to(page, "#approvals input.reason")
+            await page.keyboard.type("not today")
+            await page.keyboard.press("Tab")
+            await page.keyboard.press("Tab")
+            await expect(second.locator("button.deny")).to_be_focused()
+            await page.keyboard.press("Enter")
+            await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)
+            status = await rt.poll(ref)
+            assert [(d.allow, d.reason) for d in status.view.decisions.values()] == [
+                (True, "checked the target"),
+                (False, "not today"),
+            ]
+            later = next(k for k in status.view.decisions if k != "call_0_0")
+            await expect(decided.last).to_contain_text(f"denied [{later}] — not today")
+        finally:
+            await rt.close()
+
+
+async def test_a_missing_or_foreign_session_is_said_so_and_leaves_nothing_of_the_last(
+    tmp_path: Path, browser: object
+) -> None:
+    from playwright.async_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    with serve(tmp_path, "--workers", "2") as server:
+        acme, globex = HttpRuntime(server.url, ACME), HttpRuntime(server.url, GLOBEX)
+        try:
+            ref = await acme.start(spec("echo mine"))
+            await Observer(acme, ref).settled()
+            theirs = await globex.start(spec("echo theirs"))
+            page = await browser.new_page()
+            missing: list[str] = []
+            page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
+            await page.goto(f"{server.url}/ui#/s/{ref.session_id}")
+            await give_token(page, ACME)
+            await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)
+            await expect(page.locator("#send")).to_be_enabled()
+            await expect(page.locator("#timeline li").last).to_contain_text(
+                "turn.ended", timeout=WAIT_MS
+            )
+            problem = page.locator("#session-problem")
+            for other in ("no-such-session", theirs.session_id):
+                await page.evaluate("(id) => { location.hash = '#/s/' + id; }", other)
+                await expect(problem).to_have_text(
+                    f"not found: no session {other} for this token", timeout=WAIT_MS
+                )
+                await expect(page.locator("#session-id")).to_have_text(other)
+                for gone in ("#state", "#stop", "#figures", "#live"):
+                    await expect(page.locator(gone)).to_have_text("")
+                await expect(page.locator("#timeline li")).to_have_count(0)
+                for control in ("#send", "#interrupt", "#cancel", "#message"):
+                    await expect(page.locator(control)).to_be_disabled()
+            # Back to one's own session: shown again, with no trace of the refusal.
+            await page.go_back()
+            await page.go_back()
+            await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)
+            await expect(problem).to_be_hidden()
+            # A token no tenant holds is refused as such.
+            await give_token(page, "not-a-token-of-anyone")
+            await expect(problem).to_contain_text("forbidden: a token no tenant holds")
+            await expect(page.locator("#send")).to_be_disabled()
+            # The icon is served (no 404 on a load); the only 404s were the refused sessions.
+            icon = await page.request.get(f"{server.url}/ui/favicon.svg")
+            assert icon.status == 200 and icon.headers["content-type"] == "image/svg+xml"
+            assert await page.locator('link[rel="icon"]').get_attribute("href") == (
+                "/ui/favicon.svg"
+            )
+            assert all("/v1/sessions/" in url for url in missing), missing
+        finally:
+            await acme.close()
+            await globex.close()
+
+
 # Collects the page's CSP violations from before its first script (Playwright's init scripts
 # are not subject to the page's policy).
 WATCH_VIOLATIONS = """

@@ -30,7 +30,9 @@ async function api(method, path, body) {
   if (!response.ok) {
     const message = (data.error && data.error.message) || response.statusText;
     $("problem").textContent = message;
-    throw new Error(message);
+    const error = new Error(message);
+    error.status = response.status;  // a view tells "not found" and "forbidden" apart by it
+    throw error;
   }
   $("problem").textContent = "";
   return data;
@@ -132,8 +134,10 @@ function describe(event) {
     }
     case "tool.started": return d.name + " [" + d.call_id + ", " + d.effect + "]";
     case "tool.finished": return d.outcome + " [" + d.call_id + "] " + clip(d.content, 200);
-    case "approval.requested": return d.name + " waits for a decision [" + d.call_id + "]";
-    case "approval.decided": return (d.allow ? "allowed" : "denied") + " [" + d.call_id + "]";
+    case "approval.requested":
+      return d.name + "(" + clip(JSON.stringify(d.arguments || {}), 60) + ") waits for a decision [" + d.call_id + "]";
+    case "approval.decided":
+      return (d.allow ? "allowed" : "denied") + " [" + d.call_id + "]" + (d.reason ? " — " + clip(d.reason, 120) : "");
     case "cancel.requested": return d.scope;
     case "turn.ended": return d.stop_reason + (d.detail ? " — " + clip(d.detail, 120) : "");
     case "session.ended": return d.outcome;
@@ -196,7 +200,7 @@ function text(message) {
   return (message && message.parts || []).filter((p) => p.type === "text").map((p) => p.text).join("");
 }
 
-async function follow(sessionId) {
+async function follow(sessionId, onEvent) {
   // fetch, not EventSource: the stream needs the Authorization header.
   const controller = new AbortController();
   stream = controller;
@@ -239,6 +243,7 @@ async function follow(sessionId) {
           if (event.seq <= after) continue;
           after = event.seq;
           if (event.type === "model.responded") answered = true;
+          onEvent(event);
           const item = document.createElement("li");
           item.dataset.type = event.type;
           const thread = event.thread || "";
@@ -257,44 +262,181 @@ async function follow(sessionId) {
   }
 }
 
+// -- approvals ------------------------------------------------------------------------------
+// A pending call is known by its key (CALL_ID, or THREAD:CALL_ID in a sub-agent's thread:
+// thread ids hold no ':'); its tool, arguments and thread come from its `approval.requested`
+// in the followed log, its effect from the event when the log carries one, else from an
+// earlier `tool.started` of the same tool. Boxes are kept by key: a refresh adds and removes
+// boxes but never rebuilds one, so focus and a half-typed reason survive it.
+const FOLD_LINES = 12;  // arguments longer than this (or FOLD_CHARS) start folded
+const FOLD_CHARS = 600;
+
+function keyOf(thread, callId) {
+  return thread ? thread + ":" + callId : callId;
+}
+
+class Approvals {
+  constructor(box, path, refresh) {
+    this.box = box;
+    this.path = path;
+    this.refresh = refresh;
+    this.requested = new Map();  // key -> approval.requested data
+    this.effects = new Map();  // thread + " " + tool name -> effect class
+  }
+
+  see(event) {
+    const thread = event.thread || "";
+    const d = event.data || {};
+    if (event.type === "approval.requested") {
+      this.requested.set(keyOf(thread, d.call_id), d);
+      if (d.effect) this.effects.set(thread + " " + d.name, d.effect);
+    } else if (event.type === "tool.started" && d.effect) {
+      this.effects.set(thread + " " + d.name, d.effect);
+    } else {
+      return;
+    }
+    for (const line of this.box.children) this.fill(line);
+  }
+
+  show(pending) {
+    const keep = new Set(pending);
+    for (const line of [...this.box.children]) {
+      if (!keep.has(line.dataset.call)) line.remove();
+    }
+    const have = new Set([...this.box.children].map((line) => line.dataset.call));
+    for (const key of pending) {
+      if (!have.has(key)) this.box.appendChild(this.build(key));
+    }
+  }
+
+  build(key) {
+    const cut = key.indexOf(":");
+    const thread = cut < 0 ? "" : key.slice(0, cut);
+    const callId = cut < 0 ? key : key.slice(cut + 1);
+    const line = document.createElement("div");
+    line.className = "approval";
+    line.dataset.call = key;
+    line.dataset.thread = thread;
+    line.setAttribute("role", "group");
+    line.setAttribute("aria-label", "approval of call " + key);
+    const head = document.createElement("div");
+    if (thread) head.append(threadLabel(thread), " ");
+    const tool = document.createElement("strong");
+    tool.className = "tool mono";
+    tool.textContent = "…";
+    const effect = document.createElement("span");
+    effect.className = "effect";
+    head.append(tool, " · effect ", effect, " · call " + callId + " waits for a decision");
+    const args = document.createElement("div");
+    args.className = "arguments";
+    const reason = document.createElement("input");
+    reason.type = "text";
+    reason.className = "reason";
+    reason.maxLength = 10000;
+    reason.placeholder = "why (optional, kept in the log)";
+    const label = document.createElement("label");
+    label.append("reason ", reason);
+    const controls = document.createElement("div");
+    controls.append(label, " ");
+    for (const [text, allow] of [["Allow", true], ["Deny", false]]) {
+      const button = document.createElement("button");
+      button.textContent = text;
+      button.className = allow ? "allow" : "deny";
+      button.addEventListener("click", () => this.decide(line, key, allow));
+      controls.appendChild(button);
+    }
+    line.append(head, args, controls);
+    this.fill(line);
+    return line;
+  }
+
+  // Fills what the log has told of the call; each part once, so a box being read or typed in
+  // does not change under the reader.
+  fill(line) {
+    const d = this.requested.get(line.dataset.call);
+    if (!d) return;
+    const tool = line.querySelector(".tool");
+    if (tool.textContent !== d.name) tool.textContent = d.name;
+    const effect = line.querySelector(".effect");
+    const known = d.effect || this.effects.get(line.dataset.thread + " " + d.name);
+    const said = known || "not recorded before the call runs";
+    if (effect.textContent !== said) { effect.textContent = said; effect.dataset.effect = known || "unknown"; }
+    const args = line.querySelector(".arguments");
+    if (args.dataset.filled) return;
+    args.dataset.filled = "yes";
+    const pre = document.createElement("pre");
+    pre.textContent = JSON.stringify(d.arguments || {}, null, 2);
+    const lines = pre.textContent.split("\n").length;
+    if (lines > FOLD_LINES || pre.textContent.length > FOLD_CHARS) {
+      const fold = document.createElement("details");
+      const summary = document.createElement("summary");
+      summary.textContent = "arguments (" + lines + " lines, " + pre.textContent.length + " characters)";
+      fold.append(summary, pre);
+      args.appendChild(fold);
+    } else {
+      args.append(pre);
+    }
+  }
+
+  decide(line, key, allow) {
+    const buttons = line.querySelectorAll("button");
+    for (const b of buttons) b.disabled = true;
+    const reason = line.querySelector(".reason").value.trim();
+    const body = { call_id: key, allow };
+    if (reason) body.reason = reason;
+    api("POST", this.path + "/decisions", body)
+      .then(() => { line.dataset.decided = allow ? "allowed" : "denied"; this.refresh(); })
+      .catch(() => { for (const b of buttons) b.disabled = false; });
+  }
+}
+
+const CONTROLS = ["interrupt", "cancel", "send", "message"];
+
+// What a session view shows before its first answer, and after a refusal: nothing of the
+// session opened before it, every control off.
+function clearSession(sessionId) {
+  $("session-id").textContent = sessionId;
+  for (const id of ["state", "stop", "figures", "waiting", "live", "session-problem"]) $(id).textContent = "";
+  $("timeline").replaceChildren();
+  $("approvals").replaceChildren();
+  showThreads([]);
+  for (const id of CONTROLS) $(id).disabled = true;
+}
+
+// Why the server refused to show a session, said as such: another tenant's session is "not
+// found" like a missing one (the server does not tell them apart).
+function refusal(error, sessionId) {
+  if (error.status === 404) return "not found: no session " + sessionId + " for this token";
+  if (error.status === 401 || error.status === 403) return "forbidden: " + error.message;
+  return null;
+}
+
 async function showSession(sessionId) {
   showView("session-view");
-  $("session-id").textContent = sessionId;
-  $("timeline").replaceChildren();
-  showThreads([]);
-  $("live").textContent = "";
+  clearSession(sessionId);
   const path = "/v1/sessions/" + encodeURIComponent(sessionId);
+  const approvals = new Approvals($("approvals"), path, () => refresh());
+  let refused = null;
   const refresh = async () => {
-    const s = await api("GET", path).catch(() => null);
-    if (!s) return;
+    let s;
+    try {
+      s = await api("GET", path);
+    } catch (error) {
+      refused = refusal(error, sessionId);
+      if (refused) { clearSession(sessionId); $("session-problem").textContent = refused; }
+      return;
+    }
+    $("session-problem").textContent = "";
     $("state").textContent = s.state;
     $("stop").textContent = s.stop_reason || "-";
     const cost = s.cost_usd == null ? "cost unknown" : "$" + s.cost_usd.toFixed(6);
     $("figures").textContent = s.steps + " steps · " + s.usage.input_tokens + "+" + s.usage.output_tokens + " tokens · " + cost;
     $("waiting").textContent = s.waiting_reason || "";
     showThreads(s.threads || []);
-    const box = $("approvals");
-    box.replaceChildren();
-    for (const callId of s.pending_approvals) {
-      // A sub-agent's call is named THREAD:CALL_ID (thread ids hold no ':'); that whole key
-      // is what a decision names.
-      const cut = callId.indexOf(":");
-      const thread = cut < 0 ? "" : callId.slice(0, cut);
-      const line = document.createElement("div");
-      line.dataset.call = callId;
-      line.dataset.thread = thread;
-      if (thread) line.append(threadLabel(thread), " ");
-      line.append("call " + (cut < 0 ? callId : callId.slice(cut + 1)) + " waits for a decision ");
-      for (const [label, allow] of [["Allow", true], ["Deny", false]]) {
-        const button = document.createElement("button");
-        button.textContent = label;
-        button.addEventListener("click", () => api("POST", path + "/decisions", { call_id: callId, allow }).then(refresh).catch(() => {}));
-        line.appendChild(button);
-      }
-      box.appendChild(line);
-    }
+    approvals.show(s.pending_approvals);
     const ended = ["completed", "failed", "canceled"].includes(s.state);
-    for (const id of ["interrupt", "cancel", "send", "message"]) $(id).disabled = ended;
+    for (const id of CONTROLS) $(id).disabled = ended;
+    counted("session-view");
   };
   $("interrupt").onclick = () => api("POST", path + "/interrupt", {}).then(refresh).catch(() => {});
   $("cancel").onclick = () => api("POST", path + "/cancel", {}).then(refresh).catch(() => {});
@@ -306,8 +448,9 @@ async function showSession(sessionId) {
   const mine = generation;
   await refresh();
   if (mine !== generation) return;  // navigated away meanwhile: start nothing for this view
+  if (refused) return;  // nothing to follow: the page stays as it is until the next navigation
   timer = setInterval(refresh, 1000);
-  follow(sessionId);
+  follow(sessionId, (event) => approvals.see(event));
 }
 
 // -- experiments ---------------------------------------------------------------------------

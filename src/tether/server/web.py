@@ -31,11 +31,19 @@ CSP_NAME = b"content-security-policy"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 _HERE = Path(__file__).parent
+# The page's icon (a "T" on the header's colour), here rather than a file of its own so the
+# package data stays the page, its script and its style.
+FAVICON = (
+    b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+    b'<rect width="16" height="16" rx="3" fill="#1d2330"/>'
+    b'<path d="M4 4h8v2H9v7H7V6H4z" fill="#fff"/></svg>'
+)
 # path -> (file next to this module, media type); read once, at import.
 ASSETS: dict[str, tuple[bytes, str]] = {
     "/ui": ((_HERE / "ui.html").read_bytes(), "text/html; charset=utf-8"),
     "/ui/app.js": ((_HERE / "ui.js").read_bytes(), "text/javascript; charset=utf-8"),
     "/ui/app.css": ((_HERE / "ui.css").read_bytes(), "text/css; charset=utf-8"),
+    "/ui/favicon.svg": (FAVICON, "image/svg+xml"),
 }
 
 
