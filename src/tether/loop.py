@@ -163,6 +163,8 @@ async def _drive(ctx: TurnContext) -> None:
             if stop is not None:
                 await _end(ctx, stop)
                 return
+        if ctx.engine.toolbox.followers:  # tools that may have changed since the last step
+            await ctx.engine.toolbox.refresh()
         stop = _check(ctx)
         if stop is not None:
             await _end(ctx, stop)

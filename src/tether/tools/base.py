@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
@@ -138,17 +138,34 @@ def tool(
 
 
 class Toolbox:
-    """Tools by name, in the order given. Plain functions are made into tools."""
+    """Tools by name, in the order given. Plain functions are made into tools.
+
+    A source whose tools can change while an agent runs (an MCP server's) `follow`s the
+    toolbox: before each model request the loop calls `refresh`, and the source may
+    `replace` the tools then."""
 
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
-        self._tools: dict[str, Tool] = {}
+        self.followers: list[Callable[[Toolbox], Awaitable[None]]] = []
+        self.replace(tools)
+
+    def replace(self, tools: Iterable[Tool | Callable[..., Any]]) -> None:
+        by_name: dict[str, Tool] = {}
         for item in tools:
             t = item if isinstance(item, Tool) else make_tool(item)
-            if t.name in self._tools:
+            if t.name in by_name:
                 raise UsageError(f"two tools are named {t.name!r}")
-            self._tools[t.name] = t
+            by_name[t.name] = t
+        self._tools = by_name
         self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self._tools.values())
         self.schema_chars = len(canonical_json([s.parameters for s in self.specs]))
+
+    def follow(self, refresh: Callable[[Toolbox], Awaitable[None]]) -> None:
+        """Have `refresh(toolbox)` called before each model request."""
+        self.followers.append(refresh)
+
+    async def refresh(self) -> None:
+        for refresh in self.followers:
+            await refresh(self)
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)

@@ -6,6 +6,8 @@ resource template, prompts and `instructions`, plus a tool that logs and one tha
 
 from __future__ import annotations
 
+import contextlib
+
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
@@ -61,6 +63,8 @@ async def grow(name: str, ctx: Context) -> str:
 
     server.add_tool(extra, name=name, description=f"added at run time as {name}")
     await ctx.notify_tools_changed()
+    with contextlib.suppress(Exception):  # 2026-07-28 sessions take no spontaneous notifications
+        await ctx.session.send_tool_list_changed()
     return f"added {name}"
 
 

@@ -94,6 +94,9 @@ class McpConnection:
         self._live: _Live | None = None
         self._retiring: set[asyncio.Task[None]] = set()
         self._tools: list[mcp_types.Tool] | None = None
+        # The server said its tools changed since they were last listed (a restart does not
+        # count: a source refreshing a running agent's tools must not restart servers).
+        self.tools_changed = False
         self._closed = False
 
     @property
@@ -115,6 +118,7 @@ class McpConnection:
         live = await self._connect()
         client = _client(live)
         self._tools = None
+        self.tools_changed = False
         tools: list[mcp_types.Tool] = []
         cursor: str | None = None
         try:
@@ -331,14 +335,14 @@ class McpConnection:
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
-            self._tools = None
+            self._tools, self.tools_changed = None, True
 
     async def _listen(self, client: Client) -> None:
         # 2026-07-28 servers announce list changes only to a `subscriptions/listen` stream.
         try:
             async with client.listen(tools_list_changed=True) as subscription:
                 async for _event in subscription:
-                    self._tools = None
+                    self._tools, self.tools_changed = None, True
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the listing then refreshes only after a restart

@@ -17,9 +17,9 @@ from typing import Any, TextIO, TypeVar
 
 from mcp import types as mcp_types
 
-from tether.errors import ConfigError
+from tether.errors import ConfigError, TetherError
 from tether.events import Effect
-from tether.tools.base import Tool
+from tether.tools.base import Tool, Toolbox
 from tether.tools.mcp import catalog
 from tether.tools.mcp.catalog import (
     McpPrompt,
@@ -83,6 +83,7 @@ class McpToolSource:
         self.connections = {
             name: McpConnection(c, errlog=errlog) for name, c in self.configs.items()
         }
+        self._made: set[str] = set()  # the names of the tools the last listing gave
 
     async def __aenter__(self) -> McpToolSource:
         return self
@@ -106,6 +107,24 @@ class McpToolSource:
         except KeyError:
             known = ", ".join(map(repr, self.connections)) or "none"
             raise ConfigError(f"no MCP server is named {server!r} (configured: {known})") from None
+
+    def keep_current(self, toolbox: Toolbox) -> None:
+        """Keep a running agent's tools from these servers current (`agent.toolbox`): before
+        each of its model requests, if a server said its tools changed, the servers are
+        listed again and the toolbox's tools from this source replaced; its other tools are
+        kept. A listing that fails is logged and the tools stay as they were."""
+        toolbox.follow(self._refresh)
+
+    async def _refresh(self, toolbox: Toolbox) -> None:
+        if not any(c.tools_changed for c in self.connections.values()):
+            return
+        others = [t for t in toolbox if t.name not in self._made]
+        try:
+            fresh = await self.list_tools(taken=[t.name for t in others])
+        except TetherError as exc:
+            logger.warning("MCP tools not refreshed, the last listing stays: %s", exc)
+            return
+        toolbox.replace([*others, *fresh])
 
     async def instructions(self) -> dict[str, str]:
         """Each server's `instructions` (from its handshake), for servers that give some."""
@@ -166,6 +185,7 @@ class McpToolSource:
             listings.append((connection, self._offered(connection, await connection.list_tools())))
         pairs = [(c.name, t.name) for c, tools in listings for t in tools]
         names = exposed_names(pairs, taken)
+        self._made = set(names.values())
         return [
             self._make_tool(connection, tool, names[(connection.name, tool.name)])
             for connection, tools in listings

@@ -1,0 +1,73 @@
+"""Tools a server adds while an agent runs reach that agent at its next step, when the source
+keeps the agent's toolbox current (`source.keep_current(agent.toolbox)`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether import Agent
+from tether.events import ToolFinished
+from tether.providers.base import ModelRequest, ModelResponse
+from tether.store import MemoryStore
+from tether.testing import ScriptedModel, call
+from tether.tools import tool
+from tether.tools.mcp import McpToolSource
+
+try:
+    from .mcp_servers.harness import catalog_stdio, no_orphan_servers
+except ImportError:
+    from mcp_servers.harness import catalog_stdio, no_orphan_servers
+
+__all__ = ["no_orphan_servers"]
+
+
+class Offered(ScriptedModel):
+    """A scripted model that notes the tool names each request offered."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.offered: list[set[str]] = []
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.offered.append({spec.name for spec in request.tools})
+        return await super().complete(request)
+
+
+@tool(effect="read")
+def local() -> str:
+    """A Python tool beside the server's."""
+    return "local"
+
+
+async def run_growing(*, keep_current: bool, protocol: str) -> tuple[Offered, list[ToolFinished]]:
+    model = Offered([call("grow", name="shiny"), call("shiny"), call("local"), "done"])
+    store = MemoryStore()
+    async with McpToolSource([catalog_stdio(protocol=protocol)]) as source:
+        agent = Agent(model, tools=[local, *await source.list_tools(taken=["local"])], store=store)
+        if keep_current:
+            source.keep_current(agent.toolbox)
+        result = await agent.run("grow a tool and use it")
+    finished = [
+        e.payload
+        for e in await store.read(result.session_id)
+        if isinstance(e.payload, ToolFinished)
+    ]
+    return model, finished
+
+
+@pytest.mark.parametrize("protocol", ["legacy", "auto"])
+async def test_a_tool_added_mid_run_is_offered_and_called_at_the_next_step(protocol: str) -> None:
+    model, finished = await run_growing(keep_current=True, protocol=protocol)
+    assert "shiny" not in model.offered[0]
+    assert {"shiny", "local", "grow", "lookup"} <= model.offered[1]
+    assert [(f.outcome, f.content) for f in finished] == [
+        ("ok", "added shiny"),
+        ("ok", "I am shiny"),
+        ("ok", "local"),
+    ]
+
+
+async def test_without_keep_current_the_agent_keeps_the_tools_it_was_given() -> None:
+    model, finished = await run_growing(keep_current=False, protocol="legacy")
+    assert all("shiny" not in offered for offered in model.offered)
+    assert finished[1].outcome != "ok"
