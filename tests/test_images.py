@@ -1,6 +1,6 @@
 """Images in user messages: what an `Image` accepts, its canonical JSON and fold round trip,
-how `Agent.run` takes one, how context accounting counts one, how it renders, and what a
-tool that returns one is answered."""
+how `Agent.run` takes one, how context accounting counts one, how it renders, and how a
+tool returns some with its result."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from tether import Agent, Image, tool
 from tether.context.tokens import CharSizer, EncodingSizer
 from tether.errors import UsageError
-from tether.events import Event, UserMessage
+from tether.events import Event, ToolFinished, UserMessage, payload_from_json, payload_to_json
 from tether.fold import Transcript, fold
 from tether.messages import (
     IMAGE_TOKENS,
@@ -27,8 +27,9 @@ from tether.messages import (
     user_parts,
 )
 from tether.render import render_transcript, summarize
-from tether.store import MemoryStore
+from tether.store import MemoryStore, SQLiteStore
 from tether.testing import ScriptedModel, call
+from tether.tools.run import MAX_RESULT_IMAGES
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
 JPEG = b"\xff\xd8\xff\xe0" + b"jfif" * 8
@@ -169,19 +170,62 @@ def test_renderings_show_an_image_as_a_placeholder_never_its_bytes() -> None:
     assert summarize(event) == "see [+2 image(s)]"
 
 
-async def test_a_tool_returning_an_image_is_answered_plainly_that_it_cannot() -> None:
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_tool_can_return_images_and_they_reach_the_model_and_the_log(
+    kind: str, tmp_path: object
+) -> None:
     @tool
     def snapshot() -> Image:
         """Take a picture."""
         return Image(PNG)
 
-    model = ScriptedModel([call("snapshot"), "ok"])
+    @tool
+    def album() -> list[object]:
+        """Two pictures with a caption."""
+        return ["two cats", Image(GIF), Image(url=URL)]
+
+    seen: list[Message] = []
+
+    def look(messages: object) -> str:
+        seen.extend(messages)  # type: ignore[call-overload]
+        return "I see them"
+
+    model = ScriptedModel([[call("snapshot"), call("album")], look])
+    store = MemoryStore() if kind == "memory" else SQLiteStore(f"{tmp_path}/t.db")
+    result = await Agent(model, tools=[snapshot, album], store=store).run("take some")
+    assert result.output == "I see them"
+    shot, pictures = seen[-1].tool_results
+    assert (shot.content, shot.images, shot.is_error) == ("", (Image(PNG),), False)
+    assert pictures.content == "two cats" and pictures.images == (Image(GIF), Image(url=URL))
+    # Stored with the result, and folded back the same in any process.
+    events = await store.read(result.session_id)
+    transcript, _ = fold(events)
+    assert transcript.messages[2].tool_results == (shot, pictures)
+    finished = [e for e in events if e.type == "tool.finished"]
+    assert all("images" in e.to_json()["data"] for e in finished)
+
+
+async def test_a_tool_returning_too_many_images_is_answered_by_the_cap() -> None:
+    @tool
+    def flood() -> list[Image]:
+        """Many pictures."""
+        return [Image(PNG)] * (MAX_RESULT_IMAGES + 1)
+
+    model = ScriptedModel([call("flood"), "ok"])
     store = MemoryStore()
-    result = await Agent(model, tools=[snapshot], store=store).run("take one")
+    result = await Agent(model, tools=[flood], store=store).run("go")
     transcript, _ = fold(await store.read(result.session_id))
     (answer,) = transcript.messages[2].tool_results
-    assert answer.is_error
-    assert "returned an image" in answer.content and "not supported yet" in answer.content
+    assert answer.is_error and answer.images == ()
+    assert f"returned {MAX_RESULT_IMAGES + 1} images; at most {MAX_RESULT_IMAGES}" in answer.content
+
+
+def test_a_result_without_images_keeps_the_form_it_always_had() -> None:
+    plain = ToolFinished("c1", "ok", "2", 1.5)
+    assert "images" not in payload_to_json(plain)
+    assert payload_from_json("tool.finished", payload_to_json(plain)) == plain
+    shot = ToolFinished("c1", "ok", "", 1.5, (Image(PNG),))
+    assert payload_from_json("tool.finished", payload_to_json(shot)) == shot
 
 
 def test_a_call_whose_arguments_look_like_an_image_is_counted_by_its_characters() -> None:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal, TypeAlias
 
 from tether.errors import CorruptLog
-from tether.messages import JSONObject, Message, Usage, canonical_json
+from tether.messages import Image, JSONObject, Message, Usage, canonical_json
 
 SCHEMA_VERSION = 3
 
@@ -106,11 +106,16 @@ class ToolStarted:
 
 @dataclass(frozen=True, slots=True)
 class ToolFinished:
+    """`images`: what the tool returned besides its text (a screenshot), sent with the
+    result to the model; written only when there are some."""
+
     type: ClassVar[str] = "tool.finished"
+    SPARSE: ClassVar[frozenset[str]] = frozenset({"images"})
     call_id: str
     outcome: Outcome
     content: str
     duration_ms: float = 0.0
+    images: tuple[Image, ...] = ()
 
     @property
     def is_error(self) -> bool:
@@ -300,7 +305,7 @@ def format_time(epoch_seconds: float) -> str:
 
 
 def _encode(value: object) -> Any:
-    if isinstance(value, Message | Usage):
+    if isinstance(value, Message | Usage | Image):
         return value.to_json()
     if isinstance(value, tuple):
         return [_encode(v) for v in value]
@@ -330,6 +335,7 @@ _FIELD_DECODERS: dict[str, Callable[[Any], object]] = {
     "Usage": Usage.from_json,
     "tuple[str, ...]": lambda v: tuple(str(x) for x in v),
     "tuple[Message, ...]": lambda v: tuple(Message.from_json(x) for x in v),
+    "tuple[Image, ...]": lambda v: tuple(Image.from_json(x) for x in v),
 }
 
 

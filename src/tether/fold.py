@@ -371,7 +371,7 @@ class Folder:
             self.state = "pending"
 
     def _apply_result(self, p: ToolFinished) -> None:
-        self.results[p.call_id] = ToolResult(p.call_id, p.content, p.is_error)
+        self.results[p.call_id] = ToolResult(p.call_id, p.content, p.is_error, p.images)
         self.started.discard(p.call_id)
         if self.open_calls and all(c.id in self.results for c in self.open_calls):
             ordered = tuple(self.results[c.id] for c in self.open_calls)

@@ -418,7 +418,9 @@ async def _settle_calls(
         if outcome.full_output is not None:  # cut at the cap: kept whole, the marker names it
             await keep_output(log.store, outcome.full_output)
         await log.append_shielded(
-            ToolFinished(call.id, outcome.outcome, outcome.content, outcome.duration_ms)
+            ToolFinished(
+                call.id, outcome.outcome, outcome.content, outcome.duration_ms, outcome.images
+            )
         )
 
     if to_run:

@@ -38,6 +38,7 @@ from tether.messages import (
     Image,
     Message,
     Text,
+    Thinking,
     ToolCall,
     ToolResult,
     Usage,
@@ -97,6 +98,7 @@ def payloads(
         | st.builds(ToolCall, text, text, objects, st.none() | text)
         | st.builds(ToolResult, text, text, st.booleans(), st.lists(images, max_size=2).map(tuple))
         | images
+        | st.builds(Thinking, text, text, objects)
     )
     message = st.builds(
         Message,
@@ -116,6 +118,7 @@ def payloads(
         "tuple[Message, ...]": st.lists(message, max_size=3).map(tuple),
         "Usage": st.builds(Usage, big_ints, big_ints, big_ints, big_ints, big_ints),
         "tuple[str, ...]": st.lists(text, max_size=3).map(tuple),
+        "tuple[Image, ...]": st.lists(images, max_size=2).map(tuple),
         # Closed sets: a row holds what was written, and old logs may hold any string.
         "Effect": st.sampled_from(get_args(Effect)) | text,
         "Outcome": st.sampled_from(get_args(Outcome)) | text,

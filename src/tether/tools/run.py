@@ -45,6 +45,7 @@ class CallOutcome:
     duration_ms: float = 0.0
     # The whole output when `content` was cut at the cap: the caller keeps it as a blob.
     full_output: str | None = None
+    images: tuple[Image, ...] = ()  # returned besides the text, in the order returned
 
 
 class CallCanceled(asyncio.CancelledError):
@@ -160,26 +161,35 @@ async def _after_grace(
 
 
 def _result(tool: Tool, value: object, done: Callable[[Outcome, str], CallOutcome]) -> CallOutcome:
-    if _holds_image(value):
-        return done("error", f"tool {tool.name} returned an image: {NO_RESULT_IMAGES}")
+    value, images = _split_images(value)
+    if len(images) > MAX_RESULT_IMAGES:
+        return done(
+            "error",
+            f"tool {tool.name} returned {len(images)} images; at most {MAX_RESULT_IMAGES} "
+            "go back to the model",
+        )
     text = output_text(value)
     finished = done("ok", cap_output(text, tool.output_cap))
-    if len(text) <= tool.output_cap:
+    full = text if len(text) > tool.output_cap else None
+    if full is None and not images:
         return finished
-    return CallOutcome(finished.outcome, finished.content, finished.duration_ms, text)
+    return CallOutcome(finished.outcome, finished.content, finished.duration_ms, full, images)
 
 
-# Images in tool results need the result event to carry them; until it does, a tool that
-# returns one is answered this, plainly, rather than with the image's repr.
-NO_RESULT_IMAGES = (
-    "images in tool results are not supported yet; return text, or have the user send it"
-)
+# More would pass every provider's limit on images per request long before the context's.
+MAX_RESULT_IMAGES = 8
 
 
-def _holds_image(value: object) -> bool:
+def _split_images(value: object) -> tuple[object, tuple[Image, ...]]:
+    """A tool's value as its text part and its images: an `Image` alone, or a list or tuple
+    that holds some (its other items, joined, are the text)."""
     if isinstance(value, Image):
-        return True
-    return isinstance(value, list | tuple) and any(isinstance(v, Image) for v in value)
+        return "", (value,)
+    if isinstance(value, list | tuple) and any(isinstance(v, Image) for v in value):
+        images = tuple(v for v in value if isinstance(v, Image))
+        rest = [v for v in value if not isinstance(v, Image)]
+        return "\n".join(output_text(v) for v in rest), images
+    return value, ()
 
 
 def _deadline(tool: Tool, started: float) -> asyncio.Timeout:
