@@ -16,7 +16,7 @@ from tether.cli import main
 from tether.events import SessionCreated
 from tether.messages import ToolCall
 from tether.store import open_store
-from tether.tools.mcp import McpToolSource, parse_mcp_config
+from tether.tools.mcp import McpLogMessage, McpToolSource, parse_mcp_config
 from tether.tools.mcp.logs import wanted_level
 from tether.tools.run import execute
 
@@ -110,3 +110,29 @@ def test_servers_are_asked_for_the_least_severe_level_the_logger_shows() -> None
             assert wanted_level() == wanted
     finally:
         logger.setLevel(before)
+
+
+async def test_an_observer_sees_each_log_message_and_its_bug_breaks_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="tether.mcp")
+    seen: list[McpLogMessage] = []
+
+    def observe(message: McpLogMessage) -> None:
+        seen.append(message)
+        raise RuntimeError("observer bug")
+
+    async with McpToolSource([catalog_stdio("shop", protocol="legacy")], on_log=observe) as source:
+        (lookup,) = [t for t in await source.list_tools() if t.name == "lookup"]
+        first = await execute(lookup, ToolCall("c1", "lookup", {"item": "tea"}), "ses_1")
+        second = await execute(lookup, ToolCall("c2", "lookup", {"item": "jam"}), "ses_1")
+        for _ in range(100):
+            if len(seen) >= 4:
+                break
+            await asyncio.sleep(0.05)
+    assert (first.content, second.content) == ("tea: 3 left", "jam: 3 left")
+    assert seen[:2] == [
+        McpLogMessage("shop", "info", "catalog.lookup", "looking up tea"),
+        McpLogMessage("shop", "warning", None, "tea is out of stock"),
+    ]
+    assert len(seen) == 4

@@ -3,20 +3,25 @@ keeps the agent's toolbox current (`source.keep_current(agent.toolbox)`)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
+
 import pytest
 
 from tether import Agent
+from tether.cli import main
 from tether.events import ToolFinished
 from tether.providers.base import ModelRequest, ModelResponse
-from tether.store import MemoryStore
+from tether.store import MemoryStore, open_store
 from tether.testing import ScriptedModel, call
 from tether.tools import tool
 from tether.tools.mcp import McpToolSource
 
 try:
-    from .mcp_servers.harness import catalog_stdio, no_orphan_servers
+    from .mcp_servers.harness import CATALOG, PYTHON, catalog_stdio, no_orphan_servers
 except ImportError:
-    from mcp_servers.harness import catalog_stdio, no_orphan_servers
+    from mcp_servers.harness import CATALOG, PYTHON, catalog_stdio, no_orphan_servers
 
 __all__ = ["no_orphan_servers"]
 
@@ -71,3 +76,40 @@ async def test_without_keep_current_the_agent_keeps_the_tools_it_was_given() -> 
     model, finished = await run_growing(keep_current=False, protocol="legacy")
     assert all("shiny" not in offered for offered in model.offered)
     assert finished[1].outcome != "ok"
+
+
+GROWING_MODEL = """
+from tether.testing import ScriptedModel, call
+
+
+def model():
+    return ScriptedModel([call("grow", name="shiny"), call("shiny"), "done"])
+"""
+
+
+def test_tether_run_keeps_the_mcp_tools_current(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "growing_model.py").write_text(GROWING_MODEL, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mcp = tmp_path / "mcp.json"
+    server = {"command": PYTHON, "args": [str(CATALOG)], "protocol": "legacy"}
+    mcp.write_text(json.dumps({"mcpServers": {"catalog": server}}), encoding="utf-8")
+    db = tmp_path / "run.db"
+    code = main(["run", "grow", "--model", "python:growing_model:model", "--mcp", str(mcp),
+                 "--store", str(db), "--json"])  # fmt: skip
+    assert code == 0
+    session_id = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["session_id"]
+
+    async def finished() -> list[ToolFinished]:
+        store = open_store(str(db))
+        try:
+            events = await store.read(session_id)
+        finally:
+            await store.close()
+        return [e.payload for e in events if isinstance(e.payload, ToolFinished)]
+
+    assert [(f.outcome, f.content) for f in asyncio.run(finished())] == [
+        ("ok", "added shiny"),
+        ("ok", "I am shiny"),
+    ]

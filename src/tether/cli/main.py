@@ -108,6 +108,7 @@ async def cmd_run(
     source, mcp_tools = await load_mcp_tools(args.mcp, [t.name for t in tools])
     try:
         args.system = await source.system_prompt(args.system)  # servers' `use_instructions`
+        args.mcp_source = source
         return await _run_agent(args, task, resolved, tools + mcp_tools)
     finally:
         await source.aclose()
@@ -179,6 +180,8 @@ async def _run_agent(
         max_threads=caps.max_threads,
         output_type=getattr(args, "output", None),
     )
+    if (mcp := getattr(args, "mcp_source", None)) is not None:
+        mcp.keep_current(agent.toolbox)  # tools a server adds mid-run reach its next step
     session_id = getattr(args, "session_id", None)
     result: RunResult[object]
     try:

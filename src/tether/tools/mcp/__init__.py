@@ -18,6 +18,7 @@ try:
     )
     from tether.tools.mcp.connection import McpConnection
     from tether.tools.mcp.content import render_result
+    from tether.tools.mcp.logs import McpLogMessage
     from tether.tools.mcp.source import (
         McpProgress,
         McpToolSource,
@@ -41,6 +42,7 @@ __all__ = [
     "McpConnection",
     "McpEffectUnknown",
     "McpError",
+    "McpLogMessage",
     "McpProgress",
     "McpPrompt",
     "McpPromptArgument",

@@ -34,7 +34,7 @@ from tether.tools.mcp.errors import (
     McpUnsupported,
 )
 from tether.tools.mcp.http import DELIVERY, Delivery, HttpState, http_transport, refused
-from tether.tools.mcp.logs import log_to_python, wanted_level
+from tether.tools.mcp.logs import LogObserver, log_to_python, wanted_level
 from tether.tools.mcp.stderr import StderrTail
 
 logger = logging.getLogger(__name__)
@@ -86,8 +86,15 @@ class McpConnection:
     Nothing starts before the first list or call. A connection lost while idle is restarted
     quietly; one lost during a call makes that call fail and the next one restart it."""
 
-    def __init__(self, config: McpServerConfig, *, errlog: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        config: McpServerConfig,
+        *,
+        errlog: TextIO | None = None,
+        on_log: LogObserver | None = None,
+    ) -> None:
         self.config = config
+        self._on_log = on_log
         self.starts = 0
         self._errlog = errlog
         self._lock = asyncio.Lock()
@@ -328,7 +335,7 @@ class McpConnection:
             mode=config.protocol,
             cache=None,  # the listing is cached here, and refreshed on list_changed
             message_handler=self._on_message,
-            logging_callback=log_to_python(self.name),
+            logging_callback=log_to_python(self.name, self._on_log),
             log_level=wanted_level(),  # servers on 2026-07-28 send logs only when asked
             client_info=_CLIENT_INFO,
         )

@@ -32,6 +32,7 @@ from tether.tools.mcp.config import McpServerConfig, servers_by_name
 from tether.tools.mcp.connection import McpConnection, ProgressFn
 from tether.tools.mcp.content import render_result
 from tether.tools.mcp.errors import McpToolFailed, McpUnsupported
+from tether.tools.mcp.logs import LogObserver
 from tether.tools.schema import ToolContext
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,8 @@ class McpToolSource:
     """Tools from MCP servers: `tools = await source.list_tools()`, then `Agent(model, tools=tools)`.
 
     Use it as `async with McpToolSource(configs) as source:` or call `aclose()`: closing
-    stops every server it started. `on_progress` sees every progress notification. A tool is
+    stops every server it started. `on_progress` sees every progress notification, `on_log`
+    every log message (which also goes to the `tether.mcp` logger). A tool is
     offered when its server's `enabled_tools`/`disabled_tools` allow it and `tool_filter`
     (if given) returns True for it."""
 
@@ -76,12 +78,13 @@ class McpToolSource:
         on_progress: ProgressObserver | None = None,
         errlog: TextIO | None = None,
         tool_filter: ToolFilter | None = None,
+        on_log: LogObserver | None = None,
     ) -> None:
         self.configs = servers_by_name(servers)
         self.on_progress = on_progress
         self.tool_filter = tool_filter
         self.connections = {
-            name: McpConnection(c, errlog=errlog) for name, c in self.configs.items()
+            name: McpConnection(c, errlog=errlog, on_log=on_log) for name, c in self.configs.items()
         }
         self._made: set[str] = set()  # the names of the tools the last listing gave
 
