@@ -2,7 +2,7 @@
 to import: `python:postgres.chaos_fixtures:model` and `postgres.chaos_fixtures:tools`.
 
 The model asks for two `write` calls, one step each, then answers "done"; a session whose
-task says "poison" kills its worker (SIGKILL) at every model call. `write` appends one line
+task says "poison" calls `crash`, which kills its worker (SIGKILL) every time it runs. `write` appends one line
 (`SESSION CALL N PID`) to the file named by $TETHER_CHAOS_EFFECTS: the effects counted.
 """
 
@@ -41,12 +41,20 @@ async def write(n: int, ctx: ToolContext) -> str:
     return f"wrote {n}"
 
 
-tools = [write]
+@tool(effect="read")
+async def crash() -> str:
+    """Kill the process that runs it: a poisoned tool (a read, so it is run again on
+    recovery, and kills again)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+tools = [write, crash]
 
 
 def _first(messages: Sequence[Message]) -> Reply:
     if messages and "poison" in messages[0].text:
-        os.kill(os.getpid(), signal.SIGKILL)  # this session kills whoever runs it
+        return call("crash")  # this session kills whoever runs its tool
     return call("write", n=1)
 
 

@@ -93,14 +93,15 @@ async def test_a_suspect_goes_only_to_a_worker_running_nothing_else(pg_url: str)
     await asyncio.sleep(0.2)
     for i in range(3):
         await store.mark_runnable(f"fresh{i}")
-    # Once is a takeover: a busy worker takes it, first.
-    [taken] = await store.claim_runnable("w2", ttl=0.1, limit=1, alone=False)
-    assert (taken.lease.session_id, taken.claims) == ("suspect", 2)
-    await asyncio.sleep(0.2)  # w2 dies holding it too, unforgiven: now a suspect
+    # Once or twice is a takeover: a busy worker takes it, first.
+    for claims in (2, 3):
+        [taken] = await store.claim_runnable("w2", ttl=0.1, limit=1, alone=False)
+        assert (taken.lease.session_id, taken.claims) == ("suspect", claims)
+        await asyncio.sleep(0.2)  # and dies holding it too, unforgiven
     busy = await store.claim_runnable("w2", ttl=30, limit=10, alone=False)
     assert sorted(c.lease.session_id for c in busy) == ["fresh0", "fresh1", "fresh2"]
     idle = await store.claim_runnable("w3", ttl=30, limit=10, alone=True)
-    assert [(c.lease.session_id, c.claims) for c in idle] == [("suspect", 3)]
+    assert [(c.lease.session_id, c.claims) for c in idle] == [("suspect", 4)]
     await store.close()
 
 
@@ -109,13 +110,13 @@ async def test_a_version_1_database_migrates_and_its_marks_can_be_deferred(pg_ur
 
     from tether.store.pg_schema import _BOOKKEEPING, MIGRATIONS
 
-    # A database as version 1 left it: marks and a lease whose workers died holding it twice.
+    # A database as version 1 left it: marks and a lease whose workers died holding it 3 times.
     async with await AsyncConnection.connect(pg_url, autocommit=True) as conn:
         await conn.execute(_BOOKKEEPING)
         await conn.execute(MIGRATIONS[0].sql.encode())
         await conn.execute("INSERT INTO tether_schema (version, description) VALUES (1, 'v1')")
         await conn.execute("SELECT tether_mark('old'), tether_mark('other')")
-        await conn.execute("INSERT INTO tether_leases VALUES ('other', 'w0', 4, 0, 2)")
+        await conn.execute("INSERT INTO tether_leases VALUES ('other', 'w0', 4, 0, 3)")
     store = PostgresStore(pg_url)  # migrates to the current version on first use
     assert [w.session_id for w in await store.runnable()] == ["old", "other"]
     await store.defer("old", 60, "backoff")
@@ -123,7 +124,7 @@ async def test_a_version_1_database_migrates_and_its_marks_can_be_deferred(pg_ur
     assert queued is not None and queued.reason == "backoff"
     assert await store.claim_runnable("w1", ttl=30, limit=5, alone=False) == []
     [suspect] = await store.claim_runnable("w1", ttl=30, limit=5, alone=True)
-    assert (suspect.lease.session_id, suspect.lease.generation, suspect.claims) == ("other", 5, 3)
+    assert (suspect.lease.session_id, suspect.lease.generation, suspect.claims) == ("other", 5, 4)
     async with await AsyncConnection.connect(pg_url, autocommit=True) as conn:
         cur = await conn.execute("SELECT max(version) FROM tether_schema")
         row = await cur.fetchone()

@@ -13,9 +13,9 @@ import pytest
 from tether.events import ModelResponded, SessionCreated, ToolFinished, ToolStarted, UserMessage
 from tether.fold import Folder
 from tether.messages import Message, ToolCall, user
-from tether.runtime.claims import take_work
+from tether.runtime.claims import Probation, take_work
 from tether.session.log import SessionLog
-from tether.store.base import Store
+from tether.store.base import Lease, Store
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
 
@@ -69,14 +69,14 @@ async def test_a_session_that_kills_its_workers_with_a_call_is_parked_naming_it(
     await _with_a_started_call(store, "poison")
     await _waiting_on_its_model(store, "other")
     assert sorted(await _dies(store, "w1")) == ["other", "poison"]
-    # Taken over by a busy worker, both: "other" is forgiven, "poison" struck once.
+    # Taken over by busy workers, both, twice: "other" is forgiven, "poison" struck.
     assert sorted(await _dies(store, "w2", alone=False)) == ["other", "poison"]
-    # Struck, it is a suspect: a busy worker is not handed it, only "other".
+    assert sorted(await _dies(store, "w3", alone=False)) == ["other", "poison"]
+    # Struck twice and dead again, it is a suspect: a busy worker is handed only "other".
     [other] = await take_work(store, "busy", ttl=30, limit=5, alone=False, max_claims=3)
     assert other.lease.session_id == "other"
     await store.clear_runnable(other.wakeup)
     await store.release(other.lease)
-    assert await _dies(store, "w3") == ["poison"]  # strike 2, alone
     assert await take_work(store, "w4", ttl=30, limit=5, alone=True, max_claims=3) == []
     view = Folder().apply_all(await store.read("poison")).view()
     assert (view.state, view.stop_reason) == ("failed", "error")
@@ -86,19 +86,33 @@ async def test_a_session_that_kills_its_workers_with_a_call_is_parked_naming_it(
     assert await store.runnable() == []
 
 
-async def test_a_death_while_idle_forgives_the_strikes_before_it(store: Store) -> None:
+async def test_poison_after_sets_how_many_strikes_end_a_session(store: Store) -> None:
+    await _with_a_started_call(store, "s")
+    await take_work(store, "w1", ttl=TTL, limit=1, alone=True, max_claims=1)
+    await asyncio.sleep(TTL * 1.5)
+    assert await take_work(store, "w2", ttl=30, limit=1, alone=True, max_claims=1) == []
+    view = Folder().apply_all(await store.read("s")).view()
+    assert view.state == "failed" and "1 times" in (view.stop_detail or "")
+
+
+async def test_a_struck_session_whose_call_returns_is_forgiven(store: Store) -> None:
     log = await _with_a_started_call(store, "s")
     assert await _dies(store, "w1") == ["s"]
-    assert await _dies(store, "w2") == ["s"]  # strike 1 (w1 died mid-call); a suspect now
-    # w3 takes it, finishes the call (no call in flight) and is killed from outside.
+    assert await _dies(store, "w2") == ["s"]  # strike 1: w1 died mid-call
+    # w3 takes it (strike 2), and its call returns under w3 before w3 is killed.
     [taken] = await take_work(store, "w3", ttl=TTL, limit=1, alone=True, max_claims=3)
+    assert taken.claims == 3
+    forgiven: list[Lease] = []
+    log.observers = (Probation(taken.lease, forgiven.append),)
     log.lease = taken.lease
     await log.refresh()
     await log.append(ToolFinished("c1", "ok", "done"))
+    assert forgiven == [taken.lease]
+    await store.acquit(taken.lease)  # what the worker does with it
+    # A second call starts, and w3 is killed during it: strike 1 again, not 3.
+    answer = Message("assistant", (ToolCall("c2", "write", {}),))
+    await log.append(ModelResponded(answer, stop="tool_calls"), ToolStarted("c2", "write"))
     await asyncio.sleep(TTL * 1.5)
-    # w3's death, found at the next claim (still by an idle worker: the store cannot know),
-    # is forgiven, and the strikes before it: once w4 dies too, a busy worker takes it over.
-    assert await _dies(store, "w4") == ["s"]
-    [again] = await take_work(store, "w5", ttl=30, limit=1, alone=False, max_claims=3)
-    assert again.lease.session_id == "s"
+    [again] = await take_work(store, "w4", ttl=TTL, limit=1, alone=False, max_claims=3)
+    assert again.claims == 2
     assert Folder().apply_all(await store.read("s")).view().state != "failed"

@@ -4,22 +4,25 @@ their workers, and only those.
 A claim whose count is above 1 follows a worker that died (or hung) holding the session. The
 log says whether the session could have done it: a death with one of its tool calls in flight
 (`tool.started`, no `tool.finished`) is a *strike*; a death while it was idle or waiting on
-its model is none of its doing, and is forgiven (`Store.acquit`). A session struck
-`poison_after` times in a row is ended `failed`, naming the calls; the store hands one with a
-strike only to a worker running nothing else, so its later strikes are on workers that ran
-little besides it. What a worker does with a session (run its turn) is the caller's: see
+its model is none of its doing, and is forgiven (`Store.acquit`), as are the strikes before
+a run in which its calls return (`Probation`). A session struck `poison_after` times in a
+row, with no progress between, is ended `failed`, naming the calls; the store hands one
+struck twice only to a worker running nothing else, so its later strikes are on workers
+that ran little besides it. What a worker does with a session (run its turn) is the caller's: see
 `run_session(lease=)`.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
+from tether.events import Event, ToolFinished, TurnEnded
 from tether.recovery import closing
 from tether.session.lease import holding
 from tether.session.log import SessionLog
-from tether.store.base import Claimed, Store
+from tether.store.base import Claimed, Lease, Store
 
 DEFAULT_MAX_CLAIMS = 3  # strikes before a session is ended: `tether worker --poison-after`
 
@@ -51,6 +54,30 @@ def in_flight(session_log: SessionLog) -> tuple[str, ...]:
     return tuple(f"{c.name} ({c.id})" for c in calls if c.id in folder.started)
 
 
+# What shows a session's calls return under its worker: a result the tool gave (not one
+# recovery wrote for a call a dead worker left), or a turn's end.
+PROGRESS: frozenset[str] = frozenset({"ok", "error", "timeout"})
+
+
+class Probation:
+    """The observer of a struck session's run (one whose last worker died with a call of it
+    in flight): the first sign of progress here forgives its strikes (`Store.acquit`, through
+    `spawn`, which owns the task), so only deaths in a row with none between them count."""
+
+    def __init__(self, lease: Lease, acquit: Callable[[Lease], None]) -> None:
+        self.lease = lease
+        self._acquit: Callable[[Lease], None] | None = acquit
+
+    def __call__(self, event: Event) -> None:
+        payload = event.payload
+        progressed = isinstance(payload, TurnEnded) or (
+            isinstance(payload, ToolFinished) and payload.outcome in PROGRESS
+        )
+        if progressed and self._acquit is not None:
+            acquit, self._acquit = self._acquit, None
+            acquit(self.lease)
+
+
 async def take_work(
     store: Store,
     owner: str,
@@ -67,24 +94,28 @@ async def take_work(
         claimed = await store.claim_runnable(owner, ttl, limit, alone=alone)
         runnable: list[Claimed] = []
         for item in claimed:
-            if item.claims > 1 and await judge(store, item, max_claims):
-                continue
+            if item.claims > 1:
+                struck = await judge(store, item, max_claims)
+                if struck is None:
+                    continue  # ended
+                item = struck
             runnable.append(item)
         if runnable or not claimed:
             return runnable
         # Everything claimed was ended: the worker is as free as before, look again.
 
 
-async def judge(store: Store, item: Claimed, max_claims: int) -> bool:
-    """Weigh the death that preceded this claim: forgive it, or count a strike; True when
-    the session was ended as poisoned (it is not to be run)."""
+async def judge(store: Store, item: Claimed, max_claims: int) -> Claimed | None:
+    """Weigh the death that preceded this claim: forgive it (the claim comes back with a
+    count of 1), or count a strike (as claimed); None when the session was ended as
+    poisoned (it is not to be run)."""
     session_log = await SessionLog.load(store, item.lease.session_id)
     calls = in_flight(session_log) if session_log.folder.turn_open else ()
     if not calls:
         await store.acquit(item.lease)
-        return False
+        return replace(item, claims=1)
     verdict = Verdict(item.claims - 1, calls)
-    if verdict.strikes < max_claims:
+    if verdict.strikes < max_claims:  # on probation: `Probation` forgives it on progress
         log.warning(
             "session %s: its worker died while it ran %s (strike %d of %d)",
             item.lease.session_id,
@@ -92,9 +123,9 @@ async def judge(store: Store, item: Claimed, max_claims: int) -> bool:
             verdict.strikes,
             max_claims,
         )
-        return False
+        return item
     await end_poisoned(store, item, poison_reason(verdict), session_log)
-    return True
+    return None
 
 
 async def end_poisoned(

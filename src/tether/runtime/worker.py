@@ -27,7 +27,7 @@ from tether.loop import Engine
 from tether.providers.base import Caller, Model
 from tether.providers.endpoints import EndpointPolicy
 from tether.recovery import closing
-from tether.runtime.claims import DEFAULT_MAX_CLAIMS, take_work
+from tether.runtime.claims import DEFAULT_MAX_CLAIMS, Probation, take_work
 from tether.runtime.gateways import Gateways
 from tether.runtime.sessions import Runner, build_runner, subagent_tools
 from tether.scheduler import GatewayConfig
@@ -111,6 +111,7 @@ class Worker:
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self.gateways = Gateways(gateway, park_after=park_after)
         self._attempts: dict[str, int] = {}  # failed runs in a row, by session
+        self._chores: set[asyncio.Task[None]] = set()  # acquittals under way
 
     @property
     def running(self) -> int:
@@ -164,6 +165,7 @@ class Worker:
         for task in tasks:
             task.cancel()  # what was not in a run yet, or is not handed over
         await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._chores, return_exceptions=True)
         await self.runs.close()
         if self._http is not None:
             await self._http.aclose()
@@ -216,7 +218,8 @@ class Worker:
         sid = item.lease.session_id
         defer: tuple[float, DeferReason] | None = None
         try:
-            await self._run_session(item.wakeup, item.lease)
+            watch = (Probation(item.lease, self._acquit),) if item.claims > 1 else ()
+            await self._run_session(item.wakeup, item.lease, watch)
             self._attempts.pop(sid, None)
         except Parked as parked:
             self.parked += 1
@@ -250,8 +253,27 @@ class Worker:
         )
         return delay
 
-    async def _run_session(self, wakeup: Wakeup, lease: Lease | None = None) -> None:
-        """Run the session's turn; with `lease`, under that lease (claimed with the wakeup)."""
+    def _acquit(self, lease: Lease) -> None:
+        """Forgive a struck session's strikes, in a task the worker owns (`stop` awaits it)."""
+        task = asyncio.get_running_loop().create_task(self.store.acquit(lease))
+        self._chores.add(task)
+        task.add_done_callback(functools.partial(self._chore_done, lease.session_id))
+
+    def _chore_done(self, session_id: str, task: asyncio.Task[None]) -> None:
+        self._chores.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning(
+                "worker %s: session %s: forgiving it failed: %s", self.owner, session_id, exc
+            )
+
+    async def _run_session(
+        self,
+        wakeup: Wakeup,
+        lease: Lease | None = None,
+        watch: tuple[Callable[[Event], None], ...] = (),
+    ) -> None:
+        """Run the session's turn; with `lease`, under that lease (claimed with the wakeup);
+        `watch`: more observers of its events."""
         sid = wakeup.session_id
         first = await self.store.read(sid, 0, limit=1)  # session.created: what to run
         created = first[0].payload if first else None
@@ -266,7 +288,7 @@ class Worker:
             await self._fail(sid, f"the worker cannot build this session's runner: {exc}", lease)
             await self.store.clear_runnable(wakeup)
             return
-        session_log = await SessionLog.load(self.store, sid, observers=self._observers())
+        session_log = await SessionLog.load(self.store, sid, observers=self._observers() + watch)
         ended = session_log.folder.terminal
         if not ended:
             view = await run_session(

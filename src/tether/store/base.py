@@ -168,10 +168,11 @@ class WorkQueue(Protocol):
         `ttl` seconds, oldest mark first, atomically: workers asking at once get different
         sessions. Each claim counts one more claim of the lease.
 
-        A *takeover* is a session whose lease ran out with one claim counted (its worker died
-        or hung holding it): any worker takes it, before fresh work, oldest expiry first, as
-        many as its `limit`. A *suspect* ran out with two or more counted (a worker died
-        with it before, and the death was not forgiven, `acquit`): it goes only to a worker
+        A *takeover* is a session whose lease ran out with claims counted (its worker died
+        or hung holding it), fewer than `SUSPECT_CLAIMS`: any worker takes it, before fresh
+        work, oldest expiry first, as many as its `limit`. A *suspect* ran out with
+        `SUSPECT_CLAIMS` or more (its workers died holding it that many times in a row, no
+        death forgiven: `acquit`): it goes only to a worker
         that runs nothing else (`alone`), and by itself, first; so a session that kills its
         worker takes no other down with it. A worker not alone is never handed one.
         `UsageError` for a `limit` below 1."""
@@ -353,8 +354,8 @@ def lease_refusal(session_id: str, held: Lease | None, lease: Lease) -> LeaseLos
 
 
 # Claims counted on a lease that ran out from which its session is a suspect
-# (`WorkQueue.claim_runnable`): it ran out before, and that death was not forgiven.
-SUSPECT_CLAIMS = 2
+# (`WorkQueue.claim_runnable`): it ran out twice before, neither death forgiven.
+SUSPECT_CLAIMS = 3
 
 
 def check_ttl(ttl: float) -> None:

@@ -305,9 +305,9 @@ END $$;
 """
 
 # Takeover in parallel: a session whose worker died once (one claim counted on a lease that
-# ran out) goes to any worker, before fresh work, oldest expiry first; only a suspect (two or
-# more counted: `runtime.claims` forgives a death the session had no part in) goes to a
-# worker running nothing else, and by itself.
+# ran out) goes to any worker, before fresh work, oldest expiry first; only a suspect (three or
+# more counted, `store.base.SUSPECT_CLAIMS`: `runtime.claims` forgives a death the session had
+# no part in) goes to a worker running nothing else, and by itself.
 _V3 = """
 CREATE OR REPLACE FUNCTION tether_claim_runnable(
     p_owner text, p_ttl double precision, p_limit integer, p_alone boolean
@@ -320,13 +320,13 @@ DECLARE
     w record;
 BEGIN
     FOR w IN
-        SELECT k.session_id, k.token, coalesce(l.claims, 0) >= 2 AS suspect
+        SELECT k.session_id, k.token, coalesce(l.claims, 0) >= 3 AS suspect
         FROM tether_wakeups k
         LEFT JOIN tether_leases l ON l.session_id = k.session_id
         WHERE (l.session_id IS NULL OR l.expires <= now_)
           AND (k.not_before IS NULL OR k.not_before <= now_)
-          AND (p_alone OR coalesce(l.claims, 0) < 2)
-        ORDER BY coalesce(l.claims, 0) >= 2 DESC, coalesce(l.claims, 0) > 0 DESC,
+          AND (p_alone OR coalesce(l.claims, 0) < 3)
+        ORDER BY coalesce(l.claims, 0) >= 3 DESC, coalesce(l.claims, 0) > 0 DESC,
                  CASE WHEN coalesce(l.claims, 0) > 0 THEN l.expires END, k.marked, k.session_id
         LIMIT CASE WHEN p_alone THEN 1 ELSE p_limit END
         FOR UPDATE OF k SKIP LOCKED

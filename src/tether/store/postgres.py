@@ -263,8 +263,8 @@ class PostgresStore:
         fresh work oldest mark first. Workers asking together get different sessions without
         waiting on each other (SKIP LOCKED).
 
-        A suspect — a session whose workers died holding it twice without a forgiving
-        `acquit` — goes only to a worker that runs nothing else (`alone`), and by itself, so
+        A suspect — a session whose workers died holding it `SUSPECT_CLAIMS` times in a row,
+        no death forgiven (`acquit`) — goes only to a worker that runs nothing else (`alone`), and by itself, so
         that a session that kills its worker takes no other down with it."""
         check_claim(ttl, limit)
         rows = await self.fetch_all(

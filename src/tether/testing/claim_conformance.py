@@ -128,7 +128,8 @@ async def a_dead_workers_sessions_go_to_any_worker_oldest_expiry_first(store: St
 async def a_suspect_goes_only_to_a_worker_running_nothing_else_and_alone(store: Store) -> None:
     await store.mark_runnable("suspect")
     await _dies_holding(store, "suspect", "worker-a")
-    await _dies_holding(store, "suspect", "worker-b")  # died again, not forgiven: a suspect
+    await _dies_holding(store, "suspect", "worker-b")
+    await _dies_holding(store, "suspect", "worker-c")  # a third time, none forgiven: a suspect
     for i in range(3):
         await store.mark_runnable(f"fresh{i}")
     busy = await store.claim_runnable("worker-b", ttl=30, limit=10, alone=False)
@@ -136,7 +137,7 @@ async def a_suspect_goes_only_to_a_worker_running_nothing_else_and_alone(store: 
     assert await store.claim_runnable("worker-c", ttl=30, limit=10, alone=False) == []
     await store.mark_runnable("fresh3")  # even with other work to take, the suspect goes alone
     idle = await store.claim_runnable("worker-d", ttl=30, limit=10, alone=True)
-    assert _taken(idle) == [("suspect", 3)], "a suspect was not handed out by itself"
+    assert _taken(idle) == [("suspect", 4)], "a suspect was not handed out by itself"
     assert [w.session_id for w in await store.runnable()] == ["fresh3"]
     # Released cleanly, it is no suspect any more: it goes with other work, in mark order.
     await store.release(idle[0].lease)
@@ -150,10 +151,11 @@ async def an_idle_worker_takes_the_oldest_suspect_before_older_work(store: Store
     await store.mark_runnable("suspect")
     await store.claim("suspect", "worker-a", ttl=0.1)  # worker-a runs it and dies
     await asyncio.sleep(0.2)
-    await store.claim("suspect", "worker-b", ttl=0.1)  # and worker-b
-    await asyncio.sleep(0.2)
+    for owner in ("worker-b", "worker-c"):  # and two more
+        await store.claim("suspect", owner, ttl=0.1)
+        await asyncio.sleep(0.2)
     idle = await store.claim_runnable("worker-c", ttl=30, limit=5, alone=True)
-    assert _taken(idle) == [("suspect", 3)]
+    assert _taken(idle) == [("suspect", 4)]
     busy = await store.claim_runnable("worker-d", ttl=30, limit=5, alone=False)
     assert _taken(busy) == [("old", 1)]
 
@@ -161,16 +163,16 @@ async def an_idle_worker_takes_the_oldest_suspect_before_older_work(store: Store
 async def an_acquitted_session_is_no_suspect_when_its_worker_dies_again(store: Store) -> None:
     await store.mark_runnable("s1")
     await _dies_holding(store, "s1", "worker-a")
-    [taken] = await store.claim_runnable("worker-b", ttl=0.1, limit=1, alone=False)
-    assert _taken([taken]) == [("s1", 2)]
-    await store.acquit(taken.lease)  # worker-a's death was none of its doing
-    await asyncio.sleep(0.2)  # worker-b dies too
-    busy = await store.claim_runnable("worker-c", ttl=30, limit=1, alone=False)
+    await _dies_holding(store, "s1", "worker-b")
+    [taken] = await store.claim_runnable("worker-c", ttl=0.1, limit=1, alone=False)
+    assert _taken([taken]) == [("s1", 3)]
+    await store.acquit(taken.lease)  # the deaths before were none of its doing
+    await asyncio.sleep(0.2)  # worker-c dies too
+    busy = await store.claim_runnable("worker-d", ttl=30, limit=1, alone=False)
     assert _taken(busy) == [("s1", 2)], "an acquitted session was held back as a suspect"
     await store.acquit(taken.lease)  # a stale lease acquits nothing
-    await asyncio.sleep(0.002)
     await store.release(busy[0].lease)
-    assert _taken(await store.claim_runnable("worker-d", ttl=30, limit=1)) == [("s1", 1)]
+    assert _taken(await store.claim_runnable("worker-e", ttl=30, limit=1)) == [("s1", 1)]
 
 
 async def a_clean_release_resets_the_claims(store: Store) -> None:
@@ -185,10 +187,13 @@ async def a_clean_release_resets_the_claims(store: Store) -> None:
     await asyncio.sleep(0.2)  # this time the worker dies holding it: a takeover
     third = await store.claim_runnable("worker-c", ttl=0.1, limit=1, alone=False)
     assert _taken(third) == [("s1", 2)]
-    await asyncio.sleep(0.2)  # and again: now a suspect
+    await asyncio.sleep(0.2)  # and again: still a takeover
+    again = await store.claim_runnable("worker-c", ttl=0.1, limit=1, alone=False)
+    assert _taken(again) == [("s1", 3)]
+    await asyncio.sleep(0.2)  # and a third time: now a suspect
     assert await store.claim_runnable("worker-d", ttl=30, limit=1, alone=False) == []
     fourth = await store.claim_runnable("worker-d", ttl=30, limit=1, alone=True)
-    assert _taken(fourth) == [("s1", 3)]
+    assert _taken(fourth) == [("s1", 4)]
     await store.release(fourth[0].lease)
     fifth = await store.claim_runnable("worker-e", ttl=30, limit=1, alone=False)
     assert _taken(fifth) == [("s1", 1)]
