@@ -15,12 +15,21 @@ from tether.runtime.base import SessionRef
 from tether.runtime.http import HttpRuntime
 from tether.runtime.local import LocalRuntime
 from tether.server.app import WEB_VIEW, create_app
+from tether.server.listing import encode_cursor
 from tether.server.schemas import MAX_SEQ, openapi
 from tether.testing.runtime_conformance import Observer, spec
 
 AUTH = {"Authorization": f"Bearer {ACME}"}
 # A valid value for each query parameter the API takes.
-VALID = {"after_seq": "0", "limit": "1", "timeout": "0.5", "deltas": "false"}
+VALID = {
+    "after_seq": "0",
+    "limit": "1",
+    "timeout": "0.5",
+    "deltas": "false",
+    "cursor": encode_cursor(("9999-12-31T00:00:00Z", "ses_z")),
+    "state": "idle,failed",
+    "id_prefix": "ses_",
+}
 
 
 def served_operations() -> dict[tuple[str, str], set[str]]:

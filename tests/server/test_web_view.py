@@ -2,8 +2,9 @@
 sessions, follows one live (its timeline and the model's streamed output), and steers it
 (send a message, decide an approval, cancel), all through the same API and token; it shows a
 session's sub-agent threads (the tree, a label on each row, an approval inside a thread); it
-runs under its Content-Security-Policy with no violation, and no page of another origin can
-frame it."""
+pages and filters the list, shows an approval's call and takes its decision by keyboard, says
+when a session is not found or forbidden; it runs under its Content-Security-Policy with no
+violation, and no page of another origin can frame it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from typing import Any
 import pytest
 
 from server.support import ACME, GLOBEX, serve
-from tether.runtime.base import SessionSpec
+from server.test_listing import start_many
+from tether.runtime.base import SessionRef, SessionSpec
 from tether.runtime.http import HttpRuntime
 from tether.server.web import CSP
 from tether.testing.runtime_conformance import Observer, spec
@@ -438,6 +440,56 @@ async def test_a_missing_or_foreign_session_is_said_so_and_leaves_nothing_of_the
         finally:
             await acme.close()
             await globex.close()
+
+
+async def test_the_list_pages_through_three_hundred_sessions_to_the_end_and_filters(
+    tmp_path: Path, browser: object
+) -> None:
+    from playwright.async_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    with serve(tmp_path, "--workers", "0") as server:
+        rt = HttpRuntime(server.url, ACME)
+        try:
+            ids = await start_many(rt, 300)
+            page = await browser.new_page()
+            await page.goto(f"{server.url}/ui")
+            await give_token(page, ACME)
+            at, older = page.locator("#page-at"), page.locator("#page-older")
+            await expect(at).to_have_text("page 1", timeout=WAIT_MS)
+            await expect(page.locator("#page-newer")).to_be_disabled()
+            seen: list[str] = []
+            for number in range(1, 20):
+                await expect(at).to_contain_text(f"page {number}", timeout=WAIT_MS)
+                rows = await page.eval_on_selector_all(
+                    "#sessions tr", "(rows) => rows.map((r) => r.dataset.session)"
+                )
+                seen += rows
+                if await older.is_disabled():
+                    break
+                await older.click()
+            assert number == 6 and len(seen) == 300 and set(seen) == set(ids)
+            await expect(at).to_have_text("page 6 (the last)")
+            await page.locator("#page-newer").click()
+            await expect(at).to_have_text("page 5")
+            await expect(older).to_be_enabled()
+
+            # Search by id prefix, then by state: each starts again at the first page.
+            target = ids[123]
+            await page.fill("#filter-id", target)
+            await expect(page.locator("#sessions tr")).to_have_count(1, timeout=WAIT_MS)
+            await expect(page.locator("#sessions tr")).to_have_attribute("data-session", target)
+            await expect(at).to_have_text("page 1 (the last)")
+            await page.fill("#filter-id", "no-such-session")
+            await expect(page.locator("#empty")).to_have_text("No session matches.")
+            await expect(page.locator("#empty")).to_be_visible()
+            await page.fill("#filter-id", "")
+            await rt.cancel(SessionRef(target))
+            await page.select_option("#filter-state", "canceled")
+            await expect(page.locator("#sessions tr")).to_have_count(1, timeout=WAIT_MS)
+            await expect(page.locator("#sessions tr td").nth(1)).to_have_text("canceled")
+        finally:
+            await rt.close()
 
 
 # Collects the page's CSP violations from before its first script (Playwright's init scripts

@@ -28,7 +28,7 @@ from tether.events import Event
 from tether.providers.base import Delta
 from tether.runtime.base import SessionRef
 from tether.runtime.local import LocalRuntime
-from tether.server import experiments
+from tether.server import experiments, listing
 from tether.server.auth import Tokens
 from tether.server.errors import ApiError, envelope, error_response
 from tether.server.metrics import Metrics
@@ -132,8 +132,17 @@ class Api:
         )
 
     async def list_sessions(self, request: Request, rt: LocalRuntime) -> Response:
-        summaries = await rt.sessions(int_param(request, "limit", 50, 1, 500))
-        return JSONResponse({"sessions": [s.to_json() for s in summaries]})
+        cursor = request.query_params.get("cursor")
+        found = await listing.page(
+            rt,
+            int_param(request, "limit", 50, 1, 500),
+            cursor=listing.decode_cursor(cursor) if cursor else None,
+            states=listing.parse_states(request.query_params.get("state")),
+            id_prefix=listing.parse_prefix(request.query_params.get("id_prefix")),
+        )
+        return JSONResponse(
+            {"sessions": [s.to_json() for s in found.sessions], "next_cursor": found.next_cursor}
+        )
 
     async def ui(self, request: Request, rt: LocalRuntime) -> Response:
         """The web view: a static page, its script and its style (`web.ASSETS`); `/`
@@ -322,7 +331,7 @@ def create_app(
         Route("/v1/sessions", r("start", api.start), methods=["POST"], name="start"),
         Route(
             "/v1/sessions",
-            r("list", api.list_sessions, query=("limit",)),
+            r("list", api.list_sessions, query=("limit", "cursor", "state", "id_prefix")),
             methods=["GET"],
             name="list",
         ),

@@ -211,7 +211,11 @@ def components() -> dict[str, Any]:
     view.update(title="SessionStatus", description=inspect.cleandoc(SessionStatus.__doc__ or ""))
     defs["SessionStatus"] = view
     defs["StartedModel"] = _object(session_id={"type": "string"}, status=_ref(SessionStatus))
-    defs["SessionList"] = _object(sessions={"type": "array", "items": _ref(SessionSummary)})
+    defs["SessionList"] = _object(
+        sessions={"type": "array", "items": _ref(SessionSummary)},
+        next_cursor={"anyOf": [{"type": "string"}, {"type": "null"}],
+                     "description": "the `cursor` of the next page; null on the last page"},
+    )  # fmt: skip
     scanned = {"type": "object", "description": "how many sessions were looked through, the "
                "limit, and whether that was all of them"}  # fmt: skip
     defs["ExperimentList"] = _object(
@@ -337,9 +341,19 @@ def openapi() -> dict[str, Any]:
         "/v1/sessions": {
             "post": _op("start a session", 201, "StartedModel", 400, 409, 413, 415, 422,
                         parameters=[IDEMPOTENCY_KEY], requestBody=_body(StartBody)),
-            "get": _op("this tenant's sessions, the most recently updated first", 200, "SessionList", 422,
+            "get": _op("this tenant's sessions, the most recently updated first, a page at a time "
+                       "(among the store's 10,000 most recently updated)", 200, "SessionList", 422,
                        parameters=[{"name": "limit", "in": "query", "required": False,
-                                    "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}}]),
+                                    "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
+                                   {"name": "cursor", "in": "query", "required": False,
+                                    "description": "a page's next_cursor: the page after it",
+                                    "schema": {"type": "string"}},
+                                   {"name": "state", "in": "query", "required": False,
+                                    "description": "only sessions in these states (comma-separated)",
+                                    "schema": {"type": "string"}},
+                                   {"name": "id_prefix", "in": "query", "required": False,
+                                    "description": "only sessions whose id starts with this",
+                                    "schema": {"type": "string", "maxLength": 200}}]),
         },
         "/v1/sessions/{session_id}": {"get": _op(
             "poll a session", 200, SessionStatus, 404, parameters=session)},

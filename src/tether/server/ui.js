@@ -106,19 +106,60 @@ function renderRows(body, sessions) {
   for (const tr of old.values()) tr.remove();
 }
 
+// The list's place, kept across views: the filters, and the cursor of each page seen so far
+// (pages[0] is null, the newest). Paging is by the API's cursor, so a page holds the same
+// rows while newer sessions come in above it.
+const listing = { pages: [null], at: 0, asked: 0 };
+
+function listQuery() {
+  const q = new URLSearchParams({ limit: "50" });
+  const cursor = listing.pages[listing.at];
+  if (cursor) q.set("cursor", cursor);
+  const state = $("filter-state").value;
+  if (state) q.set("state", state);
+  const prefix = $("filter-id").value.trim();
+  if (prefix) q.set("id_prefix", prefix);
+  return "/v1/sessions?" + q.toString();
+}
+
+async function refreshList() {
+  const asked = ++listing.asked;  // an answer to an older question is dropped
+  const data = await api("GET", listQuery()).catch(() => null);
+  if (!data || asked !== listing.asked) return;
+  listing.pages.length = listing.at + 1;
+  if (data.next_cursor) listing.pages.push(data.next_cursor);
+  renderRows($("sessions"), data.sessions);
+  const filtered = $("filter-state").value || $("filter-id").value.trim();
+  $("empty").textContent = filtered ? "No session matches." : "No sessions yet.";
+  $("empty").hidden = data.sessions.length > 0 || listing.at > 0;
+  $("page-at").textContent = "page " + (listing.at + 1) + (data.next_cursor ? "" : " (the last)");
+  $("page-newer").disabled = listing.at === 0;
+  $("page-older").disabled = !data.next_cursor;
+  counted("list-view");
+}
+
+function turnPage(by) {
+  listing.at = Math.max(0, Math.min(listing.pages.length - 1, listing.at + by));
+  refreshList();
+}
+
+function filterList() {
+  listing.pages = [null];
+  listing.at = 0;
+  refreshList();
+}
+
+$("page-older").addEventListener("click", () => turnPage(1));
+$("page-newer").addEventListener("click", () => turnPage(-1));
+$("filter-state").addEventListener("change", filterList);
+$("filter-id").addEventListener("input", filterList);
+
 async function showList() {
   showView("list-view");
-  const refresh = async () => {
-    const data = await api("GET", "/v1/sessions?limit=100").catch(() => null);
-    if (!data) return;
-    renderRows($("sessions"), data.sessions);
-    $("empty").hidden = data.sessions.length > 0;
-    counted("list-view");
-  };
   const mine = generation;
-  await refresh();
+  await refreshList();
   if (mine !== generation) return;  // navigated away meanwhile: start nothing for this view
-  timer = setInterval(refresh, 2000);
+  timer = setInterval(refreshList, 2000);
 }
 
 function describe(event) {

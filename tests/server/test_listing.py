@@ -1,0 +1,141 @@
+"""`GET /v1/sessions` a page at a time over a real `tether serve`: cursors to the end (null on
+the last page), only the tenant's own sessions, filters by state and id prefix, and refusals of
+what the server did not write."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from server.support import ACME, GLOBEX, check_documented, serve
+from tether.runtime.base import SessionRef
+from tether.runtime.http import HttpRuntime
+from tether.server.listing import decode_cursor, encode_cursor
+from tether.testing.runtime_conformance import Observer, spec
+
+
+async def start_many(rt: HttpRuntime, count: int, task: str = "echo hi") -> list[str]:
+    """Start `count` sessions, a few at a time; their ids in the order started."""
+    ids: list[str] = []
+    for first in range(0, count, 20):
+        refs = await asyncio.gather(
+            *(rt.start(spec(task)) for _ in range(first, min(count, first + 20)))
+        )
+        ids += [ref.session_id for ref in refs]
+    return ids
+
+
+async def pages(client: httpx.AsyncClient, token: str, **query: Any) -> list[dict[str, Any]]:
+    """Every page of the list, following `next_cursor` to its end."""
+    got: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        params = {**query, **({"cursor": cursor} if cursor else {})}
+        answer = await client.get(
+            "/v1/sessions", params=params, headers={"Authorization": f"Bearer {token}"}
+        )
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        check_documented(body, "SessionList")
+        got.append(body)
+        cursor = body["next_cursor"]
+        if cursor is None:
+            return got
+        assert len(got) < 100, "the cursor never ran out"
+
+
+async def test_three_hundred_sessions_page_to_their_end(tmp_path: Path) -> None:
+    with serve(tmp_path, "--workers", "0") as server:
+        acme, globex = HttpRuntime(server.url, ACME), HttpRuntime(server.url, GLOBEX)
+        try:
+            mine = await start_many(acme, 300)
+            theirs = await start_many(globex, 25)
+            async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+                got = await pages(client, ACME, limit=50)
+                assert [len(p["sessions"]) for p in got] == [50] * 6
+                listed = [s["session_id"] for p in got for s in p["sessions"]]
+                assert sorted(listed) == sorted(mine)  # each once, none of globex's
+                keys = [(s["updated"], s["session_id"]) for p in got for s in p["sessions"]]
+                assert keys == sorted(keys, reverse=True)  # newest first, across pages
+
+                # A page size that does not divide the count: the last page is short.
+                assert [len(p["sessions"]) for p in await pages(client, ACME, limit=70)] == [
+                    70, 70, 70, 70, 20,
+                ]  # fmt: skip
+                # The other tenant pages through its own only.
+                theirs_listed = await pages(client, GLOBEX, limit=10)
+                assert sorted(
+                    s["session_id"] for p in theirs_listed for s in p["sessions"]
+                ) == sorted(theirs)
+
+                # Without a cursor the answer is the first page, as before (plus next_cursor).
+                first = (await client.get(
+                    "/v1/sessions", headers={"Authorization": f"Bearer {ACME}"}
+                )).json()  # fmt: skip
+                assert len(first["sessions"]) == 50 and first["next_cursor"] is not None
+                assert len(await acme.sessions(limit=500)) == 300
+
+                # A session updated after a page was read moves to the top, and a client
+                # paging on from its cursor does not see it twice.
+                page_one = got[0]
+                oldest = listed[-1]
+                await acme.cancel(SessionRef(oldest))
+                rest = await pages(client, ACME, limit=50, cursor=page_one["next_cursor"])
+                later = [s["session_id"] for p in rest for s in p["sessions"]]
+                assert oldest not in later and len(later) == 249
+        finally:
+            await acme.close()
+            await globex.close()
+
+
+async def test_the_list_filters_by_state_and_id_prefix(tmp_path: Path) -> None:
+    with serve(tmp_path, "--workers", "2") as server:
+        rt = HttpRuntime(server.url, ACME)
+        try:
+            idle = [await rt.start(spec(f"echo {n}")) for n in range(3)]
+            waiting = [await rt.start(spec(f"guarded {n}")) for n in range(2)]
+            for ref in idle:
+                await Observer(rt, ref).settled()
+            for ref in waiting:
+                await Observer(rt, ref).until(
+                    "its call to wait", lambda s: bool(s.view.pending_approvals)
+                )
+            auth = {"Authorization": f"Bearer {ACME}"}
+            async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+
+                async def ids(**query: Any) -> set[str]:
+                    return {s["session_id"] for p in await pages(client, ACME, **query)
+                            for s in p["sessions"]}  # fmt: skip
+
+                assert await ids(state="waiting_approval") == {r.session_id for r in waiting}
+                assert await ids(state="idle", limit=1) == {r.session_id for r in idle}
+                assert await ids(state="idle,waiting_approval") == {
+                    r.session_id for r in [*idle, *waiting]
+                }
+                assert await ids(state="failed") == set()
+                target = idle[1].session_id
+                assert await ids(id_prefix=target) == {target}
+                assert await ids(id_prefix=target[:-4]) >= {target}
+                assert await ids(id_prefix="no-such-") == set()
+
+                for query, says in [
+                    ({"state": "sleeping"}, "unknown state 'sleeping'"),
+                    ({"cursor": "not a cursor"}, "is not one this server gave"),
+                    ({"cursor": encode_cursor(("x", "y"))[:-3]}, "is not one this server gave"),
+                    ({"id_prefix": "x" * 201}, "longer than 200"),
+                    ({"sort": "id"}, "unknown query parameter 'sort'"),
+                ]:
+                    answer = await client.get("/v1/sessions", params=query, headers=auth)
+                    assert answer.status_code == 422, (query, answer.text)
+                    assert says in answer.json()["error"]["message"], answer.text
+        finally:
+            await rt.close()
+
+
+def test_a_cursor_carries_its_row_and_nothing_else_decodes() -> None:
+    key = ("2026-01-02T03:04:05.678Z", "ses_0123")
+    assert decode_cursor(encode_cursor(key)) == key
+    assert "=" not in encode_cursor(key)
