@@ -1,7 +1,8 @@
 """Prompt caching on Anthropic: a breakpoint on the stable prefix (the system prompt, or the
 last tool when there is none) and a rolling one on the latest message, so each step reads
 the conversation so far from the cache. Billed by a fake that keeps the cache as the API
-documents it (anthropic_cache.py)."""
+documents it (anthropic_cache.py). OpenAI caches prefixes on its own; tether names the
+session as `prompt_cache_key` so one session's requests go where its prefix is."""
 
 from __future__ import annotations
 
@@ -14,10 +15,15 @@ import pytest
 import tether
 from tether.messages import Message, Text, Thinking, ToolCall, ToolResult, tool_results, user
 from tether.providers.anthropic import AnthropicModel, encode_request
+from tether.providers.base import Caller
+from tether.providers.openai_chat import encode_request as chat_request
 from tether.settings import ModelSettings
 
 from .anthropic_cache import PromptCache
 from .fake_servers import FakeServer, Received, Reply
+from .test_agent_loopback import add
+from .test_loopback import PLAN, build
+from .toy_dialects import HANDLERS, ToyModel
 from .transcripts import QUESTION, WEATHER, request
 
 PARAMS = pydantic.TypeAdapter(anthropic.types.MessageCreateParams)
@@ -130,3 +136,24 @@ async def test_a_long_session_pays_full_price_only_for_what_is_new(cached: bool)
     else:
         assert usage.cache_read_tokens == usage.cache_write_tokens == 0
         assert full_price == usage.input_tokens
+
+
+@pytest.mark.parametrize("dialect", ["openai", "openai-responses"])
+async def test_openai_requests_carry_their_session_as_the_prompt_cache_key(dialect: str) -> None:
+    async with FakeServer(HANDLERS[dialect](ToyModel(PLAN))) as server:
+        model = build(dialect, server.url, False)
+        result = await tether.Agent(model, tools=[add], store="memory:").run("add them")
+        uncached = tether.Agent(
+            model, tools=[add], store="memory:", settings=ModelSettings(cache=False)
+        )
+        await uncached.run("add them")
+    keys = [r.json().get("prompt_cache_key") for r in server.requests]
+    assert keys == [result.session_id] * 2 + [None] * 2
+
+
+def test_chat_servers_other_than_openai_get_no_prompt_cache_key() -> None:
+    caller = Caller("ses_1")
+    for provider in ("openrouter", "vllm", "openai-compatible"):
+        body = chat_request("m", request((user("hi"),), caller=caller), provider=provider)
+        assert "prompt_cache_key" not in body
+    assert chat_request("m", request((user("hi"),), caller=caller))["prompt_cache_key"] == "ses_1"

@@ -115,7 +115,7 @@ def encode_request(
         _encode_options(merged, settings)
         if settings.reasoning is not None:
             body["think"] = _think(model, settings.reasoning)
-    cap = output_cap(request) if settings is not None else request.max_output_tokens
+    cap = output_cap(request)
     if cap is not None:
         merged["num_predict"] = cap
     if merged:

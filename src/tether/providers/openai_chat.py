@@ -34,7 +34,7 @@ from tether.providers.common import (
     truncated,
 )
 from tether.providers.http import Endpoint, SSEDecoder
-from tether.providers.settings_wire import output_cap, tool_choice
+from tether.providers.settings_wire import cache_key, output_cap, tool_choice
 from tether.settings import ModelSettings, apply_extra
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -131,13 +131,16 @@ def encode_request(
             },
         }
     settings = request.settings
-    cap = output_cap(request) if settings is not None else request.max_output_tokens
+    cap = output_cap(request)
     if cap is not None:
         body[max_tokens_field] = cap
     if stream:
         body["stream"] = True
         # Without this the usage chunk never comes.
         body["stream_options"] = {"include_usage": True}
+    key = cache_key(request) if provider == "openai" else None  # OpenAI's own parameter
+    if key is not None:
+        body["prompt_cache_key"] = key
     if settings is not None:
         _encode_settings(body, settings, request, reasoning_style)
     return body

@@ -41,7 +41,7 @@ from tether.providers.common import (
     truncated,
 )
 from tether.providers.http import Endpoint, SSEDecoder
-from tether.providers.settings_wire import output_cap, tool_choice, unsupported
+from tether.providers.settings_wire import cache_key, output_cap, tool_choice, unsupported
 from tether.settings import ModelSettings, apply_extra
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -112,10 +112,13 @@ def encode_request(
             }
         }
     settings = request.settings
-    cap = output_cap(request) if settings is not None else request.max_output_tokens
+    cap = output_cap(request)
     if cap is not None:
         body["max_output_tokens"] = cap
     body["store"] = False
+    key = cache_key(request)
+    if key is not None:
+        body["prompt_cache_key"] = key
     if stream:
         body["stream"] = True
     if settings is not None:

@@ -239,8 +239,8 @@ class ReplayTransport(httpx.AsyncBaseTransport):
             )
         exchange = self.cassette.exchanges[self.position]
         path = urlsplit(str(request.url)).path
-        wanted = canonical_json(exchange.request)
-        sent = canonical_json(_request_json(content))
+        wanted = canonical_json(_comparable(exchange.request))
+        sent = canonical_json(_comparable(_request_json(content)))
         # Hosts and base paths may differ between recording and replay (a proxy, a default
         # base URL); the endpoint's last segment and the exact body may not.
         recorded = (exchange.method, _endpoint_name(exchange.path), wanted)
@@ -253,6 +253,16 @@ class ReplayTransport(httpx.AsyncBaseTransport):
         return httpx.Response(
             exchange.status, headers=exchange.headers, stream=_Chunks(exchange.body)
         )
+
+
+# Names the session, which a replay runs anew: not part of what must match.
+_SESSION_FIELDS = ("prompt_cache_key",)
+
+
+def _comparable(body: JSONValue) -> JSONValue:
+    if not isinstance(body, dict) or not any(k in body for k in _SESSION_FIELDS):
+        return body
+    return {k: v for k, v in body.items() if k not in _SESSION_FIELDS}
 
 
 def _endpoint_name(path: str) -> str:

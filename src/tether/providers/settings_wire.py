@@ -19,6 +19,15 @@ def output_cap(request: ModelRequest) -> int | None:
     )
 
 
+def cache_key(request: ModelRequest) -> str | None:
+    """What OpenAI's `prompt_cache_key` is set to: the session, so that its requests, which
+    share their prefix, are routed where that prefix is cached (None: caching is off, or
+    the request names no session)."""
+    if request.caller is None or (request.settings is not None and not request.settings.cache):
+        return None
+    return request.caller.session_id
+
+
 def tool_choice(settings: ModelSettings, request: ModelRequest) -> str | None:
     """The `tool_choice` to encode: None when none is set or no tool is offered (then only
     "auto" and "none" are allowed, and both mean no call). A choice naming a tool not

@@ -180,7 +180,8 @@ async def run_session(
             on_delta,
             started_at=time.monotonic(),
             end_after_turn=end_session,
-            caller=caller,
+            # A run with no caller of its own still names its session (a prompt cache key).
+            caller=caller or Caller(sid),
         )
         await runs.drive(ctx)
     finally:
