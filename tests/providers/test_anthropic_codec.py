@@ -21,7 +21,7 @@ from tether.messages import (
 )
 from tether.providers.anthropic import AnthropicModel, encode_request
 from tether.providers.base import Delta
-from tether.settings import ModelSettings
+from tether.settings import ModelSettings, Reasoning
 
 from .conftest import Recorder, wire_bytes, wire_json
 from .transcripts import ANTHROPIC_TURN, QUESTION, WEATHER, request
@@ -375,7 +375,15 @@ def test_thinking_goes_back_as_it_came_and_another_providers_is_left_out() -> No
             ToolCall("toolu_1", "search", {"q": "x"}),
         ),
     )
-    body = encode_request("claude-sonnet-4-5", request((user("hi"), turn), settings=UNCACHED))
+    body = encode_request(
+        "claude-sonnet-4-5",
+        request(
+            (user("hi"), turn),
+            settings=ModelSettings(reasoning=Reasoning(budget_tokens=2048), cache=False),
+        ),
+    )
+    _validates(body)
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert body["messages"][1] == {
         "role": "assistant",
         "content": [
