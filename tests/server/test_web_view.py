@@ -103,6 +103,7 @@ async def test_the_web_view_lists_follows_and_steers_a_session(
             assert await page.locator(f'tr[data-session="{theirs.session_id}"]').count() == 0
 
             await row.click()
+            await expect(page).to_have_url(f"{server.url}/ui#/s/{ref.session_id}")
             await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)
             timeline = page.locator("#timeline li")
             await expect(timeline.last).to_contain_text("turn.ended", timeout=WAIT_MS)
