@@ -6,10 +6,11 @@ resource template, prompts and `instructions`, plus a tool that logs and one tha
 
 from __future__ import annotations
 
+import base64
 import contextlib
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import ToolAnnotations
+from mcp.types import AudioContent, ImageContent, TextContent, ToolAnnotations
 
 INSTRUCTIONS = "Always call lookup before answering questions about the catalog."
 server = MCPServer("catalog", version="1.0", instructions=INSTRUCTIONS, log_level="WARNING")
@@ -52,6 +53,29 @@ async def lookup(item: str, ctx: Context) -> str:
     await ctx.info(f"looking up {item}", logger_name="catalog.lookup")
     await ctx.warning(f"{item} is out of stock")
     return f"{item}: 3 left"
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+@server.tool(annotations=READ)
+def picture(count: int = 1) -> list[TextContent | ImageContent | AudioContent]:
+    """A caption and `count` PNG images."""
+    image = ImageContent(type="image", data=_b64(PNG), mime_type="image/png")
+    return [TextContent(type="text", text="a square"), *[image] * count]
+
+
+@server.tool(annotations=READ)
+def odd_media() -> list[TextContent | ImageContent | AudioContent]:
+    """An SVG image and a sound, which no model API takes as an image."""
+    return [
+        ImageContent(type="image", data=_b64(b"<svg/>"), mime_type="image/svg+xml"),
+        AudioContent(type="audio", data=_b64(b"RIFF0000WAVE"), mime_type="audio/wav"),
+    ]
 
 
 @server.tool()

@@ -19,6 +19,7 @@ from mcp import types as mcp_types
 
 from tether.errors import ConfigError, TetherError
 from tether.events import Effect
+from tether.messages import Image
 from tether.tools.base import Tool, Toolbox
 from tether.tools.mcp import catalog
 from tether.tools.mcp.catalog import (
@@ -30,7 +31,7 @@ from tether.tools.mcp.catalog import (
 )
 from tether.tools.mcp.config import McpServerConfig, servers_by_name
 from tether.tools.mcp.connection import McpConnection, ProgressFn
-from tether.tools.mcp.content import render_result
+from tether.tools.mcp.content import render_result, result_parts
 from tether.tools.mcp.errors import McpToolFailed, McpUnsupported
 from tether.tools.mcp.logs import LogObserver
 from tether.tools.schema import ToolContext
@@ -221,16 +222,18 @@ class McpToolSource:
         server_tool = spec.name
         effect = effect_of(spec.annotations)
 
-        async def call(**arguments: Any) -> str:
+        async def call(**arguments: Any) -> str | list[str | Image]:
             context = arguments.pop(_CONTEXT_PARAM, None)
             progress = self._progress_fn(config.name, name, context)
             result = await connection.call_tool(server_tool, arguments, progress, effect=effect)
-            text = render_result(result, output_schema=spec.output_schema is not None)
+            declared = spec.output_schema is not None
             if result.is_error:
+                text = render_result(result, output_schema=declared)
                 raise McpToolFailed(
                     config.name, text or f"tool {server_tool!r} reported an error with no message"
                 )
-            return text
+            text, images = result_parts(result, output_schema=declared)
+            return [text, *images] if images else text
 
         return Tool(
             name=name,
