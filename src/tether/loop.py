@@ -39,6 +39,7 @@ from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
 from tether.state import session_outcome
 from tether.tools.base import Toolbox
 from tether.tools.run import CallOutcome, run_calls
+from tether.tools.schema import LeaseHolder
 
 if TYPE_CHECKING:  # the settings and output modules are loaded by whoever uses them
     from tether.output import OutputType
@@ -100,6 +101,8 @@ class TurnContext:
     reserved_tokens: int = 0
     reserved_cost: float = 0.0
     threads_running: int = 0  # on the session's own turn: sub-agent threads running now
+    # The lease the run holds, as its tools see it (`ToolContext.fence`); on the root only.
+    fence: LeaseHolder | None = None
 
     def __post_init__(self) -> None:
         if self.turns_before is None:
@@ -425,7 +428,11 @@ async def _settle_calls(
 
     if to_run:
         left_open = await run_calls(
-            to_run, log.session_id, on_finish, lambda d: threads.run_thread(ctx, d)
+            to_run,
+            log.session_id,
+            on_finish,
+            lambda d: threads.run_thread(ctx, d),
+            ctx.root.fence,
         )
         waiting = waiting or bool(left_open)
     if waiting:

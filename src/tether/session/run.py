@@ -16,9 +16,17 @@ from collections.abc import Iterator, Sequence
 
 from tether.errors import HandedOver, LeaseLost, UsageError
 from tether.events import Payload
-from tether.loop import Engine, StopCause, TurnContext, close_canceled_turn, run_turn
+from tether.loop import (
+    WRITES_NOTHING,
+    Engine,
+    StopCause,
+    TurnContext,
+    close_canceled_turn,
+    run_turn,
+)
 from tether.providers.base import Caller, DeltaObserver
 from tether.session import blips, control
+from tether.session.fence import LeaseFence
 from tether.session.lease import claim_lease, worker_id
 from tether.session.log import SessionLog
 from tether.session.tail import Tail
@@ -66,6 +74,8 @@ class Runs:
             return False
         inner, ctx = running
         ctx.stop(cause)
+        if cause in WRITES_NOTHING:
+            _lose(ctx)  # before the cancel: a tool on a thread stops as soon as it can
         inner.cancel()
         await asyncio.gather(inner, return_exceptions=True)
         return True
@@ -87,6 +97,7 @@ class Runs:
         def on_lease_lost() -> None:
             # The stale lease stays on the log, so any append still in flight is refused.
             ctx.stop("lease_lost")
+            _lose(ctx)
             inner.cancel()
 
         self._watcher.watch(Watched(ctx.log, self.lease_ttl, on_news, on_lease_lost))
@@ -102,6 +113,12 @@ class Runs:
                 )
             self._watcher.unwatch(sid)
             self._running.pop(sid, None)
+
+
+def _lose(ctx: TurnContext) -> None:
+    """Tell the run's tools that the lease is no longer theirs (`ToolContext.lease_lost`)."""
+    if isinstance(ctx.fence, LeaseFence):
+        ctx.fence.lose()
 
 
 async def _await_turn(inner: asyncio.Task[None], ctx: TurnContext) -> None:
@@ -161,6 +178,7 @@ async def run_session(
         raise UsageError(f"a lease of session {lease.session_id} cannot run {sid}")
     store = runs.store
     log.lease = lease or await claim_lease(store, sid, worker_id(), runs.lease_ttl, lease_wait)
+    fence = LeaseFence(log, log.lease)
     try:
         try:
             if log.folder.last_seq:
@@ -182,9 +200,13 @@ async def run_session(
             end_after_turn=end_session,
             # A run with no caller of its own still names its session (a prompt cache key).
             caller=caller or Caller(sid),
+            fence=fence,
         )
         await runs.drive(ctx)
     finally:
+        # A call left running on its thread (abandoned after its grace) runs under no lease
+        # from here on: its flag tells it so.
+        fence.lose()
         if log.lease is not None:
             await blips.shielded(blips.release(store, log.lease), f"session {sid}: a release")
     if ctx.stop_cause == "handed_over":

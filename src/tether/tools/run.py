@@ -26,7 +26,7 @@ from tether.messages import Image, ToolCall
 from tether.recovery import CANCELED_BEFORE, CANCELED_RUNNING, Decision, abandoned
 from tether.tools.arguments import bind_arguments
 from tether.tools.base import Tool
-from tether.tools.schema import ToolContext
+from tether.tools.schema import LeaseHolder, ToolContext
 from tether.tools.threads import DaemonThreads
 
 # Sync tools get threads of their own: the default executor has only a few on small
@@ -92,13 +92,18 @@ def output_text(value: object) -> str:
 
 
 async def execute(
-    tool: Tool, call: ToolCall, session_id: str = "", kwargs: dict[str, Any] | None = None
+    tool: Tool,
+    call: ToolCall,
+    session_id: str = "",
+    kwargs: dict[str, Any] | None = None,
+    lease: LeaseHolder | None = None,
 ) -> CallOutcome:
     """Run one call. `kwargs`: its bound arguments, as `recovery.decide_calls` decided them
     for the loop (the call then takes them over: its `ToolContext` is added to them); without
     them (a bare call, as MCP's tests and benchmarks make) they are bound here, and a call
     whose arguments do not bind is answered `invalid_input`. Never raises for what the tool
-    or the model did wrong; re-raises a cancel."""
+    or the model did wrong; re-raises a cancel. `lease`: the lease the call runs under, which
+    its `ToolContext` shows the tool (None: no lease, no fence)."""
     started = time.perf_counter()
 
     def done(outcome: Outcome, content: str) -> CallOutcome:
@@ -110,7 +115,7 @@ async def execute(
             return done("invalid_input", bound)
         kwargs = bound
     if tool.context_param:
-        kwargs[tool.context_param] = ToolContext(session_id, call.id)
+        kwargs[tool.context_param] = ToolContext(session_id, call.id, lease)
     deadline: asyncio.Timeout | None = None
     thread: Future[Any] | None = None
     try:
@@ -211,6 +216,7 @@ async def run_calls(
     session_id: str,
     on_finish: OnFinish,
     run_thread: ThreadRunner | None = None,
+    lease: LeaseHolder | None = None,
 ) -> list[str]:
     """Run a turn's calls in parallel, as `recovery.decide_calls` decided them (action
     "run": the tool and its bound arguments); `on_finish` commits each result as its call
@@ -219,7 +225,8 @@ async def run_calls(
     propagates, once each call that was running is answered through `on_finish` (see
     `CallCanceled`); answering calls that never started is the caller's job, since only it
     knows what is committed. Returns the ids of the calls left open: sub-agents' calls
-    (run by `run_thread`) that wait for a decision."""
+    (run by `run_thread`) that wait for a decision. `lease`: the lease the calls run under
+    (`ToolContext.fence`, `ensure_held`, `lease_lost`)."""
     left_open: list[str] = []
 
     async def one(run: Decision) -> None:
@@ -233,7 +240,7 @@ async def run_calls(
                     return
                 outcome = result
             else:
-                outcome = await execute(tool, call, session_id, run.kwargs)
+                outcome = await execute(tool, call, session_id, run.kwargs, lease)
         except CallCanceled as canceled:
             # Answered here, with its real duration, while the cancel goes on; should the
             # commit fail, the turn's closer answers the call as for any cancel.

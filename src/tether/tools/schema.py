@@ -6,11 +6,13 @@ validator) and the JSON schema the model is shown. It runs nothing.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
+import threading
 import typing
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, PydanticUserError, TypeAdapter, create_model
 
@@ -18,19 +20,80 @@ from tether.errors import UsageError
 from tether.messages import JSONObject
 
 
+class LeaseHolder(Protocol):
+    """The lease a call runs under, as its tool sees it (`tether.session.fence.LeaseFence`):
+    the lease's generation, a flag set once the run no longer holds it, and a check of the
+    store's current lease."""
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def lost(self) -> threading.Event: ...
+
+    async def ensure_held(self) -> None: ...
+
+
 class ToolContext:
-    """Passed to a tool that declares a parameter of this type: who is calling, and the key
-    that makes a repeated `idempotent` call recognisable (the call id)."""
+    """Passed to a tool that declares a parameter of this type: who is calling, the key that
+    makes a repeated `idempotent` call recognisable (the call id), and the lease the call
+    runs under: `fence` (its generation, a fencing token that grows with every claim) and
+    `ensure_held()`, which raises `LeaseLost` once this worker no longer holds the session.
+    A call run without a lease (a bare `run_turn`, `tools.run.execute`) has no fence, and
+    its `ensure_held()` always passes: nothing else can run the session."""
 
-    __slots__ = ("call_id", "session_id")
+    __slots__ = ("_holder", "_loop", "_never", "call_id", "session_id")
 
-    def __init__(self, session_id: str, call_id: str) -> None:
+    def __init__(self, session_id: str, call_id: str, holder: LeaseHolder | None = None) -> None:
         self.session_id = session_id
         self.call_id = call_id
+        self._holder = holder
+        self._loop = asyncio.get_running_loop() if holder is not None else None
+        self._never: threading.Event | None = None
 
     @property
     def idempotency_key(self) -> str:
         return self.call_id
+
+    @property
+    def fence(self) -> int | None:
+        """The lease's generation: pass it with an external write (a header, a column) so
+        the other system can refuse a write fenced lower than one it has seen."""
+        return None if self._holder is None else self._holder.generation
+
+    async def ensure_held(self) -> None:
+        """Raise `LeaseLost` unless this worker still holds the session's lease (one read of
+        the store's lease): call it just before an effect on the outside world."""
+        if self._holder is not None:
+            await self._holder.ensure_held()
+
+    def ensure_held_sync(self, timeout: float = 10.0) -> None:
+        """`ensure_held` for a sync tool, from its thread: the check runs on the event loop,
+        waited for up to `timeout` seconds."""
+        if self._holder is None or self._loop is None:
+            return
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # a thread: the way it is meant to be called
+            running = None
+        if running is self._loop:  # waiting here would block the loop that must answer
+            raise UsageError("ensure_held_sync() is for a sync tool's thread: await ensure_held()")
+        asyncio.run_coroutine_threadsafe(self._holder.ensure_held(), self._loop).result(timeout)
+
+    @property
+    def lease_lost(self) -> threading.Event:
+        """Set once the run no longer holds the lease (taken over, handed over, or its run
+        ended while this call was left running on its thread): a sync tool polls it, or
+        waits on it, and stops before doing anything more."""
+        if self._holder is not None:
+            return self._holder.lost
+        if self._never is None:
+            self._never = threading.Event()
+        return self._never
+
+    def cancelled(self) -> bool:
+        """Whether `lease_lost` is set."""
+        return self._holder is not None and self._holder.lost.is_set()
 
 
 _ARGS_HEADER = re.compile(r"^\s*(args|arguments|parameters|params)\s*:\s*$", re.IGNORECASE)
