@@ -51,8 +51,15 @@ async def test_a_cancel_answers_each_open_call_and_closes_turn_and_session_in_on
     assert [type(p) for p in batch] == [ToolFinished, ToolFinished, TurnEnded, SessionEnded]
     c1, c2 = batch[0], batch[1]
     assert isinstance(c1, ToolFinished) and isinstance(c2, ToolFinished)
-    assert (c1.call_id, c1.outcome, c2.call_id, c2.outcome) == ("c1", "canceled", "c2", "canceled")
-    assert "while it ran" in c1.content and "before it ran" in c2.content
+    # c1 is a write no run of the closer's was running (its own calls are answered as they
+    # stop): a gone runner started it, so it may have happened.
+    assert (c1.call_id, c1.outcome, c2.call_id, c2.outcome) == (
+        "c1",
+        "unknown_effect",
+        "c2",
+        "canceled",
+    )
+    assert c1.content == UNKNOWN_EFFECT and "before it ran" in c2.content
 
 
 async def test_an_abandoned_started_call_is_answered_unknown_effect_never_canceled() -> None:

@@ -455,14 +455,22 @@ async def _close_cancelled(ctx: TurnContext) -> None:
     if ctx.writes_nothing:
         return
     # A sub-agent's turn is stopped with the session's, for the session's reason.
-    await close_canceled_turn(ctx.log, ctx.root.stop_cause, turns_before=ctx.turns_before)
+    await close_canceled_turn(
+        ctx.log, ctx.root.stop_cause, turns_before=ctx.turns_before, toolbox=ctx.engine.toolbox
+    )
 
 
 async def close_canceled_turn(
-    log: SessionLog, reason: str, end_session: bool = False, *, turns_before: int | None = None
+    log: SessionLog,
+    reason: str,
+    end_session: bool = False,
+    *,
+    turns_before: int | None = None,
+    toolbox: Toolbox | None = None,
 ) -> None:
-    """Answer the open calls `canceled`, then close the turn (and the session, if asked or
-    if a session-wide cancel is pending). Does nothing for a turn that is already closed.
+    """Answer the open calls `canceled` (one a gone runner started by its effect, as
+    `toolbox` says: a `write` is `unknown_effect`), then close the turn (and the session, if
+    asked or if a session-wide cancel is pending). Does nothing for a turn already closed.
 
     `turns_before`: the turns closed when the caller's run began. Once more have closed,
     the caller's turn is over, and an open turn is a later one (a message sent after the
@@ -483,6 +491,7 @@ async def close_canceled_turn(
         calls="canceled",
         end="canceled" if session_wide else None,
         end_detail="canceled by request",
+        toolbox=toolbox,
     )
     if batch:
         await log.append(*batch)

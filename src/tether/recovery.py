@@ -155,11 +155,13 @@ def closing(
     calls: OpenCalls = "keep",
     end: EndOutcome | None = None,
     end_detail: str | None = None,
+    toolbox: Toolbox | None = None,
 ) -> list[Payload]:
     """The payloads that close what `folder` has open, to append as ONE batch: with an open
     turn, an answer for each unanswered call (as `calls` says) and `turn.ended` (`stop`,
     `detail`); then, with `end`, `session.ended` (`end_detail`, else `detail`, else `stop`).
-    Empty for a session that has ended already."""
+    Empty for a session that has ended already. `toolbox`: the tools' effects, for a started
+    call that `canceled` answers (without it, every such call is taken for a `write`)."""
     if folder.terminal:
         return []
     batch: list[Payload] = []
@@ -167,7 +169,7 @@ def closing(
         if calls != "keep":
             # Listed from the fold before any is answered: the answers land in one batch.
             batch.extend(
-                _answer(call, call.id in folder.started, calls, detail or stop)
+                _answer(call, call.id in folder.started, calls, detail or stop, toolbox)
                 for call in folder.open_calls
                 if call.id not in folder.results
             )
@@ -177,9 +179,20 @@ def closing(
     return batch
 
 
-def _answer(call: ToolCall, started: bool, calls: OpenCalls, why: str) -> ToolFinished:
+def _answer(
+    call: ToolCall, started: bool, calls: OpenCalls, why: str, toolbox: Toolbox | None
+) -> ToolFinished:
+    if calls == "canceled" and not started:
+        return ToolFinished(call.id, "canceled", CANCELED_BEFORE)
     if calls == "canceled":
-        return ToolFinished(call.id, "canceled", CANCELED_RUNNING if started else CANCELED_BEFORE)
+        # Still open as its turn closes: a call the closing run was running is answered as
+        # it stops (`tools.run.CallCanceled`), so this one was started by a runner that is
+        # gone (a cancel honoured on resume, or by a closer that runs nothing): the rule for
+        # a started call (`_started_before`), with nothing run again.
+        tool = None if toolbox is None else toolbox.get(call.name)
+        if tool is not None and tool.effect != "write":
+            return ToolFinished(call.id, "canceled", CANCELED_RUNNING)
+        return ToolFinished(call.id, "unknown_effect", UNKNOWN_EFFECT)
     if started:
         return ToolFinished(call.id, "unknown_effect", UNKNOWN_EFFECT)
     return ToolFinished(call.id, "canceled", f"The call never ran: {why}")

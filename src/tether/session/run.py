@@ -108,7 +108,12 @@ class Runs:
                 # A turn cancelled before its first step never ran run_turn's own close;
                 # for one that did, this finds the turn closed and does nothing.
                 await blips.shielded(
-                    close_canceled_turn(ctx.log, ctx.stop_cause, turns_before=ctx.turns_before),
+                    close_canceled_turn(
+                        ctx.log,
+                        ctx.stop_cause,
+                        turns_before=ctx.turns_before,
+                        toolbox=ctx.engine.toolbox,
+                    ),
                     f"session {sid}: closing its turn",
                 )
             self._watcher.unwatch(sid)
@@ -189,7 +194,8 @@ async def run_session(
             # Cancelled before the loop took over: a turn that opened (the batch may have
             # landed all the same) still ends by name.
             await blips.shielded(
-                close_canceled_turn(log, "interrupted"), f"session {sid}: closing its turn"
+                close_canceled_turn(log, "interrupted", toolbox=engine.toolbox),
+                f"session {sid}: closing its turn",
             )
             raise
         ctx = TurnContext(
