@@ -43,6 +43,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "tether.render",
         "tether.testing.scripted",  # the scripted model: a Model like any provider's
         "tether.output",  # structured output: a validator, a schema and the final-answer tool
+        "tether.telemetry",  # spans from events; the live emitter a session log is given
     ),
     "session": (
         "tether.session",

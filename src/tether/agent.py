@@ -41,6 +41,8 @@ from tether.session.threads import (
 from tether.state import SessionView
 from tether.store.base import Store
 from tether.store.open import DEFAULT_STORE_URL, open_store
+from tether.telemetry.ids import new_trace_id
+from tether.telemetry.live import observers as live_spans
 from tether.tools.base import Tool, Toolbox, make_tool
 
 if TYPE_CHECKING:
@@ -377,8 +379,9 @@ class Agent(Generic[OutputT]):
 
     async def _open_log(self, session_id: str | None) -> SessionLog:
         """The log of an existing session, or of a new one (not yet written)."""
-        observers = (self.on_event,) if self.on_event else ()
+        observers: tuple[EventObserver, ...] = (self.on_event,) if self.on_event else ()
         if session_id is None:
+            observers += live_spans()
             return SessionLog(self.store, new_session_id(), clock=self.clock, observers=observers)
         log = await SessionLog.load(self.store, session_id, clock=self.clock, observers=observers)
         if log.folder.last_seq == 0:
@@ -477,6 +480,7 @@ class Agent(Generic[OutputT]):
 
     def _session_created(self, engine: Engine) -> SessionCreated:
         metadata = dict(self.metadata)
+        metadata.setdefault("trace_id", new_trace_id())  # every run's spans in one trace
         if engine.settings is not None:  # what the session was started with, on record
             metadata["model_settings"] = engine.settings.to_json()
         if self.output is not None:

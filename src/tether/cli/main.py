@@ -390,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     blob.add_argument("id")
     blob.add_argument("hash", help="the sha256 its marker names (blob sha256:HEX)")
     add_steering_commands(ssub)
+    add_trace_command(ssub)
     add_runtime_commands(sub, store_help)
     for p in ssub.choices.values():
         p.add_argument("--store", default=None, help=store_help)
@@ -435,6 +436,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
         return await RUNTIME_COMMANDS[args.command](args)
     if args.sessions_command in STEERING_COMMANDS:
         return await STEERING_COMMANDS[args.sessions_command](args)
+    if args.sessions_command in TRACE_COMMANDS:
+        return await TRACE_COMMANDS[args.sessions_command](args)
     if args.sessions_command == "blob":
         return await cmd_blob(args)
     return await cmd_sessions(args)
@@ -492,6 +495,7 @@ from tether.cli.mcp import add_mcp_commands, cmd_mcp  # noqa: E402
 from tether.cli.review import add_review_command, cmd_review  # noqa: E402
 from tether.cli.serve import RUNTIME_COMMANDS, add_runtime_commands  # noqa: E402
 from tether.cli.steer import STEERING_COMMANDS, add_steering_commands  # noqa: E402
+from tether.cli.trace import TRACE_COMMANDS, add_trace_command  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -29,6 +29,7 @@ from tether.session.control import KEYED, Known
 from tether.session.log import new_event_id, new_session_id
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
 from tether.store.base import Store
+from tether.telemetry.ids import new_trace_id
 from tether.tools.base import Tool
 from tether.tools.load import load_tools
 
@@ -189,6 +190,7 @@ def created_event(
         runner["max_depth"] = spec.max_depth
         runner["max_threads"] = spec.max_threads
     metadata["runner"] = runner
+    metadata.setdefault("trace_id", new_trace_id())
     if tenant is not None:
         metadata["tenant"] = tenant
     if key is not None:

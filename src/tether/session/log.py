@@ -23,6 +23,7 @@ from tether.events import Event, Payload, format_time
 from tether.fold import Folder
 from tether.session import blips
 from tether.store.base import Lease, Store
+from tether.telemetry.live import observers as live_spans
 
 
 class Clock(Protocol):
@@ -139,7 +140,10 @@ class SessionLog:
         clock: Clock | None = None,
         observers: tuple[EventObserver, ...] = (),
     ) -> SessionLog:
-        folder = Folder().apply_all(await store.read(session_id))
+        events = await store.read(session_id)
+        folder = Folder().apply_all(events)
+        # Spans go on from this history when a tracer provider is set; else nothing is added.
+        observers = observers + live_spans(events)
         return cls(store, session_id, folder, clock=clock, observers=observers)
 
     def branch(self, folder: Folder) -> SessionLog:
