@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,13 +14,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from tests.telemetry import scenario
 
-from tether import Agent
+from tether import Agent, tool
 from tether.errors import HandedOver
 from tether.events import Event, ModelRequested, SessionCreated, UserMessage
 from tether.store import MemoryStore, SQLiteStore
 from tether.telemetry import build_spans
 from tether.telemetry.conventions import CONTENT_VARIABLE
 from tether.telemetry.ids import time_ns
+from tether.telemetry.live import observers
 from tether.testing import Hang, ScriptedModel, call
 
 
@@ -180,3 +183,51 @@ async def test_a_crashed_and_resumed_session_gives_one_trace(
         "tether.abandoned",  # the call the first process was making when it stopped
         None,
     ]
+
+
+async def test_an_approval_wait_is_a_span_from_request_to_decision(
+    exporter: InMemorySpanExporter,
+) -> None:
+    @tool(needs_approval=True)
+    async def deploy(target: str) -> str:
+        """Deploy."""
+        return "deployed"
+
+    agent = Agent(
+        ScriptedModel([call("deploy", target="prod"), "deployed it"]),
+        tools=[deploy],
+        store=MemoryStore(),
+    )
+    first = await agent.run("ship it")
+    assert first.stop_reason == "awaiting_approval"
+    assert [s.name for s in exporter.get_finished_spans()] == ["chat scripted", "invoke_agent"]
+    await agent.decide(first.session_id, "call_0_0", allow=True)
+    assert (await agent.resume(first.session_id)).stop_reason == "end_turn"
+    spans = exporter.get_finished_spans()
+    [wait] = by_name(spans, "approval deploy")
+    turns = by_name(spans, "invoke_agent")
+    assert len(turns) == 2  # the turn that asked, and the one the decision began
+    assert parent_of(wait) == turns[0].context.span_id
+    assert wait.attributes["tether.approval.allowed"] is True
+    assert wait.attributes["gen_ai.tool.call.id"] == "call_0_0"
+    [deployed] = by_name(spans, "execute_tool deploy")
+    assert parent_of(deployed) == turns[1].context.span_id
+    assert wait.end_time is not None and deployed.start_time is not None
+    assert wait.end_time <= deployed.start_time
+
+
+async def test_with_no_tracer_provider_set_a_log_gets_no_observer() -> None:
+    assert observers() == ()  # OpenTelemetry is imported here, but no provider is set
+
+
+def test_an_agent_run_imports_no_opentelemetry() -> None:
+    code = (
+        "import asyncio, sys\n"
+        "from tether import Agent\n"
+        "from tether.testing import ScriptedModel\n"
+        "r = asyncio.run(Agent(ScriptedModel(['hi']), store='memory:').run('go'))\n"
+        "assert r.output == 'hi', r\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
