@@ -43,6 +43,7 @@ from tether.store.base import Store
 from tether.store.open import DEFAULT_STORE_URL, open_store
 from tether.telemetry.ids import new_trace_id
 from tether.telemetry.live import observers as live_spans
+from tether.telemetry.logs import scope as log_scope
 from tether.tools.base import Tool, Toolbox, make_tool
 
 if TYPE_CHECKING:
@@ -415,15 +416,16 @@ class Agent(Generic[OutputT]):
         opening: list[Payload] = [self._session_created(engine)] if session_id is None else []
         if task is not None:
             opening.append(UserMessage(_task_message(task)))
-        view = await run_session(
-            self.runs,
-            engine,
-            log,
-            opening=opening,
-            lease_wait=lease_wait,
-            end_session=end_session,
-            on_delta=self._delta_observer(log.session_id),
-        )
+        with log_scope():  # the run's records name its session; the caller's after it do not
+            view = await run_session(
+                self.runs,
+                engine,
+                log,
+                opening=opening,
+                lease_wait=lease_wait,
+                end_session=end_session,
+                on_delta=self._delta_observer(log.session_id),
+            )
         result = RunResult.from_view(view)
         if self.output is None:
             return cast(RunResult[OutputT], result)

@@ -325,6 +325,7 @@ def _print_events(events: list[Event], as_json: bool) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tether", description="A durable agent runtime.")
     parser.add_argument("--version", action="version", version=f"tether {tether.__version__}")
+    add_log_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     store_help = f"event store URL (default: $TETHER_STORE or {DEFAULT_STORE_URL})"
 
@@ -470,6 +471,7 @@ async def _main(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.interrupts = Interrupts()
+    configure_logs(args)
     import_from_cwd()
     configure_gc()
     try:
@@ -495,7 +497,7 @@ from tether.cli.mcp import add_mcp_commands, cmd_mcp  # noqa: E402
 from tether.cli.review import add_review_command, cmd_review  # noqa: E402
 from tether.cli.serve import RUNTIME_COMMANDS, add_runtime_commands  # noqa: E402
 from tether.cli.steer import STEERING_COMMANDS, add_steering_commands  # noqa: E402
-from tether.cli.trace import TRACE_COMMANDS, add_trace_command  # noqa: E402
+from tether.cli.trace import TRACE_COMMANDS, add_log_options, add_trace_command, configure_logs  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

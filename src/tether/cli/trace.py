@@ -1,13 +1,17 @@
 """`tether sessions trace ID --otlp URL`: a stored session's spans sent to an OpenTelemetry
-collector after the fact. A thin adapter over `tether.telemetry.export`."""
+collector after the fact (a thin adapter over `tether.telemetry.export`); and the global
+`--log-format` and `--log-level` options (over `tether.telemetry.logs.configure`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+import logging
+import os
+from typing import Any, cast
 
 from tether.cli.common import CliError, existing_store
+from tether.telemetry.logs import LOG_FORMATS, LogFormat, configure
 
 
 def add_trace_command(ssub: Any) -> None:
@@ -46,3 +50,39 @@ async def cmd_trace(args: argparse.Namespace) -> int:
 
 
 TRACE_COMMANDS = {"trace": cmd_trace}
+
+
+def add_log_options(parser: argparse.ArgumentParser) -> None:
+    """`tether --log-format json --log-level info COMMAND ...`: for every command, given once
+    before it (or as $TETHER_LOG_FORMAT and $TETHER_LOG_LEVEL)."""
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=None,
+        help="process log records as text or JSON lines, on stderr (default: text)",
+    )
+    parser.add_argument(
+        "--log-level",
+        dest="global_log_level",
+        default=None,
+        metavar="LEVEL",
+        help="the least severe log records shown: debug, info, warning (default), error",
+    )
+
+
+def configure_logs(args: argparse.Namespace) -> None:
+    """Set up the process log when asked to, by an option or the environment (or by a
+    command's own `--log-level`, as `serve` and `worker` have); else leave Python's."""
+    log_format = args.log_format or os.environ.get("TETHER_LOG_FORMAT")
+    level = (
+        args.global_log_level
+        or getattr(args, "log_level", None)
+        or os.environ.get("TETHER_LOG_LEVEL")
+    )
+    if log_format is None and level is None:
+        return
+    if log_format not in (None, *LOG_FORMATS):
+        raise SystemExit(f"tether: error: TETHER_LOG_FORMAT must be text or json, not {log_format}")
+    if logging.getLevelName(str(level or "warning").upper()) not in range(0, 60):
+        raise SystemExit(f"tether: error: no log level {level!r} (debug, info, warning, error)")
+    configure(str(level or "warning"), cast(LogFormat, log_format or "text"))

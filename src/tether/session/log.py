@@ -24,6 +24,7 @@ from tether.fold import Folder
 from tether.session import blips
 from tether.store.base import Lease, Store
 from tether.telemetry.live import observers as live_spans
+from tether.telemetry.logs import note as note_log
 
 
 class Clock(Protocol):
@@ -220,6 +221,7 @@ class SessionLog:
                         raise
                     continue
                 self._apply(events)
+                note_log(self, events[-1].thread)  # for the task's log records
                 return events
         finally:
             self._turns.leave()

@@ -1,0 +1,121 @@
+"""Structured logs: JSON lines (or tagged text) naming the session, turn, seq, thread and call
+of the task that logged, from the library and through `tether --log-format json`."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.telemetry.logging_tools import noisy
+
+from tether import Agent
+from tether.events import ToolStarted
+from tether.store import MemoryStore
+from tether.telemetry.logs import configure
+from tether.testing import ScriptedModel, call
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+async def test_a_record_made_in_a_run_names_its_session_turn_seq_and_call(
+    restore_logging: None,
+) -> None:
+    out = io.StringIO()
+    configure("info", "json", out)
+    store = MemoryStore()
+    agent = Agent(ScriptedModel([call("noisy", text="x"), "done"]), tools=[noisy], store=store)
+    result = await agent.run("go")
+    logging.getLogger("tether.tests.noisy").warning("outside any session")
+    first, outside = (json.loads(line) for line in out.getvalue().splitlines())
+    [started] = [
+        e for e in await store.read(result.session_id) if isinstance(e.payload, ToolStarted)
+    ]
+    assert first["session_id"] == result.session_id
+    assert first["turn"] == 1
+    assert first["seq"] == started.seq  # the last event its task had appended
+    assert first["call_id"] == "c-1"  # given with extra=
+    assert first["level"] == "warning" and first["logger"] == "tether.tests.noisy"
+    assert first["message"] == "looking at x"
+    assert "thread" not in first  # the main thread
+    assert "session_id" not in outside and outside["message"] == "outside any session"
+
+
+def test_an_exception_is_one_json_line(restore_logging: None) -> None:
+    out = io.StringIO()
+    configure("warning", "json", out)
+    try:
+        raise ValueError("broken")
+    except ValueError:
+        logging.getLogger("tether.worker").exception("a run failed")
+    logging.getLogger("tether.worker").info("below the level")
+    [line] = out.getvalue().splitlines()
+    record = json.loads(line)
+    assert record["message"] == "a run failed"
+    assert "ValueError: broken" in record["exc"]
+
+
+def test_text_records_carry_their_session_fields_as_tags(restore_logging: None) -> None:
+    out = io.StringIO()
+    configure("info", "text", out)
+    logging.getLogger("tether.x").info("hello", extra={"session_id": "ses_1", "seq": 4})
+    line = out.getvalue().strip()
+    assert line.endswith("INFO tether.x hello [session_id=ses_1 seq=4]")
+
+
+def test_tether_log_format_json_writes_json_lines_on_stderr(tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "tether",
+        "--log-format",
+        "json",
+        "--log-level",
+        "info",
+        "run",
+        "go",
+        "--model",
+        "python:tests.telemetry.test_logs:scripted",
+        "--tools",
+        "tests.telemetry.logging_tools:tools",
+        "--store",
+        f"sqlite:///{tmp_path / 't.db'}",
+        "--json",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    session_id = json.loads(done.stdout)["session_id"]
+    records = [json.loads(line) for line in done.stderr.splitlines()]
+    [noisy_record] = [r for r in records if r["logger"] == "tether.tests.noisy"]
+    assert noisy_record["session_id"] == session_id
+    assert noisy_record["call_id"] == "c-1" and noisy_record["turn"] == 1
+
+
+def test_a_bad_log_level_is_refused() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "--log-level", "loud", "demo", "--store", "memory:"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "no log level 'loud'" in done.stderr
+
+
+def scripted() -> ScriptedModel:
+    return ScriptedModel([call("noisy", text="x"), "done"])
