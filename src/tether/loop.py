@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -101,12 +102,16 @@ class TurnContext:
     reserved_tokens: int = 0
     reserved_cost: float = 0.0
     threads_running: int = 0  # on the session's own turn: sub-agent threads running now
+    # The calls started and unanswered when this run began: a gone runner's (`closing`).
+    started_before: frozenset[str] = frozenset()
     # The lease the run holds, as its tools see it (`ToolContext.fence`); on the root only.
     fence: LeaseHolder | None = None
 
     def __post_init__(self) -> None:
         if self.turns_before is None:
             self.turns_before = self.log.folder.turns
+        if self.log.folder.started:
+            self.started_before = frozenset(self.log.folder.started)
 
     @property
     def root(self) -> TurnContext:
@@ -456,7 +461,11 @@ async def _close_cancelled(ctx: TurnContext) -> None:
         return
     # A sub-agent's turn is stopped with the session's, for the session's reason.
     await close_canceled_turn(
-        ctx.log, ctx.root.stop_cause, turns_before=ctx.turns_before, toolbox=ctx.engine.toolbox
+        ctx.log,
+        ctx.root.stop_cause,
+        turns_before=ctx.turns_before,
+        toolbox=ctx.engine.toolbox,
+        gone=ctx.started_before,
     )
 
 
@@ -467,10 +476,12 @@ async def close_canceled_turn(
     *,
     turns_before: int | None = None,
     toolbox: Toolbox | None = None,
+    gone: Container[str] | None = None,
 ) -> None:
-    """Answer the open calls `canceled` (one a gone runner started by its effect, as
-    `toolbox` says: a `write` is `unknown_effect`), then close the turn (and the session, if
-    asked or if a session-wide cancel is pending). Does nothing for a turn already closed.
+    """Answer the open calls `canceled` (one a gone runner started, listed in `gone`, or
+    any started one when `gone` is None, by its effect as `toolbox` says: a `write` is
+    `unknown_effect`), then close the turn (and the session, if asked or if a session-wide
+    cancel is pending). Does nothing for a turn already closed.
 
     `turns_before`: the turns closed when the caller's run began. Once more have closed,
     the caller's turn is over, and an open turn is a later one (a message sent after the
@@ -492,6 +503,7 @@ async def close_canceled_turn(
         end="canceled" if session_wide else None,
         end_detail="canceled by request",
         toolbox=toolbox,
+        gone=gone,
     )
     if batch:
         await log.append(*batch)

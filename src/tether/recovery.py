@@ -156,12 +156,18 @@ def closing(
     end: EndOutcome | None = None,
     end_detail: str | None = None,
     toolbox: Toolbox | None = None,
+    gone: Container[str] | None = None,
 ) -> list[Payload]:
     """The payloads that close what `folder` has open, to append as ONE batch: with an open
     turn, an answer for each unanswered call (as `calls` says) and `turn.ended` (`stop`,
     `detail`); then, with `end`, `session.ended` (`end_detail`, else `detail`, else `stop`).
-    Empty for a session that has ended already. `toolbox`: the tools' effects, for a started
-    call that `canceled` answers (without it, every such call is taken for a `write`)."""
+    Empty for a session that has ended already.
+
+    With `canceled`, a started call is answered by the rule for a call a gone runner started
+    (a `write` is `unknown_effect`) when its id is in `gone` (None: every started call is a
+    gone runner's, as for a closer that runs nothing); the others were started by the
+    closing run and were cancelled with it. `toolbox`: the tools' effects (without it, every
+    such call is taken for a `write`)."""
     if folder.terminal:
         return []
     batch: list[Payload] = []
@@ -169,7 +175,7 @@ def closing(
         if calls != "keep":
             # Listed from the fold before any is answered: the answers land in one batch.
             batch.extend(
-                _answer(call, call.id in folder.started, calls, detail or stop, toolbox)
+                _answer(call, call.id in folder.started, calls, detail or stop, toolbox, gone)
                 for call in folder.open_calls
                 if call.id not in folder.results
             )
@@ -180,15 +186,18 @@ def closing(
 
 
 def _answer(
-    call: ToolCall, started: bool, calls: OpenCalls, why: str, toolbox: Toolbox | None
+    call: ToolCall,
+    started: bool,
+    calls: OpenCalls,
+    why: str,
+    toolbox: Toolbox | None,
+    gone: Container[str] | None,
 ) -> ToolFinished:
-    if calls == "canceled" and not started:
-        return ToolFinished(call.id, "canceled", CANCELED_BEFORE)
+    if calls == "canceled" and not (started and (gone is None or call.id in gone)):
+        return ToolFinished(call.id, "canceled", CANCELED_RUNNING if started else CANCELED_BEFORE)
     if calls == "canceled":
-        # Still open as its turn closes: a call the closing run was running is answered as
-        # it stops (`tools.run.CallCanceled`), so this one was started by a runner that is
-        # gone (a cancel honoured on resume, or by a closer that runs nothing): the rule for
-        # a started call (`_started_before`), with nothing run again.
+        # Started by a runner that is gone (a cancel honoured on resume, or by a closer that
+        # runs nothing): the rule for a started call (`_started_before`), nothing run again.
         tool = None if toolbox is None else toolbox.get(call.name)
         if tool is not None and tool.effect != "write":
             return ToolFinished(call.id, "canceled", CANCELED_RUNNING)

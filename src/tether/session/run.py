@@ -113,6 +113,7 @@ class Runs:
                         ctx.stop_cause,
                         turns_before=ctx.turns_before,
                         toolbox=ctx.engine.toolbox,
+                        gone=ctx.started_before,
                     ),
                     f"session {sid}: closing its turn",
                 )
