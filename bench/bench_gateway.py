@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import random
+import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -21,13 +22,14 @@ from dataclasses import dataclass, field, replace
 
 from tether import Agent, Limits, tool
 from tether.errors import RateLimited
-from tether.messages import JSONObject, JSONValue
+from tether.messages import JSONObject, JSONValue, user
 from tether.providers.base import Model, ModelRequest, ModelResponse
 from tether.providers.registry import model_from_string
 from tether.scheduler.clock import run_virtual
 from tether.scheduler.gateway import Gateway, GatewayConfig
 from tether.scheduler.queue import Priority
 from tether.store import MemoryStore
+from tether.testing import Delay, ScriptedModel
 from tether.testing.sim_server import LoopbackServer
 from tether.testing.simulate import (
     Answer,
@@ -396,6 +398,64 @@ def loopback(world: World) -> None:
     report(title, world, results, wall, "real")
 
 
+async def starve(
+    batch_aging: float | None, duration: float
+) -> tuple[list[float], list[float], int]:
+    """Interactive sessions that ask again as soon as they are answered keep an 8-wide
+    backend (1 s a call) saturated; a batch call arrives every 5 s. The waits of both kinds
+    (a batch call never served counts its time in the queue at the end)."""
+    model = ScriptedModel([lambda messages: Delay(1.0, "ok")])
+    config = GatewayConfig(max_concurrency=8, batch_aging=batch_aging)
+    gateway = Gateway(model, config)
+    loop = asyncio.get_running_loop()
+    interactive: list[float] = []
+    batch: list[float] = []
+    waiting: dict[int, float] = {}
+    request = ModelRequest("m", None, [user("hi")], max_output_tokens=16)
+
+    async def person(n: int) -> None:
+        session = gateway.for_session(session_id=f"i{n}")
+        while loop.time() < duration:
+            asked = loop.time()
+            await session.complete(request)
+            interactive.append(loop.time() - asked - 1.0)
+
+    async def job(n: int) -> None:
+        waiting[n] = loop.time()
+        await gateway.for_session(session_id=f"b{n}", priority="batch").complete(request)
+        batch.append(loop.time() - waiting.pop(n) - 1.0)
+
+    people = [asyncio.create_task(person(n)) for n in range(12)]
+    jobs = []
+    while loop.time() < duration:
+        jobs.append(asyncio.create_task(job(len(jobs))))
+        await asyncio.sleep(5.0)
+    await asyncio.gather(*people)
+    served = len(batch)
+    batch.extend(loop.time() - since for since in waiting.values())
+    for task in jobs:
+        task.cancel()
+    await asyncio.gather(*jobs, return_exceptions=True)
+    return interactive, batch, served
+
+
+def aging(duration: float) -> None:
+    print("\n== priority aging: interactive load that alone saturates the backend")
+    print(
+        "backend: 8 concurrent, 1 s a call; 12 interactive sessions asking back to back, "
+        f"a batch call every 5 s, for {duration:g} s of virtual time; queue waits"
+    )
+    for label, batch_aging in (("strict priority (baseline)", None), ("aging 30 s", 30.0),
+                               ("aging 60 s (default)", 60.0)):  # fmt: skip
+        interactive, batch, served = run_virtual(starve(batch_aging, duration))
+        waits = statistics.quantiles(interactive, n=100)
+        print(
+            f"  {label:28s} interactive p50 {waits[49]:5.2f}s p99 {waits[98]:5.2f}s   "
+            f"batch p50 {statistics.median(batch):7.1f}s max {max(batch):7.1f}s, "
+            f"served {served} of {len(batch)}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs, for a smoke test")
@@ -404,6 +464,7 @@ def main() -> None:
     if args.quick:
         sim = replace(sim, duration=600.0)
         real = replace(real, duration=20.0, warmup=5.0)
+    aging(600.0 if args.quick else 3600.0)
     simulate(sim)
     loopback(real)
 

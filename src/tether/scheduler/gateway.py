@@ -56,7 +56,9 @@ class GatewayConfig:
     rate-limit headers when it sends them. A call reserves its input estimate plus its output
     cap (`default_output_tokens` when the request sets none). Past `max_queue` waiting calls,
     a new call waits for a place (`when_full="wait"`) or fails with `GatewayBusy` at once
-    (`"fail"`); `queue_timeout` bounds each wait for a place and a turn."""
+    (`"fail"`); `queue_timeout` bounds each wait for a place and a turn. `batch_aging`: a
+    batch call that has waited this many seconds longer than the oldest interactive one goes
+    before it, so batch work cannot starve under interactive load (None: strict priority)."""
 
     max_concurrency: int = 16
     requests_per_minute: int | None = None
@@ -66,6 +68,7 @@ class GatewayConfig:
     when_full: Literal["wait", "fail"] = "wait"
     queue_timeout: float | None = None
     weights: Mapping[str, float] = field(default_factory=dict)
+    batch_aging: float | None = 60.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     aimd_decrease: float = 0.5
     circuit_threshold: int = 5
@@ -119,7 +122,7 @@ class Gateway:
         self._clock = clock or LoopClock()
         self._default = default or Ticket()
         self._rng = random.Random(config.seed)
-        self._queue: FairQueue[_Waiter] = FairQueue(config.weights)
+        self._queue: FairQueue[_Waiter] = FairQueue(config.weights, batch_aging=config.batch_aging)
         self._overflow: dict[str, deque[_Waiter]] = {}
         self._aimd = AIMDLimit(config.max_concurrency, decrease=config.aimd_decrease)
         self._circuit = CircuitBreaker(config.circuit_threshold, config.circuit_cooldown)
@@ -210,7 +213,9 @@ class Gateway:
         now = self._clock.now()
         waiter = _Waiter(ticket, asyncio.get_running_loop().create_future(), reservation, now)
         track.kind, track.since, track.until, track.waiter = "waiting", now, None, waiter
-        waiter.entry = Entry(ticket.tenant, ticket.priority, reservation, seq, waiter, False)
+        waiter.entry = Entry(
+            ticket.tenant, ticket.priority, reservation, seq, waiter, False, since=now
+        )
         full = len(self._queue) >= self.config.max_queue or any(self._overflow.values())
         if first and full:
             if self.config.when_full == "fail":

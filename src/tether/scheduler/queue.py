@@ -1,5 +1,7 @@
-"""The order in which waiting requests go out: strict priority between classes (interactive
-before batch), weighted fair queueing between tenants within a class, FIFO among equals.
+"""The order in which waiting requests go out: priority between classes (interactive before
+batch; with aging, a batch request that has waited `batch_aging` seconds longer than the
+oldest interactive one goes first), weighted fair queueing between tenants within a class,
+FIFO among equals.
 
 Fairness is start-time fair queueing (SFQ): a tenant's next request carries a virtual start
 tag; the lowest tag goes first; serving `cost` moves the tenant's tag on by `cost / weight`.
@@ -33,6 +35,7 @@ class Entry(Generic[T]):
     seq: int
     payload: T
     live: bool = True
+    since: float = 0.0  # when it was queued (seconds, the caller's clock): for aging
 
 
 @dataclass(slots=True)
@@ -53,12 +56,30 @@ class _Class(Generic[T]):
     tenants: dict[str, _TenantQueue[T]] = field(default_factory=dict)
     vtime: float = 0.0
     live: int = 0
+    # Entries by arrival time, for aging (kept only when the queue ages): served and removed
+    # ones are dropped when they reach the top.
+    arrivals: list[tuple[float, int, Entry[T]]] = field(default_factory=list)
+
+    def oldest(self) -> float | None:
+        while self.arrivals and not self.arrivals[0][2].live:
+            heapq.heappop(self.arrivals)
+        return self.arrivals[0][0] if self.arrivals else None
 
 
 class FairQueue(Generic[T]):
-    """`push`, `peek`, `pop`, `remove`. `weights` maps tenant to weight (default 1)."""
+    """`push`, `peek`, `pop`, `remove`. `weights` maps tenant to weight (default 1).
+    `batch_aging`: None, strict priority (batch waits while any interactive request does);
+    else a batch request's priority rises with its wait: the batch class goes first when its
+    oldest request arrived `batch_aging` seconds or more before the oldest interactive one
+    (by `Entry.since`), so no batch request waits more than `batch_aging` seconds longer
+    than the interactive requests served meanwhile."""
 
-    def __init__(self, weights: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self, weights: Mapping[str, float] | None = None, *, batch_aging: float | None = None
+    ) -> None:
+        if batch_aging is not None and batch_aging < 0:
+            raise ValueError(f"batch_aging must be None or at least 0, not {batch_aging}")
+        self._aging = batch_aging
         self._weights = dict(weights or {})
         for tenant, weight in self._weights.items():
             if weight <= 0:
@@ -88,6 +109,8 @@ class FairQueue(Generic[T]):
         # The counter breaks ties so entries themselves are never compared.
         self._pushes += 1
         heapq.heappush(queue.heap, (entry.seq, self._pushes, entry))
+        if self._aging is not None:
+            heapq.heappush(cls.arrivals, (entry.since, self._pushes, entry))
         queue.live += 1
         cls.live += 1
         entry.live = True
@@ -137,8 +160,18 @@ class FairQueue(Generic[T]):
         queue.live -= 1
         cls.live -= 1
 
+    def _order(self) -> tuple[Priority, ...]:
+        """The classes in the order they are served now."""
+        if self._aging is None:
+            return PRIORITIES
+        interactive = self._classes["interactive"].oldest()
+        batch = self._classes["batch"].oldest()
+        if interactive is not None and batch is not None and batch + self._aging <= interactive:
+            return ("batch", "interactive")
+        return PRIORITIES
+
     def _choose(self) -> tuple[_Class[T], _TenantQueue[T], Entry[T]] | None:
-        for priority in PRIORITIES:
+        for priority in self._order():
             cls = self._classes[priority]
             if not cls.live:
                 continue
