@@ -8,6 +8,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,9 +28,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    hooks = sys.excepthook, threading.excepthook
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    sys.excepthook, threading.excepthook = hooks
 
 
 async def test_a_record_made_in_a_run_names_its_session_turn_seq_and_call(
@@ -119,3 +122,29 @@ def test_a_bad_log_level_is_refused() -> None:
 
 def scripted() -> ScriptedModel:
     return ScriptedModel([call("noisy", text="x"), "done"])
+
+
+def test_with_json_logs_no_bare_traceback_reaches_stderr() -> None:
+    code = (
+        "import asyncio, gc, threading\n"
+        "from tether.telemetry.logs import configure\n"
+        "configure('warning', 'json')\n"
+        "async def boom():\n"
+        "    raise RuntimeError('in a task nobody awaited')\n"
+        "async def main():\n"
+        "    asyncio.get_running_loop().create_task(boom())\n"
+        "    await asyncio.sleep(0.01)\n"
+        "    gc.collect()\n"
+        "asyncio.run(main())\n"
+        "gc.collect()\n"
+        "t = threading.Thread(target=lambda: 1 / 0)\n"
+        "t.start(); t.join()\n"
+        "raise SystemError('at the top')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    records = [json.loads(line) for line in done.stderr.splitlines()]
+    excs = [r["exc"] for r in records]
+    assert len(records) == 3
+    assert "RuntimeError: in a task nobody awaited" in excs[0]
+    assert "ZeroDivisionError" in excs[1] and "SystemError: at the top" in excs[2]

@@ -12,9 +12,11 @@ import contextlib
 import json
 import logging
 import sys
+import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from datetime import UTC, datetime
+from types import TracebackType
 from typing import IO, Literal, Protocol
 
 LogFormat = Literal["text", "json"]
@@ -141,4 +143,24 @@ def configure(
     handler.addFilter(SessionContext())
     root.addHandler(handler)
     root.setLevel(level.upper())
+    if log_format == "json":  # no bare traceback on stderr among the JSON lines
+        sys.excepthook = _uncaught
+        threading.excepthook = _uncaught_in_thread
     return handler
+
+
+def _uncaught(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
+    logging.getLogger("tether").critical(
+        "uncaught %s", kind.__name__, exc_info=(kind, error, trace)
+    )
+
+
+def _uncaught_in_thread(hook: threading.ExceptHookArgs) -> None:
+    if hook.exc_value is None:
+        return
+    logging.getLogger("tether").error(
+        "uncaught %s in thread %s",
+        hook.exc_type.__name__,
+        getattr(hook.thread, "name", "?"),
+        exc_info=(hook.exc_type, hook.exc_value, hook.exc_traceback),
+    )
