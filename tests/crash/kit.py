@@ -131,6 +131,46 @@ def zombie_model() -> ScriptedModel:
     return ScriptedModel([call("hold_write", text="zombie"), "done after the held write"])
 
 
+# The fenced zombie: the same held write, but the tool asks whether its worker still holds
+# the session just before its effect (`ToolContext.ensure_held`), as the README says to.
+
+
+@tool(name="hold_write")
+async def hold_write_fenced(text: str, ctx: ToolContext) -> str:
+    """Write, after waiting for the go file (the event loop runs), if still the holder."""
+    (effects_dir() / "running").write_text(f"{ctx.call_id} {os.getpid()} {ctx.fence}")
+    deadline = time.monotonic() + 60
+    # Polls a file another process makes: there is no event to wait on.
+    while not (effects_dir() / "go").exists() and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    try:
+        await ctx.ensure_held()
+    except Exception as exc:
+        record("refused", f"{ctx.call_id} {ctx.fence} {type(exc).__name__}")
+        raise
+    record("write", f"{ctx.call_id} fenced {ctx.fence}")
+    return f"wrote {text}"
+
+
+@tool(name="hold_write")
+def hold_write_fenced_thread(text: str, ctx: ToolContext) -> str:
+    """The same from a tool thread: `ensure_held_sync`, or the `lease_lost` flag."""
+    (effects_dir() / "running").write_text(f"{ctx.call_id} {os.getpid()} {ctx.fence}")
+    deadline = time.monotonic() + 60
+    while not (effects_dir() / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if ctx.lease_lost.is_set():
+        record("refused", f"{ctx.call_id} {ctx.fence} flag")
+        return "not written: the lease is lost"
+    try:
+        ctx.ensure_held_sync()
+    except Exception as exc:
+        record("refused", f"{ctx.call_id} {ctx.fence} {type(exc).__name__}")
+        raise
+    record("write", f"{ctx.call_id} fenced {ctx.fence}")
+    return f"wrote {text}"
+
+
 # -- cancel and interrupt: a tool that runs until it is cancelled -------------------------
 
 

@@ -35,6 +35,8 @@ SCRIPTS: dict[str, tuple[Callable[[], ScriptedModel], list[Tool]]] = {
     "fan_out": (kit.fan_out_model, kit.fan_out_tools()),
     "zombie_thread": (kit.zombie_model, [kit.hold_write_thread]),
     "zombie_blocking": (kit.zombie_model, [kit.hold_write_blocking]),
+    "zombie_fenced": (kit.zombie_model, [kit.hold_write_fenced]),
+    "zombie_fenced_thread": (kit.zombie_model, [kit.hold_write_fenced_thread]),
 }
 TASK = "Read the notes, set the flags, and journal hello and world."
 OWN = f"ev_{_ID_PREFIX}_"
