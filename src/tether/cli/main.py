@@ -494,10 +494,10 @@ from tether.cli.chat import add_chat_command, cmd_chat  # noqa: E402
 from tether.cli.db import add_db_commands, cmd_db  # noqa: E402
 from tether.cli.experiment import add_experiment_command, cmd_experiment  # noqa: E402
 from tether.cli.mcp import add_mcp_commands, cmd_mcp  # noqa: E402
+from tether.cli.observe import TRACE_COMMANDS, add_log_options, add_trace_command, configure_logs  # noqa: E402
 from tether.cli.review import add_review_command, cmd_review  # noqa: E402
 from tether.cli.serve import RUNTIME_COMMANDS, add_runtime_commands  # noqa: E402
 from tether.cli.steer import STEERING_COMMANDS, add_steering_commands  # noqa: E402
-from tether.cli.trace import TRACE_COMMANDS, add_log_options, add_trace_command, configure_logs  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())
