@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Iterator, Sequence
 
+from tether import process
 from tether.errors import HandedOver, LeaseLost, UsageError
 from tether.events import Payload
 from tether.loop import (
@@ -183,7 +184,12 @@ async def run_session(
     if lease is not None and lease.session_id != sid:
         raise UsageError(f"a lease of session {lease.session_id} cannot run {sid}")
     store = runs.store
-    log.lease = lease or await claim_lease(store, sid, worker_id(), runs.lease_ttl, lease_wait)
+    process.session_started()  # many at once raise the collector's thresholds
+    try:
+        log.lease = lease or await claim_lease(store, sid, worker_id(), runs.lease_ttl, lease_wait)
+    except BaseException:
+        process.session_finished()
+        raise
     fence = LeaseFence(log, log.lease)
     try:
         try:
@@ -214,6 +220,7 @@ async def run_session(
         # A call left running on its thread (abandoned after its grace) runs under no lease
         # from here on: its flag tells it so.
         fence.lose()
+        process.session_finished()
         if log.lease is not None:
             await blips.shielded(blips.release(store, log.lease), f"session {sid}: a release")
     if ctx.stop_cause == "handed_over":
