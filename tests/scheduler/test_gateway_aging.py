@@ -1,5 +1,6 @@
 """Priority aging: interactive calls go before batch ones, but a batch call's priority rises
-with its wait, so batch work cannot starve under interactive load (on a virtual clock)."""
+with its wait, so batch work cannot starve under interactive load; and a parked session's
+next call keeps the place its parked one had (on a virtual clock)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import asyncio
 
 import pytest
 
+from tether.errors import Parked
 from tether.scheduler.clock import run_virtual
-from tether.scheduler.gateway import Gateway, GatewayConfig, SessionModel
+from tether.scheduler.gateway import PLACE_GRACE, Gateway, GatewayConfig, SessionModel, Ticket
 from tether.scheduler.queue import Entry, FairQueue
 from tether.testing import Delay, ScriptedModel
 
@@ -96,3 +98,40 @@ def test_a_batch_entry_goes_first_once_it_waited_the_aging_longer() -> None:
 def test_aging_must_not_be_negative() -> None:
     with pytest.raises(ValueError, match="batch_aging"):
         FairQueue(batch_aging=-1.0)
+
+
+def parked_then_back(back_at: float) -> list[tuple[str, float]]:
+    """A spent budget (6 a minute: one call every 10 s); a session's call parks at 0, three
+    other calls queue after it, and the parked session asks again at `back_at`."""
+
+    async def main() -> list[tuple[str, float]]:
+        model = ScriptedModel([lambda messages: "ok"])
+        gateway = Gateway(model, GatewayConfig(requests_per_minute=6))
+        for _ in range(6):
+            await gateway.complete(request())
+        sent: list[tuple[str, float]] = []
+
+        async def ask(session: str, ticket: Ticket | None = None) -> None:
+            await gateway.submit(request(), ticket or Ticket(session_id=session))
+            sent.append((session, now()))
+
+        parks = Ticket(session_id="parks", park_after=5.0)
+        with pytest.raises(Parked):
+            await ask("parks", parks)
+        others = [asyncio.create_task(ask(f"other-{n}")) for n in range(3)]
+        await asyncio.sleep(back_at)
+        await ask("parks", parks)
+        await asyncio.gather(*others)
+        return sent
+
+    return run_virtual(main())
+
+
+def test_a_parked_session_keeps_its_place_in_the_queue_when_it_comes_back() -> None:
+    # Back as its wait ends: it goes before the calls that queued after it parked.
+    assert parked_then_back(9.9)[0] == ("parks", pytest.approx(10.0))
+
+
+def test_a_parked_session_that_comes_back_too_late_queues_anew() -> None:
+    sent = parked_then_back(10.0 + PLACE_GRACE + 1)
+    assert [s for s, _ in sent] == ["other-0", "other-1", "other-2", "parks"]

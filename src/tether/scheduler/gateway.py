@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import count
@@ -84,6 +84,21 @@ class _Lease:
     probe: bool
 
 
+# How long after its wait a parked session may come back and still find its place, and how
+# many places are kept (the oldest go first).
+PLACE_GRACE = 60.0
+MAX_PLACES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Place:
+    """Where a parked call stood: its arrival order and queue time, kept until `until`."""
+
+    seq: int
+    since: float
+    until: float
+
+
 @dataclass(eq=False, slots=True)
 class _Waiter:
     ticket: Ticket
@@ -135,6 +150,8 @@ class Gateway:
         self._tracks: dict[str, _Track] = {}
         # Waiters whose ticket may be parked: `_park` looks at these, never the whole queue.
         self._parkable: set[_Waiter] = set()
+        # The places of parked calls, by session: its next call keeps them (`_Place`).
+        self._places: OrderedDict[str, _Place] = OrderedDict()
         self._counters = Counters()
 
     @property
@@ -169,7 +186,8 @@ class Gateway:
         self._counters.requests_by_tenant[ticket.tenant] += 1
         estimate = estimate_request_tokens(request)
         output_cap = request.max_output_tokens or self.config.default_output_tokens
-        seq = next(self._seq)
+        place = self._place_of(ticket.session_id, now)
+        seq = next(self._seq) if place is None else place.seq
         track = _Track("waiting", now)
         self._tracks[ticket.session_id] = track
         watch = OutputWatch(request)
@@ -178,7 +196,10 @@ class Gateway:
             while True:
                 attempt += 1
                 reservation = self._budgets.reservation(estimate, output_cap)
-                lease = await self._acquire(ticket, seq, reservation, track, first=attempt == 1)
+                since = place.since if place is not None and attempt == 1 else None
+                lease = await self._acquire(
+                    ticket, seq, reservation, track, first=attempt == 1, since=since
+                )
                 track.kind, track.since = "sending", self._clock.now()
                 try:
                     response = await self.model.complete(watch.request)
@@ -207,14 +228,33 @@ class Gateway:
             if self._tracks.get(ticket.session_id) is track:
                 del self._tracks[ticket.session_id]
 
+    def _place_of(self, session_id: str, now: float) -> _Place | None:
+        """The place a parked call of the session left, if its session is back in time."""
+        place = self._places.pop(session_id, None)
+        return place if place is not None and now <= place.until else None
+
     async def _acquire(
-        self, ticket: Ticket, seq: int, reservation: int, track: _Track, *, first: bool
+        self,
+        ticket: Ticket,
+        seq: int,
+        reservation: int,
+        track: _Track,
+        *,
+        first: bool,
+        since: float | None = None,
     ) -> _Lease:
         now = self._clock.now()
         waiter = _Waiter(ticket, asyncio.get_running_loop().create_future(), reservation, now)
         track.kind, track.since, track.until, track.waiter = "waiting", now, None, waiter
+        # `since`: when the session's parked call first queued, for aging.
         waiter.entry = Entry(
-            ticket.tenant, ticket.priority, reservation, seq, waiter, False, since=now
+            ticket.tenant,
+            ticket.priority,
+            reservation,
+            seq,
+            waiter,
+            False,
+            since=now if since is None else since,
         )
         full = len(self._queue) >= self.config.max_queue or any(self._overflow.values())
         if first and full:
@@ -313,8 +353,18 @@ class Gateway:
             if entry is None or not self._queue.remove(entry):
                 continue  # waiting for a place in a full queue: it is not held up by this
             self._parkable.discard(waiter)
+            self._keep_place(waiter, entry, wait)
             self._counters.parked += 1
             waiter.future.set_exception(Parked(wait, reason))
+
+    def _keep_place(self, waiter: _Waiter, entry: Entry[_Waiter], wait: float) -> None:
+        """Remember a parked call's place (its arrival seq and queue time) for its session's
+        next call, made when the session runs again after `wait` (and `PLACE_GRACE` more)."""
+        until = self._clock.now() + wait + PLACE_GRACE
+        self._places[waiter.ticket.session_id] = _Place(entry.seq, entry.since, until)
+        self._places.move_to_end(waiter.ticket.session_id)
+        while len(self._places) > MAX_PLACES:
+            self._places.popitem(last=False)
 
     def _gate(
         self, reservation: int, now: float
