@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl
+
 from tether.errors import ConfigError
 from tether.store.base import Store
 from tether.store.memory import MemoryStore
-from tether.store.sqlite import SQLiteStore
+from tether.store.sqlite import SQLITE_SYNCHRONOUS, SQLiteStore
 
 DEFAULT_STORE_URL = "sqlite:///tether.db"
 
 
 def open_store(url: str) -> Store:
-    """`memory:` (tests), `sqlite:///PATH` or a path ending in .db/.sqlite (the default),
-    `postgresql://…` (many workers on many machines)."""
+    """`memory:` (tests), `sqlite:///PATH[?synchronous=normal|full]` or a path ending in
+    .db/.sqlite (the default), `postgresql://…[?synchronous_commit=…]` (many workers on many
+    machines)."""
     if url in ("memory:", "memory://"):
         return MemoryStore()
     if url.startswith(("postgresql://", "postgres://")):
@@ -28,7 +31,7 @@ def open_store(url: str) -> Store:
     if path is not None:
         if not path:
             raise ConfigError(f"store URL {url!r} names no file (try sqlite:///tether.db)")
-        return SQLiteStore(path)
+        return SQLiteStore(path, synchronous=sqlite_synchronous(url))
     raise ConfigError(
         f"cannot open store {url!r}: use memory:, sqlite:///PATH, a path ending in .db "
         "or postgresql://USER:PASSWORD@HOST/DB"
@@ -40,8 +43,26 @@ def sqlite_path(url: str) -> str | None:
     so three slashes for a relative path, four for an absolute one), or a bare path ending
     in .db, .sqlite or .sqlite3; None for a URL of another store. Empty: no file named."""
     if url.startswith("sqlite://"):
-        path = url.removeprefix("sqlite://")
+        path = url.removeprefix("sqlite://").partition("?")[0]
         return path.removeprefix("/")
     if url.endswith((".db", ".sqlite", ".sqlite3")) and "://" not in url:
         return url
     return None
+
+
+def sqlite_synchronous(url: str) -> str:
+    """The `synchronous` a SQLite store URL asks for (`?synchronous=normal|full`, any case):
+    NORMAL when it asks for none. Any other parameter or value is a `ConfigError`."""
+    query = url.partition("?")[2] if url.startswith("sqlite://") else ""
+    synchronous = "NORMAL"
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key != "synchronous":
+            raise ConfigError(
+                f"store URL {url!r}: unknown parameter {key!r} (SQLite takes only synchronous)"
+            )
+        if value.upper() not in SQLITE_SYNCHRONOUS:
+            raise ConfigError(
+                f"store URL {url!r}: synchronous must be normal or full, not {value!r}"
+            )
+        synchronous = value.upper()
+    return synchronous

@@ -58,21 +58,40 @@ _SELECT_EVENTS = (
 __all__ = ["DEFAULT_POOL_SIZE", "Claimed", "PostgresStore", "parse_url"]
 
 
+# PostgreSQL's own values: what a commit has waited for when it returns (README, Durability).
+SYNCHRONOUS_COMMIT = ("on", "off", "local", "remote_write", "remote_apply")
+
+
 def parse_url(url: str) -> tuple[str, int]:
-    """The connection string for psycopg and the pool size (`?pool_size=N`, ours)."""
+    """The connection string for psycopg and the pool size (`?pool_size=N`, ours).
+    `?synchronous_commit=VALUE` becomes a setting of every connection the store opens (libpq's
+    `options`, beside any the URL already has)."""
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
         raise ConfigError(f"not a PostgreSQL URL: {redact_url(url)}")
     query = parse_qsl(parts.query, keep_blank_values=True)
     size = DEFAULT_POOL_SIZE
     rest: list[tuple[str, str]] = []
+    synchronous: str | None = None
     for key, value in query:
         if key == "pool_size":
             if not value.isdigit() or int(value) < 1:
                 raise ConfigError(f"pool_size must be a positive integer, not {value!r}")
             size = int(value)
+        elif key == "synchronous_commit":
+            if value.lower() not in SYNCHRONOUS_COMMIT:
+                raise ConfigError(
+                    f"synchronous_commit must be one of {', '.join(SYNCHRONOUS_COMMIT)}, "
+                    f"not {value!r}"
+                )
+            synchronous = value.lower()
         else:
             rest.append((key, value))
+    if synchronous is not None:
+        setting = f"-c synchronous_commit={synchronous}"
+        options = [v for k, v in rest if k == "options"]
+        rest = [(k, v) for k, v in rest if k != "options"]
+        rest.append(("options", " ".join([*options, setting])))
     # quote, not quote_plus: libpq reads a "+" as itself, not as a space.
     return urlunsplit(parts._replace(query=urlencode(rest, quote_via=quote))), size
 

@@ -107,6 +107,10 @@ _CLAIM = (
 )
 
 
+# The durability settings a store may ask for (OFF and EXTRA are not offered: one loses
+# commits to an OS crash even in WAL mode, the other adds nothing WAL needs).
+SQLITE_SYNCHRONOUS = ("NORMAL", "FULL")
+
 # How long opening a store waits out another connection that is setting the file up.
 _OPEN_PATIENCE = 10.0
 
@@ -153,11 +157,19 @@ def _migrate(conn: sqlite3.Connection) -> None:
 
 
 class SQLiteStore:
+    """`synchronous`: NORMAL (the default; with WAL a commit survives a crash of the process,
+    and may be lost with the last moments before an OS crash or power loss) or FULL (each
+    commit is synced to the disk first, so it survives those too)."""
+
     def __init__(self, path: str, *, synchronous: str = "NORMAL") -> None:
-        self.url = f"sqlite:///{path}"
+        if synchronous.upper() not in SQLITE_SYNCHRONOUS:
+            raise ConfigError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
+        self._synchronous = synchronous.upper()
+        self.url = f"sqlite:///{path}" + (
+            "" if self._synchronous == "NORMAL" else f"?synchronous={self._synchronous.lower()}"
+        )
         self.path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sqlite-read")
-        self._synchronous = synchronous
         self._closed = False
         # Open now, so a bad path fails where the store is made.
         self._conn: sqlite3.Connection | None = self._connect()
