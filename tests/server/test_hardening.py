@@ -332,6 +332,24 @@ async def test_metrics_name_backends_only_to_the_operator(operated: Server) -> N
     assert "acme" not in operator.text  # tenants are never named, even to the operator
 
 
+async def test_session_series_name_models_and_tools_only_to_the_operator(
+    operated: Server,
+) -> None:
+    await _settled_session(operated.url)
+    async with httpx.AsyncClient(base_url=operated.url) as client:
+        anyone = (await client.get("/metrics")).text
+        operator = (
+            await client.get("/metrics", headers={"Authorization": f"Bearer {OPERATOR}"})
+        ).text
+    totals, named = _series(anyone), _series(operator)
+    assert totals["tether_model_call_seconds_count"] >= 1, anyone
+    assert totals['tether_turns_total{stop_reason="end_turn"}'] >= 1, anyone
+    assert "model=" not in anyone and "tool=" not in anyone and "acme" not in anyone
+    per_model = [v for k, v in named.items() if k.startswith("tether_model_call_seconds_count{")]
+    assert per_model and sum(per_model) == totals["tether_model_call_seconds_count"]
+    assert 'model="' in operator and "acme" not in operator
+
+
 async def test_the_metrics_token_may_come_from_the_environment(open_server: Server) -> None:
     await _settled_session(open_server.url, None)
     async with httpx.AsyncClient(base_url=open_server.url) as client:

@@ -1,4 +1,5 @@
-"""`GET /metrics`: the server's own counters and the figures of the model gateways (the
+"""`GET /metrics`: the server's own counters, the series its sessions' events feed
+(`telemetry.metrics`: model and tool latency, tokens, cost, outcomes), and the figures of the model gateways (the
 runtime's own, one per backend its workers used, and any others it is given), in the
 Prometheus text format (0.0.4). Backends are named only to the operator (`names`): a backend
 is what a tenant chose, so its name is the tenant's business."""
@@ -12,6 +13,7 @@ from typing import Any
 from tether.runtime.local import LocalRuntime
 from tether.scheduler.figures import _COUNTERS as COUNTERS
 from tether.scheduler.figures import GatewayFigures, render_prometheus
+from tether.telemetry import metrics as session_metrics
 
 
 class Metrics:
@@ -22,6 +24,7 @@ class Metrics:
         self.streams = 0
         self.subscribers = 0
         self.events_streamed = 0
+        session_metrics.enable()  # this process's sessions feed the series below
 
     def request(self, route: str, status: int) -> None:
         self.requests[(route, status)] += 1
@@ -51,6 +54,7 @@ class Metrics:
              worker.failures if worker else 0),
         ):  # fmt: skip
             lines.append(f"{family(name, kind, help_text)} {value}")
+        lines.extend(session_metrics.render(names=names))
         figures = [*self.runtime.figures(), *(g.figures() for g in self.gateways)]
         if not names:
             lines.extend(totals(figures))

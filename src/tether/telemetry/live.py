@@ -11,13 +11,19 @@ import sys
 from collections.abc import Callable, Sequence
 
 from tether.events import Event
+from tether.telemetry import metrics
 
 Observer = Callable[[Event], None]
 
 
 def observers(history: Sequence[Event] = ()) -> tuple[Observer, ...]:
     """What a session log opened on `history` (its events so far) should be given: the live
-    span emitter when a tracer provider is set, else nothing."""
+    span emitter when a tracer provider is set, the metrics counter when this process
+    counts (`metrics.enable`); else nothing."""
+    return metrics.observers(history) + _spans(history)
+
+
+def _spans(history: Sequence[Event]) -> tuple[Observer, ...]:
     api = sys.modules.get("opentelemetry.trace")
     if api is None:  # nobody in this process imported OpenTelemetry: nothing can be set
         return ()

@@ -1,0 +1,87 @@
+"""Metrics fed by the events a process appends: nothing is counted until the process asks,
+then model and tool latency, tokens, cost and outcomes, rendered as Prometheus text that
+names models and tools only to the operator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tether import Agent, tool
+from tether.errors import RateLimited
+from tether.scheduler.retry import RetryPolicy
+from tether.store import MemoryStore
+from tether.telemetry import metrics
+from tether.telemetry.metrics import Registry, render
+from tether.testing import Fail, ScriptedModel, call
+
+
+@tool(effect="read")
+def lookup(key: str) -> str:
+    """Look a key up."""
+    if key == "missing":
+        raise KeyError(key)
+    return f"value of {key}"
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[Registry]:
+    fresh = Registry(enabled=True)
+    monkeypatch.setattr(metrics, "METRICS", fresh)
+    yield fresh
+
+
+async def _session() -> None:
+    attempts: list[int] = []
+
+    def first_call_refused(messages: object) -> object:
+        attempts.append(1)
+        if len(attempts) == 1:
+            return Fail(RateLimited("slow down", status=429, retry_after=0.0))
+        return [call("lookup", key="a"), call("lookup", key="missing")]
+
+    model = ScriptedModel([first_call_refused, "done"], price_per_million=(1.0, 2.0))
+    agent = Agent(model, tools=[lookup], store=MemoryStore(), retry=RetryPolicy(base_delay=0.01))
+    result = await agent.run("look")
+    assert result.stop_reason == "end_turn", result.stop_detail
+
+
+async def test_nothing_is_counted_until_the_process_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    idle = Registry()
+    monkeypatch.setattr(metrics, "METRICS", idle)
+    await _session()
+    assert metrics.observers() == ()
+    assert not idle.model_seconds.counts and not idle.tool_calls and not idle.turns
+
+
+async def test_a_session_feeds_latency_tokens_cost_and_outcomes(registry: Registry) -> None:
+    await _session()
+    assert sum(registry.model_seconds.counts[("scripted",)]) == 2
+    assert sum(registry.tool_seconds.counts[("lookup",)]) == 2
+    assert registry.tool_calls == {("lookup", "ok"): 1, ("lookup", "error"): 1}
+    assert registry.model_failures == {("scripted", "rate_limited"): 1}
+    assert registry.turns == {("end_turn",): 1}
+    assert registry.tokens[("default", "scripted", "input")] > 0
+    assert registry.cost_usd[("default", "scripted")] > 0
+
+
+async def test_prometheus_text_names_models_and_tools_only_to_the_operator(
+    registry: Registry,
+) -> None:
+    await _session()
+    anyone = "\n".join(render(registry))
+    operator = "\n".join(render(registry, names=True))
+    assert "scripted" not in anyone and "lookup" not in anyone
+    assert 'tether_tool_calls_total{outcome="error"} 1' in anyone
+    assert "tether_model_call_seconds_count 2" in anyone
+    assert 'tether_tool_calls_total{tool="lookup",outcome="ok"} 1' in operator
+    assert 'tether_model_call_seconds_count{model="scripted"} 2' in operator
+    # Buckets are cumulative and end at the count.
+    buckets = [
+        int(line.rsplit(" ", 1)[1])
+        for line in anyone.splitlines()
+        if line.startswith("tether_tool_call_seconds_bucket")
+    ]
+    assert buckets == sorted(buckets) and buckets[-1] == 2
+    assert 'le="+Inf"} 2' in anyone
