@@ -14,12 +14,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from tests.telemetry import scenario
 
 from tether.cli.main import main
 from tether.events import SessionCreated
 from tether.store import SQLiteStore
 from tether.telemetry.export import ExportFailed, export_session, traces_url
+
+from . import scenario
 
 
 class Receiver:

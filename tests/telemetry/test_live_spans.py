@@ -12,7 +12,6 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from tests.telemetry import scenario
 
 from tether import Agent, tool
 from tether.errors import HandedOver
@@ -23,6 +22,8 @@ from tether.telemetry.conventions import CONTENT_VARIABLE
 from tether.telemetry.ids import time_ns
 from tether.telemetry.live import observers
 from tether.testing import Hang, ScriptedModel, call
+
+from . import scenario
 
 
 def by_name(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:

@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.telemetry.logging_tools import noisy
 
 from tether import Agent
 from tether.events import ToolStarted
 from tether.store import MemoryStore
 from tether.telemetry.logs import configure
 from tether.testing import ScriptedModel, call
+
+from .logging_tools import noisy
 
 ROOT = Path(__file__).resolve().parents[2]
 
