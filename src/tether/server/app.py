@@ -42,6 +42,7 @@ from tether.server.params import (
     session_ref,
 )
 from tether.server.schemas import DecisionBody, MessageBody, StartBody, StopBody, openapi
+from tether.server.summary import summarise, summary_json
 from tether.server.web import ASSETS, WebGuard, asset
 
 log = logging.getLogger("tether.server")
@@ -185,16 +186,32 @@ class Api:
         ref = session_ref(request)
         after = int_param(request, "after_seq", 0, 0, None)
         limit = int_param(request, "limit", 1000, 1, 10_000)
+        brief = bool_param(request, "summary")
         status = await rt.poll(ref)  # the tenant's session, or not found
         # One event past the page says whether there is more, without reading the rest.
         events = await rt.store.read(ref.session_id, after, limit=limit + 1)
         return JSONResponse(
             {
-                "events": [e.to_json() for e in events[:limit]],
+                "events": [summarise(e) if brief else e.to_json() for e in events[:limit]],
                 "last_seq": status.last_seq,
                 "more": len(events) > limit,
             }
         )
+
+    async def event(self, request: Request, rt: LocalRuntime) -> Response:
+        """One whole event, by its seq: what a summary (`?summary=true`) left out."""
+        ref = session_ref(request)
+        raw = str(request.path_params["seq"])
+        if not digits(raw) or int(raw) < 1:
+            raise ApiError(
+                "invalid_request", f"an event's seq is an integer from 1, not {raw[:40]!r}"
+            )
+        seq = int(raw)
+        await rt.poll(ref)  # the tenant's session, or not found: as the other event routes
+        found = await rt.store.read(ref.session_id, seq - 1, limit=1)
+        if not found or found[0].seq != seq:
+            raise ApiError("event_not_found", f"session {ref.session_id} has no event {seq}")
+        return JSONResponse(found[0].to_json())
 
     async def stream(self, request: Request, rt: LocalRuntime) -> Response:
         ref = session_ref(request)
@@ -208,10 +225,11 @@ class Api:
             after = int(last_id.strip())  # a reconnecting client resumes where it was
         timeout = float_param(request, "timeout", None, 3600.0)
         deltas = bool_param(request, "deltas")
+        brief = bool_param(request, "summary")
         await rt.poll(ref)  # refuse before the stream starts: a 404 is a status, not an event
         self.metrics.streams += 1
         return StreamingResponse(
-            self._sse(rt, ref, after, timeout, deltas),
+            self._sse(rt, ref, after, timeout, deltas, brief),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -223,6 +241,7 @@ class Api:
         after: int,
         timeout: float | None,
         deltas: bool = False,
+        brief: bool = False,
     ) -> AsyncIterator[bytes]:
         self.metrics.subscribers += 1
         events = cast(
@@ -256,7 +275,7 @@ class Api:
                     yield delta_frame(event)
                     continue
                 self.metrics.events_streamed += 1
-                yield sse_frame(event)
+                yield sse_frame(event, brief)
         finally:
             self.metrics.subscribers -= 1
             if pending is not None:
@@ -300,8 +319,10 @@ class Api:
         return JSONResponse(openapi())
 
 
-def sse_frame(event: Event) -> bytes:
-    return f"id: {event.seq}\nevent: {event.type}\ndata: {event.canonical()}\n\n".encode()
+def sse_frame(event: Event, brief: bool = False) -> bytes:
+    """`brief`: the event's summary (`summary`) as its data, not the whole event."""
+    data = summary_json(event) if brief else event.canonical()
+    return f"id: {event.seq}\nevent: {event.type}\ndata: {data}\n\n".encode()
 
 
 def delta_frame(delta: Delta) -> bytes:
@@ -349,12 +370,13 @@ def create_app(
         ),
         Route(
             "/v1/sessions/{session_id}/events",
-            r("events", api.events, query=("after_seq", "limit")),
+            r("events", api.events, query=("after_seq", "limit", "summary")),
             name="events",
         ),
+        Route("/v1/sessions/{session_id}/events/{seq}", r("event", api.event), name="event"),
         Route(
             "/v1/sessions/{session_id}/stream",
-            r("stream", api.stream, query=("after_seq", "timeout", "deltas")),
+            r("stream", api.stream, query=("after_seq", "timeout", "deltas", "summary")),
             name="stream",
         ),
         *(

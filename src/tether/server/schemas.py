@@ -149,8 +149,21 @@ class EventModel(BaseModel):
     data: dict[str, JsonValue]
 
 
+class EventSummary(BaseModel):
+    """An event as `?summary=true` sends it (`server.summary`): its data cut short, the
+    whole event's size in bytes, and whether anything was cut."""
+
+    seq: int
+    time: str
+    thread: str
+    type: str
+    data: dict[str, JsonValue]
+    size: int
+    clipped: bool
+
+
 class EventPage(BaseModel):
-    events: list[EventModel]
+    events: list[EventModel | EventSummary]
     last_seq: int
     more: bool
 
@@ -286,6 +299,16 @@ def _body(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
     return {"required": required, "content": _json(model)}
 
 
+SUMMARY = {
+    "name": "summary", "in": "query", "required": False,
+    "description": "each event's summary instead of the whole event: seq, time, thread, type, its "
+                   "data with strings past 160 characters and lists or objects past 12 items cut "
+                   "(marked …), size (bytes of the whole event) and clipped (whether anything was "
+                   "cut); the whole event: GET /v1/sessions/{session_id}/events/{seq}",
+    "schema": {"type": "string", "enum": ["true", "false", "1", "0"]},
+}  # fmt: skip
+
+
 # One Server-Sent Events frame: `event` is the event type (or `end`, whose data says why the
 # stream ended), `id` the event's seq, `data` the event's JSON.
 SSE_FRAME = {
@@ -315,10 +338,12 @@ def openapi() -> dict[str, Any]:
              "description": "also the model's streamed output, as `delta` frames without an "
                             "id (live only, never stored)",
              "schema": {"type": "string", "enum": ["true", "false", "1", "0"]}},
+            SUMMARY,
         ],
         "responses": {
-            "200": {"description": "id: seq, event: type, data: the event's JSON; with "
-                                   "deltas, also event: delta, data: {kind, text, call_id}",
+            "200": {"description": "id: seq, event: type, data: the event's JSON (with summary, "
+                                   "its EventSummary); with deltas, also event: delta, "
+                                   "data: {kind, text, call_id}",
                     "content": {"text/event-stream": {"schema": SSE_FRAME}}},
             **_errors(400, 401, 403, 404, 422),
         },
@@ -372,7 +397,12 @@ def openapi() -> dict[str, Any]:
         "/v1/sessions/{session_id}/events": {"get": _op(
             "a page of the session's events", 200, EventPage, 404, 422,
             parameters=[SESSION_ID, AFTER_SEQ, {"name": "limit", "in": "query", "required": False,
-                        "schema": {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 1000}}])},
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 1000}},
+                        SUMMARY])},
+        "/v1/sessions/{session_id}/events/{seq}": {"get": _op(
+            "one whole event of the session, by its seq", 200, EventModel, 404, 422,
+            parameters=[SESSION_ID, {"name": "seq", "in": "path", "required": True,
+                                     "schema": {"type": "integer", "minimum": 1, "maximum": MAX_SEQ}}])},
         "/v1/sessions/{session_id}/stream": {"get": stream},
         "/v1/experiments": {"get": _op(
             "this tenant's experiments (run_matrix's tagged sessions among the store's newest), "

@@ -149,6 +149,9 @@ function filterList() {
   refreshList();
 }
 
+$("errors-only").addEventListener("change", () => {
+  $("timeline").classList.toggle("only-errors", $("errors-only").checked);
+});
 $("page-older").addEventListener("click", () => turnPage(1));
 $("page-newer").addEventListener("click", () => turnPage(-1));
 $("filter-state").addEventListener("change", filterList);
@@ -162,95 +165,55 @@ async function showList() {
   timer = setInterval(refreshList, 2000);
 }
 
-function describe(event) {
-  const d = event.data || {};
-  switch (event.type) {
-    case "user.message": return "user: " + clip(text(d.message), 200);
-    case "model.requested": return d.model + ", ~" + d.input_tokens_estimate + " input tokens";
-    case "model.responded": {
-      const calls = (d.message.parts || []).filter((p) => p.type === "tool_call");
-      const said = text(d.message);
-      return (calls.length ? "asks for " + calls.map((c) => c.name + "(" + clip(JSON.stringify(c.arguments), 60) + ")").join(", ") + " " : "")
-        + (said ? clip(said, 200) : "") + " [" + d.stop + "]";
-    }
-    case "tool.started": return d.name + " [" + d.call_id + ", " + d.effect + "]";
-    case "tool.finished": return d.outcome + " [" + d.call_id + "] " + clip(d.content, 200);
-    case "approval.requested":
-      return d.name + "(" + clip(JSON.stringify(d.arguments || {}), 60) + ") waits for a decision [" + d.call_id + "]";
-    case "approval.decided":
-      return (d.allow ? "allowed" : "denied") + " [" + d.call_id + "]" + (d.reason ? " — " + clip(d.reason, 120) : "");
-    case "cancel.requested": return d.scope;
-    case "turn.ended": return d.stop_reason + (d.detail ? " — " + clip(d.detail, 120) : "");
-    case "session.ended": return d.outcome;
-    case "thread.started": {
-      const who = (d.agent || "an agent") + (d.model ? " (" + d.model + ")" : "");
-      const where = callOf(parentOf(d.thread), d.parent_call_id);
-      return who + (d.handoff ? " takes the turn over from " + where : " runs " + where);
-    }
-    case "thread.finished":
-      return d.stop_reason + (d.detail ? " — " + clip(d.detail, 120) : "") + (d.output ? ": " + clip(d.output, 200) : "");
-    case "model.failed": return d.error_class + ": " + clip(d.message, 160);
-    default: return clip(JSON.stringify(d), 160);
-  }
-}
-
-// Sub-agent threads are paths (`researcher-1/critic-2`); "" is the main thread.
-function parentOf(thread) {
-  const cut = thread.lastIndexOf("/");
-  return cut < 0 ? "" : thread.slice(0, cut);
-}
-
-function depthOf(thread) {
-  return thread ? thread.split("/").length : 0;
-}
-
-// Indentation by a class, never a style attribute (the page's policy allows none); the
-// deepest threads share the last step.
-function depthClass(thread) {
-  return "depth-" + Math.min(depthOf(thread), 4);
-}
-
-function callOf(parent, callId) {
-  const thread = parent ? "[" + parent + "]" : "the main thread";
-  return callId ? callId + " of " + thread : thread;
-}
-
-function threadLabel(thread) {
-  const label = document.createElement("span");
-  label.className = "thread";
-  label.textContent = thread;
-  return label;
-}
-
-function showThreads(threads) {
+// The tree is kept by thread and updated in place (a refresh must not take the focus from a
+// fold button); each thread's button folds its events, and its sub-threads', away.
+function showThreads(threads, timeline) {
   const list = $("threads");
-  list.replaceChildren();
+  const old = new Map([...list.children].map((li) => [li.dataset.thread, li]));
+  let at = 0;
   for (const t of threads) {
-    const item = document.createElement("li");
-    item.dataset.thread = t.thread;
-    item.className = depthClass(t.thread);
+    let item = old.get(t.thread);
+    old.delete(t.thread);
+    if (!item) {
+      item = document.createElement("li");
+      item.dataset.thread = t.thread;
+      item.className = depthClass(t.thread);
+      const button = document.createElement("button");
+      button.className = "fold";
+      button.setAttribute("aria-expanded", "true");
+      button.setAttribute("aria-label", "events of thread " + t.thread);
+      button.textContent = "▾";
+      button.addEventListener("click", () => {
+        const open = button.getAttribute("aria-expanded") !== "true";
+        button.setAttribute("aria-expanded", String(open));
+        button.textContent = open ? "▾" : "▸";
+        if (timeline) timeline.fold(t.thread, !open);
+      });
+      const said = document.createElement("span");
+      said.className = "said";
+      item.append(button, " ", threadLabel(t.thread), said);
+    }
     const status = t.status + (t.stop_reason ? " (" + t.stop_reason + ")" : "");
     const runs = t.handoff ? " takes the turn over from " : " runs ";
-    item.append(threadLabel(t.thread), " " + t.agent + " · " + status + " ·" + runs + callOf(t.parent, t.parent_call_id));
-    list.appendChild(item);
+    const said = " " + t.agent + " · " + status + " ·" + runs + callOf(t.parent, t.parent_call_id);
+    const span = item.querySelector(".said");
+    if (span.textContent !== said) span.textContent = said;
+    if (list.children[at] !== item) list.insertBefore(item, list.children[at] || null);
+    at += 1;
   }
+  for (const li of old.values()) li.remove();
   $("threads-panel").hidden = threads.length === 0;
-}
-
-function text(message) {
-  return (message && message.parts || []).filter((p) => p.type === "text").map((p) => p.text).join("");
 }
 
 async function follow(sessionId, onEvent) {
   // fetch, not EventSource: the stream needs the Authorization header.
   const controller = new AbortController();
   stream = controller;
-  const list = $("timeline");
   let after = 0;
   let answered = true;
   while (!controller.signal.aborted) {
     try {
-      const response = await fetch("/v1/sessions/" + encodeURIComponent(sessionId) + "/stream?deltas=true",
+      const response = await fetch("/v1/sessions/" + encodeURIComponent(sessionId) + "/stream?deltas=true&summary=true",
         { headers: headers({ "Last-Event-ID": String(after), "Accept": "text/event-stream" }), signal: controller.signal });
       if (!response.ok) { $("problem").textContent = "stream: " + response.status; return; }
       const reader = response.body.getReader();
@@ -285,15 +248,6 @@ async function follow(sessionId, onEvent) {
           after = event.seq;
           if (event.type === "model.responded") answered = true;
           onEvent(event);
-          const item = document.createElement("li");
-          item.dataset.type = event.type;
-          const thread = event.thread || "";
-          item.dataset.thread = thread;
-          item.className = depthClass(thread);
-          item.append(String(event.seq).padStart(4) + "  ");
-          if (thread) item.append(threadLabel(thread), " ");
-          item.append(event.type.padEnd(18) + describe(event));
-          list.appendChild(item);
         }
       }
     } catch (error) {
@@ -321,7 +275,8 @@ class Approvals {
     this.box = box;
     this.path = path;
     this.refresh = refresh;
-    this.requested = new Map();  // key -> approval.requested data
+    this.requested = new Map();  // key -> approval.requested data (whole, or a summary)
+    this.clipped = new Map();  // key -> seq of a summary whose whole event is not here yet
     this.effects = new Map();  // thread + " " + tool name -> effect class
   }
 
@@ -330,6 +285,7 @@ class Approvals {
     const d = event.data || {};
     if (event.type === "approval.requested") {
       this.requested.set(keyOf(thread, d.call_id), d);
+      if (event.clipped) this.clipped.set(keyOf(thread, d.call_id), event.seq);
       if (d.effect) this.effects.set(thread + " " + d.name, d.effect);
     } else if (event.type === "tool.started" && d.effect) {
       this.effects.set(thread + " " + d.name, d.effect);
@@ -404,6 +360,7 @@ class Approvals {
     if (effect.textContent !== said) { effect.textContent = said; effect.dataset.effect = known || "unknown"; }
     const args = line.querySelector(".arguments");
     if (args.dataset.filled) return;
+    if (this.clipped.has(line.dataset.call)) { this.whole(line.dataset.call); return; }
     args.dataset.filled = "yes";
     const pre = document.createElement("pre");
     pre.textContent = JSON.stringify(d.arguments || {}, null, 2);
@@ -417,6 +374,18 @@ class Approvals {
     } else {
       args.append(pre);
     }
+  }
+
+  // The stream sends summaries: arguments cut there are fetched whole, once, for the box.
+  whole(key) {
+    const seq = this.clipped.get(key);
+    if (seq == null || this.fetching === seq) return;
+    this.fetching = seq;
+    api("GET", this.path + "/events/" + seq).then((event) => {
+      this.requested.set(key, event.data);
+      this.clipped.delete(key);
+      for (const line of this.box.children) this.fill(line);
+    }).catch(() => {}).finally(() => { if (this.fetching === seq) this.fetching = null; });
   }
 
   decide(line, key, allow) {
@@ -439,6 +408,7 @@ function clearSession(sessionId) {
   $("session-id").textContent = sessionId;
   for (const id of ["state", "stop", "figures", "waiting", "live", "session-problem"]) $(id).textContent = "";
   $("timeline").replaceChildren();
+  $("waterfall").replaceChildren();
   $("approvals").replaceChildren();
   showThreads([]);
   for (const id of CONTROLS) $(id).disabled = true;
@@ -457,6 +427,7 @@ async function showSession(sessionId) {
   clearSession(sessionId);
   const path = "/v1/sessions/" + encodeURIComponent(sessionId);
   const approvals = new Approvals($("approvals"), path, () => refresh());
+  const timeline = new Timeline(path);
   let refused = null;
   const refresh = async () => {
     let s;
@@ -473,7 +444,7 @@ async function showSession(sessionId) {
     const cost = s.cost_usd == null ? "cost unknown" : "$" + s.cost_usd.toFixed(6);
     $("figures").textContent = s.steps + " steps · " + s.usage.input_tokens + "+" + s.usage.output_tokens + " tokens · " + cost;
     $("waiting").textContent = s.waiting_reason || "";
-    showThreads(s.threads || []);
+    showThreads(s.threads || [], timeline);
     approvals.show(s.pending_approvals);
     const ended = ["completed", "failed", "canceled"].includes(s.state);
     for (const id of CONTROLS) $(id).disabled = ended;
@@ -491,7 +462,7 @@ async function showSession(sessionId) {
   if (mine !== generation) return;  // navigated away meanwhile: start nothing for this view
   if (refused) return;  // nothing to follow: the page stays as it is until the next navigation
   timer = setInterval(refresh, 1000);
-  follow(sessionId, (event) => approvals.see(event));
+  follow(sessionId, (event) => { approvals.see(event); timeline.add(event); });
 }
 
 // -- experiments ---------------------------------------------------------------------------
