@@ -85,3 +85,35 @@ async def test_prometheus_text_names_models_and_tools_only_to_the_operator(
     ]
     assert buckets == sorted(buckets) and buckets[-1] == 2
     assert 'le="+Inf"} 2' in anyone
+
+
+def test_the_grafana_dashboard_reads_only_series_tether_serves() -> None:
+    """docs/grafana/tether-dashboard.json is built from these names: each it queries must be
+    one that /metrics renders (a rename here would leave a panel empty)."""
+    import json
+    import re
+    from pathlib import Path
+
+    from tether.scheduler.figures import _COUNTERS
+
+    dashboard = json.loads(
+        (Path(__file__).parents[2] / "docs/grafana/tether-dashboard.json").read_text()
+    )
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"tether_[a-z_]+", target["expr"])
+    }
+    served = {
+        line.split()[2] for line in render(Registry(), names=True) if line.startswith("# TYPE")
+    }
+    histograms = {f"{n}_bucket" for n in served} | {f"{n}_count" for n in served}
+    gateway = {f"tether_gateways_{n}_total" for n, _ in _COUNTERS} | {
+        "tether_gateways_queue_depth",
+        "tether_gateways_in_flight",
+        "tether_worker_running",
+    }
+    assert queried and queried <= served | histograms | gateway, (
+        queried - served - histograms - gateway
+    )
