@@ -1,0 +1,88 @@
+"""The client the MCP conformance harness runs: `python client.py SERVER_URL`, the scenario's
+name in `MCP_CONFORMANCE_SCENARIO` (`@modelcontextprotocol/conformance client --command ...`).
+
+Does what an agent does with an MCP server, through tether's own client: `McpToolSource`
+connects (the handshake), lists the tools and calls each one as the model would, by its
+`Tool`. What each scenario checks is the harness's; this only supplies arguments its tools
+need, and, where tether has the session seam for it (`tether.tools.inputs.ASKER`), a user
+who accepts every elicitation without filling anything in, as the harness's own reference
+client does. Exits 1 when a call fails, printing why, so the harness shows the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tether.tools.mcp import McpServerConfig, McpToolSource
+from tether.tools.schema import ToolContext
+
+# Arguments for the scenarios' tools that take any; every other tool is called with none.
+ARGUMENTS: dict[str, dict[str, Any]] = {"add_numbers": {"a": 5, "b": 3}}
+TIMEOUT = 20.0  # under the harness's own 30 s, so a hung call is reported here
+
+
+async def run(url: str) -> int:
+    scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "?")
+    config = McpServerConfig(name="conformance", url=url, timeout=TIMEOUT, startup_timeout=TIMEOUT)
+    failed = 0
+    async with McpToolSource([config]) as source:
+        tools = await source.list_tools()
+        print(f"{scenario}: tools {[t.name for t in tools]}")
+        for i, tool in enumerate(tools):
+            arguments = dict(ARGUMENTS.get(tool.name, {}))
+            if tool.context_param is not None:
+                arguments[tool.context_param] = ToolContext("conformance", f"call-{i}")
+            try:
+                with accepting():
+                    result = await tool.fn(**arguments)
+            except Exception as exc:
+                failed += 1
+                print(f"{scenario}: {tool.name} failed: {exc}")
+            else:
+                print(f"{scenario}: {tool.name} -> {result!r}")
+    return 1 if failed else 0
+
+
+@contextmanager
+def accepting() -> Iterator[None]:
+    """A session whose user accepts every elicitation with nothing filled in (SEP-1034: the
+    client supplies the schema's defaults). A no-op where tether has no such seam yet."""
+    try:
+        from tether.tools import inputs
+    except ImportError:
+        yield
+        return
+
+    class User:
+        async def elicit(self, call_id: str, server: str, message: str, schema: Any) -> Any:
+            print(f"elicitation from {server} during {call_id}: {message}")
+            return inputs.InputAnswer("accept", {})
+
+        async def sample(self, call_id: str, server: str, request: Any) -> Any:
+            raise inputs.SamplingRefused("no model in the conformance client")
+
+    token = inputs.ASKER.set(User())
+    try:
+        yield
+    finally:
+        inputs.ASKER.reset(token)
+
+
+def main() -> int:
+    if len(sys.argv) < 2:
+        print("usage: client.py SERVER_URL (the conformance harness adds it)", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(run(sys.argv[-1]))
+    except Exception as exc:
+        print(f"failed: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
