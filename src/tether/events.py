@@ -10,6 +10,9 @@ Schema changelog (one line per version; older logs must still fold to the same t
   3 — sub-agent threads: `thread.started` (on the new thread: its agent, model, system, the
       parent's call, and for a handoff the conversation it takes over) and `thread.finished`
       (its output and stop reason); thread ids are paths (`researcher-1/critic-2`).
+  (3, additive: new event types only, so older logs fold as before) — `input.requested` and
+      `input.answered` (an MCP server's elicitation during a call, and its answer);
+      `sampling.answered` (an MCP server's sampling request served by the session's model).
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ Outcome = Literal[
 ]
 Effect = Literal["read", "idempotent", "write"]
 EndOutcome = Literal["completed", "failed", "canceled"]
+# How a user answers an elicitation (MCP's `ElicitResult.action`).
+InputAction = Literal["accept", "decline", "cancel"]
+INPUT_ACTIONS: tuple[InputAction, ...] = ("accept", "decline", "cancel")
 # What a cancel request stops: the running turn (an interrupt), or the whole session.
 CancelScope = Literal["turn", "session"]
 CANCEL_SCOPES: tuple[CancelScope, ...] = ("turn", "session")
@@ -139,6 +145,50 @@ class ApprovalDecided:
 
 
 @dataclass(frozen=True, slots=True)
+class InputRequested:
+    """An MCP server asks for input while call `call_id` runs (an elicitation): `message`
+    for the user, the answer's JSON `schema` (MCP's `requestedSchema`), and `key`, a hash
+    of server, message and schema, so the same question asked again by a call run again
+    after a restart is recognised (`tools.inputs.input_key`)."""
+
+    type: ClassVar[str] = "input.requested"
+    call_id: str
+    server: str
+    message: str
+    schema: JSONObject = field(default_factory=dict)
+    key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class InputAnswered:
+    """The answer to the `input.requested` of call `call_id` with this `key`: `accept`
+    with `content` (valid against the requested schema), `decline` or `cancel`."""
+
+    type: ClassVar[str] = "input.answered"
+    call_id: str
+    action: InputAction = "accept"
+    content: JSONObject = field(default_factory=dict)
+    key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingAnswered:
+    """An MCP server's sampling request (`sampling/createMessage`) during call `call_id`,
+    served by the session's own model: its `text`, `usage` and `cost_usd` (added to the
+    session's), or `refused` with the reason (no model call was made)."""
+
+    type: ClassVar[str] = "sampling.answered"
+    call_id: str
+    server: str
+    model: str = ""
+    text: str = ""
+    stop: str = "end_turn"
+    usage: Usage = Usage()
+    cost_usd: float | None = None
+    refused: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CancelRequested:
     """`scope="turn"` interrupts the running turn; `scope="session"` ends the session."""
 
@@ -216,6 +266,9 @@ Payload: TypeAlias = (
     | ToolFinished
     | ApprovalRequested
     | ApprovalDecided
+    | InputRequested
+    | InputAnswered
+    | SamplingAnswered
     | CancelRequested
     | ContextCompacted
     | ThreadStarted
@@ -236,6 +289,9 @@ PAYLOAD_TYPES: dict[str, type[Payload]] = {
         ToolFinished,
         ApprovalRequested,
         ApprovalDecided,
+        InputRequested,
+        InputAnswered,
+        SamplingAnswered,
         CancelRequested,
         ContextCompacted,
         ThreadStarted,

@@ -20,9 +20,12 @@ from tether.events import (
     CancelScope,
     ContextCompacted,
     Event,
+    InputAnswered,
+    InputRequested,
     ModelFailed,
     ModelRequested,
     ModelResponded,
+    SamplingAnswered,
     SessionCreated,
     SessionEnded,
     ThreadFinished,
@@ -116,6 +119,11 @@ class Folder:
         self.pending_approvals: list[str] = []
         self.decisions: dict[str, ApprovalDecided] = {}
         self.cancel_scope: CancelScope | None = None
+        # Elicitations of running calls that wait for an answer (named like approvals), and
+        # the answers given to the calls of the last answer, by (call, request key): a call
+        # run again after a restart that asks the same again gets the recorded answer.
+        self.pending_inputs: dict[str, InputRequested] = {}
+        self.input_answers: dict[tuple[str, str], InputAnswered] = {}
         self.model_request_open = False
         # Open from a user message (or a decision that makes the session runnable again)
         # until turn.ended: whether a runner has work to do.
@@ -170,6 +178,7 @@ class Folder:
             model_request_open=self.model_request_open,
             transcript_chars=self.transcript_chars,
             threads=tuple(self.thread_nodes.values()) if self.thread_nodes else (),
+            pending_inputs=dict(self.pending_inputs),
         )
 
     def transcript(self) -> Transcript:
@@ -303,6 +312,8 @@ class Folder:
         self.started = set()
         if self.call_threads:
             self.call_threads = {}
+        if self.input_answers:
+            self.input_answers = {}
         self._set_running("waiting_tool" if self.open_calls else "pending")
 
     def _add_cost(self, usage: Usage, cost_usd: float | None) -> None:
@@ -370,9 +381,39 @@ class Folder:
         if not self.pending_approvals and self.state == "waiting_approval":
             self.state = "pending"
 
+    def _apply_input_request(self, p: InputRequested) -> None:
+        self._ask(p.call_id, p)
+
+    def _apply_input_answer(self, p: InputAnswered) -> None:
+        self._answer(p.call_id, p)
+
+    def _ask(self, key: str, p: InputRequested) -> None:
+        self.pending_inputs[key] = p
+        self._set_running("waiting_input")
+
+    def _answer(self, key: str, p: InputAnswered) -> None:
+        asked = self.pending_inputs.get(key)
+        if asked is not None and asked.key == p.key:
+            del self.pending_inputs[key]
+        self.input_answers[(key, p.key)] = p
+        # Runnable again: a runner that died while the call waited runs it again, and the
+        # call's server, asking the same, gets this answer.
+        self.turn_open = True
+        self._inputs_settled()
+
+    def _inputs_settled(self) -> None:
+        if not self.pending_inputs and self.state == "waiting_input":
+            self.state = "waiting_tool"
+
+    def _apply_sampling(self, p: SamplingAnswered) -> None:
+        if p.refused is None:
+            self._add_cost(p.usage, p.cost_usd)
+
     def _apply_result(self, p: ToolFinished) -> None:
         self.results[p.call_id] = ToolResult(p.call_id, p.content, p.is_error, p.images)
         self.started.discard(p.call_id)
+        if self.pending_inputs and self.pending_inputs.pop(p.call_id, None) is not None:
+            self._inputs_settled()  # the call ended without its answer (a timeout, a cancel)
         if self.open_calls and all(c.id in self.results for c in self.open_calls):
             ordered = tuple(self.results[c.id] for c in self.open_calls)
             self._add_message(Message("tool", ordered))
@@ -391,6 +432,8 @@ class Folder:
         self.turns += 1
         self.turn_open = False
         self.model_request_open = False
+        if self.pending_inputs:  # every call of the turn was answered: nothing waits now
+            self.pending_inputs = {}
         if self.cancel_scope == "turn":
             self.cancel_scope = None
         if self.cancel_scope == "session":
@@ -430,6 +473,21 @@ class Folder:
         self._set_node(thread, "running")
         if not self.pending_approvals and self.state == "waiting_approval":
             self.state = "waiting_tool" if self.open_calls else "pending"
+
+    def _below_input_request(self, thread: str, p: InputRequested) -> None:
+        self._ask(approval_key(thread, p.call_id), p)
+
+    def _below_input_answer(self, thread: str, p: InputAnswered) -> None:
+        self._answer(approval_key(thread, p.call_id), p)
+
+    def _below_sampling(self, thread: str, p: SamplingAnswered) -> None:
+        self._apply_sampling(p)
+
+    def _below_result(self, thread: str, p: ToolFinished) -> None:
+        if self.pending_inputs:
+            key = approval_key(thread, p.call_id)
+            if self.pending_inputs.pop(key, None) is not None:
+                self._inputs_settled()
 
     def _below_start(self, thread: str, p: ThreadStarted) -> None:
         self.thread_nodes[thread] = ThreadNode(thread, p.agent, p.parent_call_id, handoff=p.handoff)
@@ -481,6 +539,9 @@ _APPLY: dict[type[Any], Callable[[Folder, Any], None]] = {
     ModelResponded: Folder._apply_response,
     ApprovalRequested: Folder._apply_approval_request,
     ApprovalDecided: Folder._apply_decision,
+    InputRequested: Folder._apply_input_request,
+    InputAnswered: Folder._apply_input_answer,
+    SamplingAnswered: Folder._apply_sampling,
     ToolStarted: Folder._apply_start,
     ToolFinished: Folder._apply_result,
     CancelRequested: Folder._apply_cancel,
@@ -497,6 +558,10 @@ _APPLY_BELOW: dict[type[Any], Callable[[Folder, str, Any], None]] = {
     ContextCompacted: Folder._below_compaction,
     ApprovalRequested: Folder._below_approval_request,
     ApprovalDecided: Folder._below_decision,
+    InputRequested: Folder._below_input_request,
+    InputAnswered: Folder._below_input_answer,
+    SamplingAnswered: Folder._below_sampling,
+    ToolFinished: Folder._below_result,
     ThreadStarted: Folder._below_start,
     TurnEnded: Folder._below_turn_end,
     ThreadFinished: Folder._below_finish,

@@ -35,10 +35,12 @@ from tether.recovery import Decision, closing, decide_calls, decide_open_calls
 from tether.retrying import DEFAULT_RETRY, complete
 from tether.scheduler.retry import RetryPolicy
 from tether.session import threads
+from tether.session.inputs import LogAsker
 from tether.session.log import SessionLog
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
 from tether.state import session_outcome
 from tether.tools.base import Toolbox
+from tether.tools.inputs import ASKER
 from tether.tools.run import CallOutcome, run_calls
 from tether.tools.schema import LeaseHolder
 
@@ -432,13 +434,18 @@ async def _settle_calls(
         )
 
     if to_run:
-        left_open = await run_calls(
-            to_run,
-            log.session_id,
-            on_finish,
-            lambda d: threads.run_thread(ctx, d),
-            ctx.root.fence,
-        )
+        # The calls' servers may ask this session for input, or for its model (MCP).
+        asking = ASKER.set(LogAsker(ctx))
+        try:
+            left_open = await run_calls(
+                to_run,
+                log.session_id,
+                on_finish,
+                lambda d: threads.run_thread(ctx, d),
+                ctx.root.fence,
+            )
+        finally:
+            ASKER.reset(asking)
         waiting = waiting or bool(left_open)
     if waiting:
         await _end(ctx, Stop("awaiting_approval", "a call waits for a decision"))

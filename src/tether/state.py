@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tether.errors import TetherError
-from tether.events import ApprovalDecided, CancelScope, EndOutcome
+from tether.events import ApprovalDecided, CancelScope, EndOutcome, InputRequested
 from tether.messages import JSONObject, JSONValue, ToolCall, Usage
 
 State = Literal[
@@ -16,6 +16,7 @@ State = Literal[
     "waiting_model",
     "waiting_tool",
     "waiting_approval",
+    "waiting_input",
     "canceling",
     "idle",
     "completed",
@@ -103,7 +104,9 @@ class SessionView:
     `reason`); a call of a sub-agent's thread is named `THREAD:CALL_ID` there
     (`approval_key`). `steps` counts model answers over the whole session, `turn_steps`
     those of the current turn, each with every sub-agent thread's; `threads` is the tree of
-    sub-agent threads, in the order they started."""
+    sub-agent threads, in the order they started. `pending_inputs` holds the elicitations
+    of running calls that wait for an answer, by call id (named like approvals), each as
+    its `input.requested` payload: what to ask, and the schema an answer must meet."""
 
     session_id: str = ""
     state: State = "pending"
@@ -125,6 +128,7 @@ class SessionView:
     model_request_open: bool = False
     transcript_chars: int = 0
     threads: tuple[ThreadNode, ...] = ()
+    pending_inputs: dict[str, InputRequested] = field(default_factory=dict)
 
     @property
     def terminal(self) -> bool:
@@ -154,7 +158,18 @@ class SessionView:
             "cancel_scope": self.cancel_scope,
             "model_request_open": self.model_request_open,
             "threads": [t.to_json() for t in self.threads],
+            # Written only when some input waits: every older view keeps its bytes.
+            **(
+                {"pending_inputs": _inputs_json(self.pending_inputs)} if self.pending_inputs else {}
+            ),
         }
+
+
+def _inputs_json(inputs: dict[str, InputRequested]) -> JSONObject:
+    return {
+        key: {"server": p.server, "message": p.message, "schema": p.schema, "key": p.key}
+        for key, p in inputs.items()
+    }
 
 
 class InvalidObservation(TetherError):

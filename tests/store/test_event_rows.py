@@ -25,6 +25,7 @@ from tether.events import (
     Effect,
     EndOutcome,
     Event,
+    InputAction,
     ModelResponded,
     Outcome,
     Payload,
@@ -124,6 +125,7 @@ def payloads(
         "Outcome": st.sampled_from(get_args(Outcome)) | text,
         "EndOutcome": st.sampled_from(get_args(EndOutcome)) | text,
         "CancelScope": st.sampled_from(get_args(CancelScope)) | text,
+        "InputAction": st.sampled_from(get_args(InputAction)) | text,
     }
     return st.one_of(
         *[

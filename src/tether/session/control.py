@@ -1,5 +1,5 @@
-"""Steering a session from any process: send a message, decide an approval, interrupt or
-cancel. Each is a control-plane append; the worker running the session acts on it.
+"""Steering a session from any process: send a message, decide an approval, answer an
+elicitation, interrupt or cancel. Each is a control-plane append; the worker running the session acts on it.
 
 Owns the checks that keep these honest (a decision needs a call waiting for one; cancelling
 an ended session changes nothing) and the closing of a session no worker is running. A
@@ -19,15 +19,18 @@ from dataclasses import dataclass
 from tether.errors import Conflict, IdempotencyConflict, LeaseHeld, SessionNotFound, UsageError
 from tether.events import (
     CANCEL_SCOPES,
+    INPUT_ACTIONS,
     ApprovalDecided,
     CancelRequested,
     CancelScope,
     Event,
+    InputAction,
+    InputAnswered,
     UserMessage,
 )
 from tether.fold import Folder
 from tether.loop import close_canceled_turn
-from tether.messages import Message, user
+from tether.messages import JSONObject, Message, user
 from tether.session.lease import holding
 from tether.session.log import SessionLog
 from tether.store.base import Store
@@ -163,6 +166,75 @@ async def decide(
         except Conflict:
             continue
     raise Conflict(session_id, log.folder.last_seq, log.folder.last_seq)
+
+
+async def answer(
+    store: Store,
+    session_id: str,
+    call_id: str,
+    data: Mapping[str, object] | None = None,
+    action: str = "accept",
+    *,
+    known: Known | None = None,
+) -> None:
+    """Answer the elicitation a running call waits on (`SessionView.pending_inputs`, named
+    like approvals): `accept` with `data`, a JSON object valid against the schema the server
+    asked for, or `decline` / `cancel` without. The call's runner, or whoever runs the
+    session next, goes on with it."""
+    chosen = _input_action(action)
+    log = await _load(store, session_id, known)
+    for _ in range(ATTEMPTS):
+        if log.folder.terminal:
+            raise UsageError(
+                f"session {session_id} has ended ({log.folder.state}): nothing to answer"
+            )
+        pending = log.folder.pending_inputs
+        asked = pending.get(call_id)
+        if asked is None:
+            waiting = ", ".join(pending) or "none"
+            raise UsageError(
+                f"call {call_id} of session {session_id} is not waiting for input "
+                f"(waiting: {waiting})"
+            )
+        content = _checked_input(asked.schema, data) if chosen == "accept" else {}
+        thread, call = _thread_call(log.folder, call_id)
+        try:
+            await log.append(InputAnswered(call, chosen, content, asked.key), threads=(thread,))
+            await store.mark_runnable(session_id)
+            return
+        except Conflict:
+            continue
+    raise Conflict(session_id, log.folder.last_seq, log.folder.last_seq)
+
+
+def _input_action(action: str) -> InputAction:
+    for known in INPUT_ACTIONS:
+        if action == known:
+            return known
+    raise UsageError(f"an answer is 'accept', 'decline' or 'cancel', not {action!r}")
+
+
+def _checked_input(schema: JSONObject, data: object) -> JSONObject:
+    """`data` as the answer's content, or a `UsageError` saying where it fails the schema."""
+    import jsonschema  # type: ignore[import-untyped]  # loaded only when an answer comes
+
+    if not isinstance(data, Mapping):
+        raise UsageError("an accepted answer is a JSON object (the fields the server asked for)")
+    content: JSONObject = {str(k): v for k, v in data.items()}
+    try:
+        validator = jsonschema.validators.validator_for(schema)
+        validator.check_schema(schema)
+        error = jsonschema.exceptions.best_match(validator(schema).iter_errors(content))
+    except jsonschema.exceptions.SchemaError as exc:
+        raise UsageError(
+            f"the server asked with a schema that is not valid: {exc.message}"
+        ) from None
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the answer"
+        raise UsageError(
+            f"the answer does not match the requested schema at {where}: {error.message}"
+        )
+    return content
 
 
 def _thread_call(folder: Folder, key: str) -> tuple[str, str]:

@@ -26,6 +26,7 @@ SERVER_MARKERS = (
     "paged_server.py",
     "session_server.py",
     "catalog_server.py",
+    "asking_server.py",
     "mcp-server-time",
     "mcp_server_time",
 )

@@ -68,6 +68,8 @@ _KNOWN_KEYS = frozenset(
         "enabled_tools",
         "disabled_tools",
         "use_instructions",
+        "elicitation",
+        "sampling",
     }
 )
 # `${VAR}`, or `${VAR:-default}` (the default when VAR is unset or empty, as in a shell).
@@ -83,7 +85,10 @@ class McpServerConfig:
     `startup_timeout` bounds starting the server and the MCP handshake. `enabled_tools`
     (None: all) and `disabled_tools` name the server's tools that are offered and hidden;
     a name the server does not have is an error when its tools are listed. `use_instructions`:
-    the server's `instructions` are added to the system prompt (`McpToolSource.system_prompt`)."""
+    the server's `instructions` are added to the system prompt (`McpToolSource.system_prompt`).
+    `elicitation` and `sampling` (on by default) declare those capabilities: the server may ask
+    the user for input during a call (the session waits in `waiting_input`), and have the
+    session's own model answer a prompt (within the session's budget)."""
 
     name: str
     command: str | None = None
@@ -99,6 +104,8 @@ class McpServerConfig:
     enabled_tools: frozenset[str] | None = None
     disabled_tools: frozenset[str] = frozenset()
     use_instructions: bool = False
+    elicitation: bool = True
+    sampling: bool = True
 
     def __post_init__(self) -> None:
         where = f"MCP server {self.name!r}"
@@ -190,7 +197,7 @@ def server_from_mapping(
 ) -> McpServerConfig | None:
     """One server's settings (`command`/`args`/`env`/`cwd` or `url`/`headers`, plus
     `needsApproval`, `timeout`, `startupTimeout`, `protocol`, `enabled_tools`,
-    `disabled_tools`, `use_instructions`); None when it is disabled. `${VAR}` and `${VAR:-default}` in any string
+    `disabled_tools`, `use_instructions`, `elicitation`, `sampling`); None when it is disabled. `${VAR}` and `${VAR:-default}` in any string
     of `command`, `args`, `env`, `cwd`, `url` and `headers` are read from the environment."""
     where = f"{source}: MCP server {name!r}"
     if not isinstance(entry, Mapping):
@@ -228,6 +235,8 @@ def server_from_mapping(
         "startup_timeout": startup or DEFAULT_STARTUP_TIMEOUT,
         "protocol": str(settings.get("protocol", "auto")),
         "use_instructions": _flag(settings, "use_instructions", where),
+        "elicitation": _flag(settings, "elicitation", where, default=True),
+        "sampling": _flag(settings, "sampling", where, default=True),
     }
     try:
         return McpServerConfig(name=name, **fields)
@@ -285,8 +294,8 @@ def _expand(text: str, where: str) -> str:
     return _ENV_REF.sub(value, text)
 
 
-def _flag(settings: Mapping[str, Any], key: str, where: str) -> bool:
-    value = settings.get(key, False)
+def _flag(settings: Mapping[str, Any], key: str, where: str, *, default: bool = False) -> bool:
+    value = settings.get(key, default)
     if not isinstance(value, bool):
         raise ConfigError(f"{where}: {key!r} must be true or false, not {value!r}")
     return value

@@ -25,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from tether.events import Effect
+from tether.tools.mcp.asking import ServerRequests
 from tether.tools.mcp.config import McpServerConfig
 from tether.tools.mcp.errors import (
     McpEffectUnknown,
@@ -95,6 +96,7 @@ class McpConnection:
     ) -> None:
         self.config = config
         self._on_log = on_log
+        self.asking = ServerRequests(config.name)  # elicitation and sampling, to the call's session
         self.starts = 0
         self._errlog = errlog
         self._lock = asyncio.Lock()
@@ -153,6 +155,7 @@ class McpConnection:
         progress: ProgressFn | None = None,
         *,
         effect: Effect = "write",
+        call_id: str | None = None,
     ) -> mcp_types.CallToolResult:
         """One `tools/call`. A cancel (a timeout) sends the SDK's cancel notification and
         does not wait for the server to agree.
@@ -160,7 +163,19 @@ class McpConnection:
         A call whose connection or session is lost is sent once more on a new one when that
         is safe: always if the server certainly never ran it (its HTTP request was refused or
         answered 404 for our session), and for a `read` or `idempotent` tool otherwise. A
-        `write` that may have run raises `McpEffectUnknown` and is not repeated."""
+        `write` that may have run raises `McpEffectUnknown` and is not repeated. `call_id`:
+        the session's call this is, which the server's elicitation and sampling requests
+        during it are put to."""
+        with self.asking.calling(call_id):
+            return await self._call_tool(tool, arguments, progress, effect)
+
+    async def _call_tool(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: ProgressFn | None,
+        effect: Effect,
+    ) -> mcp_types.CallToolResult:
         for attempt in (1, 2):
             live = await self._connect()
             delivery = Delivery()
@@ -338,6 +353,9 @@ class McpConnection:
             logging_callback=log_to_python(self.name, self._on_log),
             log_level=wanted_level(),  # servers on 2026-07-28 send logs only when asked
             client_info=_CLIENT_INFO,
+            # Declared to the server only when given.
+            elicitation_callback=self.asking.elicit if config.elicitation else None,
+            sampling_callback=self.asking.sample if config.sampling else None,
         )
 
     async def _on_message(self, message: IncomingMessage) -> None:

@@ -225,7 +225,10 @@ class McpToolSource:
         async def call(**arguments: Any) -> str | list[str | Image]:
             context = arguments.pop(_CONTEXT_PARAM, None)
             progress = self._progress_fn(config.name, name, context)
-            result = await connection.call_tool(server_tool, arguments, progress, effect=effect)
+            call_id = context.call_id if isinstance(context, ToolContext) else None
+            result = await connection.call_tool(
+                server_tool, arguments, progress, effect=effect, call_id=call_id
+            )
             declared = spec.output_schema is not None
             if result.is_error:
                 text = render_result(result, output_schema=declared)
