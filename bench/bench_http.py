@@ -72,6 +72,12 @@ def start_workers(store: str) -> list[subprocess.Popen[str]]:
     return workers
 
 
+async def warm_up(url: str) -> None:
+    """A few sessions end to end, so every worker process has started (imports take
+    seconds on a busy machine) before anything is timed."""
+    await end_to_end(url, 2 * WORKERS)
+
+
 class Client:
     """One keep-alive HTTP/1.1 connection."""
 
@@ -240,6 +246,7 @@ async def main(n: int) -> None:
         server, url = start_server(store)
         workers = start_workers(store)
         try:
+            await warm_up(url)
             lines.append(await starts(url, db, clients, max(n, 2 * clients)))
         finally:
             for p in (server, *workers):
@@ -250,6 +257,7 @@ async def main(n: int) -> None:
     server, url = start_server(store)
     workers = start_workers(store)
     try:
+        await warm_up(url)
         wall, firsts = await end_to_end(url, n)
     finally:
         for p in (server, *workers):

@@ -109,3 +109,24 @@ def test_a_printed_store_url_hides_its_password() -> None:
     assert redact_url("postgresql://tether:s3cret@db:5432/t") == "postgresql://tether:***@db:5432/t"
     assert redact_url("postgresql://tether@db/t") == "postgresql://tether@db/t"
     assert redact_url("sqlite:///tether.db") == "sqlite:///tether.db"
+
+
+@pytest.mark.parametrize(
+    ("after_seq", "limit"), [(0, None), (0, 64), (0, 65), (10, 100), (100, None), (199, 5)]
+)
+async def test_a_read_past_what_the_loop_thread_reads_is_whole_and_in_order(
+    tmp_path: Path, after_seq: int, limit: int | None
+) -> None:
+    """The first 64 events of a read come from the loop's thread, the rest from the reader's:
+    the seam shows in neither the order nor the count."""
+    store = SQLiteStore(str(tmp_path / "t.db"))
+    events = make_events("s", 1, [UserMessage(user(f"m{i}")) for i in range(200)])
+    await store.append("s", events, 0)
+    other = SQLiteStore(str(tmp_path / "t.db"))  # knows nothing: every read queries
+    try:
+        end = None if limit is None else after_seq + limit
+        for reader in (store, other):
+            assert await reader.read("s", after_seq, limit) == events[after_seq:end]
+    finally:
+        await store.close()
+        await other.close()

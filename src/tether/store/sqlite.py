@@ -55,6 +55,8 @@ _KNOWN_MAX = 100_000
 # checkpoint: fewer, larger ones cost a third less in all, for a WAL of up to 16 MiB.
 # (One run on the reader thread instead saved no more, and slowed a lone session.)
 _WAL_CHECKPOINT_PAGES = 4_000
+# A read's first rows are read on the loop's thread (see `read`), the rest on the reader's.
+_INLINE_ROWS = 64
 _WRITER_CACHE_KIB = -65_536  # negative: KiB, not pages; filled only as pages are used
 
 # Rows stand in append order (`pos`), not clustered by session: a group commit of a
@@ -352,19 +354,30 @@ class SQLiteStore:
         known = self._known_last(session_id)
         if limit == 0 or (known is not None and after_seq >= known):
             return []  # a runner catching up after its own appends: nothing new
-        rows = await self._run(self._select_events, session_id, after_seq, limit)
+        # The first events on this thread, through the writer's connection: a read of a
+        # step's news costs less than the hop to the reader thread, which waits for the GIL
+        # whenever the loop is busy (500 streams' news read one hop each took seconds).
+        # Only what is left of a long read goes to the reader thread.
+        first = _INLINE_ROWS if limit is None else min(limit, _INLINE_ROWS)
+        try:
+            rows = self._select_events(self._db(), session_id, after_seq, first)
+        except sqlite3.Error as exc:
+            raise StoreError(f"store {self.url}: {exc}") from exc
+        if len(rows) == first and first != limit:
+            after = int(rows[-1][1])
+            rest = None if limit is None else limit - first
+            rows += await self._run(self._select_events, self._read_db(), session_id, after, rest)
         return [event_from_row(r) for r in rows]
 
-    def _select_events(self, session_id: str, after_seq: int, limit: int | None) -> list[EventRow]:
-        return (
-            self._read_db()
-            .execute(
-                f"SELECT {_EVENT_COLUMNS} FROM events "
-                "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                (session_id, after_seq, -1 if limit is None else limit),  # -1: no limit
-            )
-            .fetchall()
-        )
+    @staticmethod
+    def _select_events(
+        conn: sqlite3.Connection, session_id: str, after_seq: int, limit: int | None
+    ) -> list[EventRow]:
+        return conn.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events "
+            "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (session_id, after_seq, -1 if limit is None else limit),  # -1: no limit
+        ).fetchall()
 
     async def last_seq(self, session_id: str) -> int:
         known = self._known_last(session_id)
