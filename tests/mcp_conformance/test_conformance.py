@@ -26,7 +26,8 @@ HOW = 'install Node 22 and the harness with: eval "$(bash .ci/mcp-conformance.sh
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = Path(__file__).with_name("client.py")
 # Scenarios whose servers time what the client does (sse-retry: the wait before it
-# reconnects) run alone, the others a few at a time.
+# reconnects, within 200 ms) run alone, and once more if they fail (a busy machine can be
+# late once); the others a few at a time.
 TIMED = ("sse-retry",)
 PARALLEL = 4
 RUN_TIMEOUT = 120.0
@@ -152,12 +153,15 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Out
     scenarios = client_scenarios(h)
     base = tmp_path_factory.mktemp("conformance")
 
-    def one(scenario: str) -> Outcome:
-        out = base / scenario.replace("/", "_")
+    def one(scenario: str, attempt: int = 1) -> Outcome:
+        out = base / f"{scenario.replace('/', '_')}-{attempt}"
         out.mkdir()
         return run_scenario(h, scenario, out)
 
-    results = {s: one(s) for s in scenarios if s in TIMED}
+    results = {}
+    for scenario in (s for s in scenarios if s in TIMED):
+        outcome = one(scenario)
+        results[scenario] = outcome if outcome.passed else one(scenario, 2)
     with ThreadPoolExecutor(PARALLEL) as pool:
         rest = [s for s in scenarios if s not in TIMED]
         results.update(zip(rest, pool.map(one, rest), strict=True))
