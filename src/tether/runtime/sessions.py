@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -211,10 +211,13 @@ async def create_session(
     tenant: str | None,
     key: str | None,
     now: float,
+    *,
+    views: Views | None = None,
 ) -> str:
     """Append `session.created` and the task as one batch, then mark the session runnable.
     A retried key returns the session it made (and marks it again, should the first try
-    have stopped before marking)."""
+    have stopped before marking). `views`: handed the fold of a session made here, so the
+    first poll of it reads only what came after."""
     session_id = new_session_id() if key is None else session_id_for(tenant, key)
     stamp = format_time(now)
     events = [
@@ -223,6 +226,8 @@ async def create_session(
     ]
     try:
         await store.append(session_id, events, 0)
+        if views is not None:
+            views.seed(session_id, events)
     except Conflict:
         if key is None:
             raise
@@ -278,6 +283,20 @@ class Views:
             while len(self._views) > self.size:
                 self._views.popitem(last=False)
         return folder
+
+    def seed(self, session_id: str, events: Sequence[Event]) -> None:
+        """The session's first events, as this process just appended them: folded here, so
+        a poll right after the start reads and decodes nothing it wrote."""
+        if session_id in self._views:
+            return
+        view = _View(Folder(), {})
+        for event in events:
+            view.folder.apply(event)
+            if event.id.startswith(KEYED):
+                view.keyed[event.id] = event
+        self._views[session_id] = view
+        while len(self._views) > self.size:
+            self._views.popitem(last=False)
 
     def known(self, session_id: str) -> Known | None:
         """What this process knows of the session as of its last `get`, for steering it
