@@ -12,9 +12,12 @@ from tether.events import (
     ApprovalRequested,
     CancelRequested,
     Event,
+    InputAnswered,
+    InputRequested,
     ModelFailed,
     ModelRequested,
     ModelResponded,
+    SamplingAnswered,
     SessionCreated,
     SessionEnded,
     ThreadFinished,
@@ -82,6 +85,16 @@ def summarize(event: Event) -> str:
         return f"[{p.call_id}] {'allowed' if p.allow else 'denied'}" + (
             f": {p.reason}" if p.reason else ""
         )
+    if isinstance(p, InputRequested):
+        return f"[{p.call_id}] {p.server} asks: {clip(p.message, 70)}"
+    if isinstance(p, InputAnswered):
+        return f"[{p.call_id}] {p.action}" + (
+            f" {clip(canonical_json(p.content), 60)}" if p.content else ""
+        )
+    if isinstance(p, SamplingAnswered):
+        if p.refused is not None:
+            return f"[{p.call_id}] {p.server}'s request refused: {clip(p.refused, 60)}"
+        return f"[{p.call_id}] {p.model} for {p.server}: {clip(p.text, 60)} ({p.usage.input_tokens}+{p.usage.output_tokens} tokens)"
     if isinstance(p, CancelRequested):
         return f"scope {p.scope}" + (f": {p.reason}" if p.reason else "")
     if isinstance(p, ThreadStarted):
@@ -184,6 +197,9 @@ def render_view(view: SessionView) -> str:
     if view.pending_approvals:
         # Each as `tether sessions approve` takes it: THREAD:CALL_ID inside a sub-agent.
         lines.append(f"waiting  approval of {', '.join(view.pending_approvals)}")
+    for key, asked in view.pending_inputs.items():
+        # As `tether sessions answer ID CALL JSON` takes it.
+        lines.append(f"waiting  input for {key} from {asked.server}: {asked.message}")
     if view.threads:
         lines.append(f"threads  {len(view.threads)}")
         lines.extend(render_thread(node) for node in view.threads)

@@ -167,7 +167,13 @@ class SessionView:
 
 def _inputs_json(inputs: dict[str, InputRequested]) -> JSONObject:
     return {
-        key: {"server": p.server, "message": p.message, "schema": p.schema, "key": p.key}
+        key: {
+            "call_id": p.call_id,
+            "server": p.server,
+            "message": p.message,
+            "schema": p.schema,
+            "key": p.key,
+        }
         for key, p in inputs.items()
     }
 

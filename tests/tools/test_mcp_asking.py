@@ -55,9 +55,12 @@ async def until_waiting(store: Store, seconds: float = 20.0) -> tuple[str, str]:
             await asyncio.sleep(0.05)
 
 
-async def test_an_elicitation_waits_in_waiting_input_until_answered() -> None:
+# A 2025-11-25 server asks mid-call on the connection (the one call in flight is the one
+# asked); a 2026-07-28 one answers `input_required`, and the SDK asks inside the call's task.
+@pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
+async def test_an_elicitation_waits_in_waiting_input_until_answered(protocol: str) -> None:
     store = MemoryStore()
-    async with McpToolSource([asking_stdio()]) as source:
+    async with McpToolSource([asking_stdio(protocol=protocol)]) as source:
         agent = Agent(
             ScriptedModel([call("greet"), "greeted"]), tools=await source.list_tools(), store=store
         )

@@ -1,4 +1,4 @@
-"""`tether sessions resume|send|approve|deny|cancel|interrupt`: steering a session from any
+"""`tether sessions resume|send|approve|deny|answer|cancel|interrupt`: steering a session from any
 process. Thin adapters over `Agent.run` and `tether.session.control`."""
 
 from __future__ import annotations
@@ -63,6 +63,20 @@ def add_steering_commands(ssub: Any) -> None:
         p.add_argument("call")
         if name == "deny":
             p.add_argument("--reason", default=None)
+    answer = ssub.add_parser(
+        "answer", help="answer the input a running call waits for (an MCP elicitation)"
+    )
+    answer.add_argument("id")
+    answer.add_argument("call")
+    answer.add_argument(
+        "data", nargs="?", default=None, help="a JSON object meeting the requested schema"
+    )
+    answer.add_argument(
+        "--action",
+        choices=("accept", "decline", "cancel"),
+        default="accept",
+        help="decline or cancel instead of answering (no JSON then)",
+    )
     for name, text in (
         ("cancel", "end the session (terminal)"),
         ("interrupt", "end the running turn; the session stays usable"),
@@ -196,6 +210,22 @@ async def cmd_deny(args: argparse.Namespace) -> int:
     )
 
 
+async def cmd_answer(args: argparse.Namespace) -> int:
+    data = None
+    if args.data is not None:
+        try:
+            data = json.loads(args.data)
+        except ValueError as exc:
+            raise CliError(f"the answer is not JSON: {exc}") from None
+    elif args.action == "accept":
+        raise CliError("give the answer as a JSON object, or --action decline|cancel")
+    return await _steer(
+        args,
+        lambda s: control.answer(s, args.id, args.call, data, args.action),
+        f"{args.call} answered ({args.action})",
+    )
+
+
 async def cmd_cancel(args: argparse.Namespace) -> int:
     return await _steer(args, lambda s: control.request_stop(s, args.id, "session", args.reason))
 
@@ -209,6 +239,7 @@ STEERING_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "send": cmd_send,
     "approve": cmd_approve,
     "deny": cmd_deny,
+    "answer": cmd_answer,
     "cancel": cmd_cancel,
     "interrupt": cmd_interrupt,
 }

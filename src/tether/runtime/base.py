@@ -459,6 +459,20 @@ class Runtime(Protocol):
         """Allow or deny a call that waits for approval."""
         ...
 
+    async def answer(
+        self,
+        ref: SessionRef,
+        call_id: str,
+        data: JSONObject | None = None,
+        action: str = "accept",
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Answer the input a running call waits for (`SessionView.pending_inputs`): `accept`
+        with `data`, which must meet the schema the MCP server asked with, or `decline` /
+        `cancel`. The call goes on with it, in this runner or the next."""
+        ...
+
     async def sessions(
         self, limit: int = 50, *, timeout: float | None = None
     ) -> list[SessionSummary]:

@@ -23,6 +23,7 @@ from tether.errors import (
     UsageError,
 )
 from tether.events import Event, SessionEnded
+from tether.messages import JSONObject
 from tether.providers.base import Delta
 from tether.runtime.base import (
     Capabilities,
@@ -175,6 +176,20 @@ class HttpRuntime:
     ) -> None:
         await self._call(
             "POST", _path(ref, "decisions"), body={"call_id": call_id, "allow": allow, "reason": reason},
+            session_id=ref.session_id, timeout=timeout,
+        )  # fmt: skip
+
+    async def answer(
+        self,
+        ref: SessionRef,
+        call_id: str,
+        data: JSONObject | None = None,
+        action: str = "accept",
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        await self._call(
+            "POST", _path(ref, "answers"), body={"call_id": call_id, "action": action, "data": data},
             session_id=ref.session_id, timeout=timeout,
         )  # fmt: skip
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from tether.errors import IdempotencyConflict, SessionNotFound, UsageError
 from tether.events import Event, format_time
 from tether.fold import Folder
+from tether.messages import JSONObject
 from tether.providers.base import Delta, Model
 from tether.providers.endpoints import EndpointPolicy
 from tether.runtime.base import (
@@ -415,6 +416,27 @@ class LocalRuntime:
                     known=self._known(ref),
                 )
             except UsageError as exc:  # no such call waits for a decision
+                raise StateConflict(str(exc)) from exc
+        self._woken(ref)
+
+    async def answer(
+        self,
+        ref: SessionRef,
+        call_id: str,
+        data: JSONObject | None = None,
+        action: str = "accept",
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        async with asyncio.timeout(timeout):
+            folder = await self._folder(ref)
+            if folder.terminal:
+                raise StateConflict(f"session {ref.session_id} has ended ({folder.state})")
+            try:
+                await control.answer(
+                    self._core.store, ref.session_id, call_id, data, action, known=self._known(ref)
+                )
+            except UsageError as exc:  # no such call waits, or the data does not fit
                 raise StateConflict(str(exc)) from exc
         self._woken(ref)
 

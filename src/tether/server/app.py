@@ -41,7 +41,14 @@ from tether.server.params import (
     parse,
     session_ref,
 )
-from tether.server.schemas import DecisionBody, MessageBody, StartBody, StopBody, openapi
+from tether.server.schemas import (
+    AnswerBody,
+    DecisionBody,
+    MessageBody,
+    StartBody,
+    StopBody,
+    openapi,
+)
 from tether.server.summary import summarise, summary_json
 from tether.server.web import ASSETS, WebGuard, asset
 
@@ -180,6 +187,13 @@ class Api:
         body = await parse(request, DecisionBody)
         await rt.decide(ref, body.call_id, body.allow, body.reason)
         done = f"{body.call_id} {'allowed' if body.allow else 'denied'}"
+        return JSONResponse({"session_id": ref.session_id, "done": done})
+
+    async def answer(self, request: Request, rt: LocalRuntime) -> Response:
+        ref = session_ref(request)
+        body = await parse(request, AnswerBody)
+        await rt.answer(ref, body.call_id, body.data, body.action)
+        done = f"{body.call_id} answered ({body.action})"
         return JSONResponse({"session_id": ref.session_id, "done": done})
 
     async def events(self, request: Request, rt: LocalRuntime) -> Response:
@@ -366,6 +380,7 @@ def create_app(
                 ("interrupt", "interrupt", api.interrupt),
                 ("messages", "send", api.send),
                 ("decisions", "decide", api.decide),
+                ("answers", "answer", api.answer),
             )
         ),
         Route(

@@ -120,6 +120,15 @@ class DecisionBody(_Body):
     reason: str | None = Field(None, max_length=10_000)
 
 
+class AnswerBody(_Body):
+    """The answer to a call's pending input: `accept` with `data` (an object meeting the
+    schema the MCP server asked with), or `decline` / `cancel`."""
+
+    call_id: str = Field(min_length=1, max_length=200)
+    action: Literal["accept", "decline", "cancel"] = "accept"
+    data: dict[str, JsonValue] | None = None
+
+
 class StopBody(_Body):
     reason: str | None = Field(None, max_length=10_000)
 
@@ -173,7 +182,8 @@ class HealthModel(BaseModel):
 
 
 MODELS: list[type[BaseModel]] = [
-    StartBody, MessageBody, DecisionBody, StopBody, ErrorBody, DoneModel, EventPage, HealthModel,
+    StartBody, MessageBody, DecisionBody, AnswerBody, StopBody, ErrorBody, DoneModel, EventPage,
+    HealthModel,
 ]  # fmt: skip
 # The runtime's shapes in the answers (a status is its view's fields and what it waits for).
 SHAPES: list[type] = [Capabilities, SessionSummary, SessionView, Waiting]
@@ -394,6 +404,9 @@ def openapi() -> dict[str, Any]:
         "/v1/sessions/{session_id}/decisions": {"post": _op(
             "allow or deny a call that waits for approval", 200, DoneModel, 400, 404, 409, 413, 415, 422,
             parameters=session, requestBody=_body(DecisionBody))},
+        "/v1/sessions/{session_id}/answers": {"post": _op(
+            "answer the input a running call waits for (an MCP elicitation)", 200, DoneModel, 400,
+            404, 409, 413, 415, 422, parameters=session, requestBody=_body(AnswerBody))},
         "/v1/sessions/{session_id}/events": {"get": _op(
             "a page of the session's events", 200, EventPage, 404, 422,
             parameters=[SESSION_ID, AFTER_SEQ, {"name": "limit", "in": "query", "required": False,
