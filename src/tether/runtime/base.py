@@ -42,7 +42,8 @@ class StateConflict(UsageError):
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a runtime can do. `resume_after_restart`: sessions survive the runtime's process
-    (a durable store). `cancel`, `interrupt`, `approvals`: those operations. `event_stream`:
+    (a durable store). `cancel`, `interrupt`, `approvals`: those operations; `inputs`: a call's
+    pending input (an MCP elicitation, state `waiting_input`) is answered by `answer`. `event_stream`:
     `events()` is the log so far, then live. `live_deltas`: streamed model output, not stored.
     `tenants`: sessions are scoped to the caller's tenant."""
 
@@ -50,6 +51,7 @@ class Capabilities:
     cancel: bool = False
     interrupt: bool = False
     approvals: bool = False
+    inputs: bool = False
     event_stream: bool = False
     live_deltas: bool = False
     tenants: bool = False

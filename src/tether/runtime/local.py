@@ -171,6 +171,7 @@ class LocalRuntime:
             cancel=True,
             interrupt=True,
             approvals=True,
+            inputs=True,
             event_stream=True,
             live_deltas=self._core.worker is not None,
             tenants=True,
