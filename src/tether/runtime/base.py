@@ -376,9 +376,9 @@ class SessionStatus:
 
     @property
     def settled(self) -> bool:
-        """Nothing runs and nothing will until someone acts: ended, idle or waiting for a
-        decision."""
-        return self.terminal or self.view.state in ("idle", "waiting_approval")
+        """Nothing runs and nothing will until someone acts: ended, idle, or waiting for a
+        decision or for input."""
+        return self.terminal or self.view.state in ("idle", "waiting_approval", "waiting_input")
 
     def to_json(self) -> JSONObject:
         """The view's JSON (`SessionView.to_json`), then `waiting_reason` and `waiting`."""
