@@ -175,7 +175,9 @@ class InputAnswered:
 class SamplingAnswered:
     """An MCP server's sampling request (`sampling/createMessage`) during call `call_id`,
     served by the session's own model: its `text`, `usage` and `cost_usd` (added to the
-    session's), or `refused` with the reason (no model call was made)."""
+    session's), or `refused` with the reason (no model call was made). `key` names the
+    request (`tools.inputs.sampling_key`): a call run again after a restart that asks the
+    same gets this answer without a second model call."""
 
     type: ClassVar[str] = "sampling.answered"
     call_id: str
@@ -186,6 +188,7 @@ class SamplingAnswered:
     usage: Usage = Usage()
     cost_usd: float | None = None
     refused: str | None = None
+    key: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,6 +124,7 @@ class Folder:
         # run again after a restart that asks the same again gets the recorded answer.
         self.pending_inputs: dict[str, InputRequested] = {}
         self.input_answers: dict[tuple[str, str], InputAnswered] = {}
+        self.samplings: dict[tuple[str, str], SamplingAnswered] = {}  # the same, for sampling
         self.model_request_open = False
         # Open from a user message (or a decision that makes the session runnable again)
         # until turn.ended: whether a runner has work to do.
@@ -312,8 +313,8 @@ class Folder:
         self.started = set()
         if self.call_threads:
             self.call_threads = {}
-        if self.input_answers:
-            self.input_answers = {}
+        if self.input_answers or self.samplings:
+            self.input_answers, self.samplings = {}, {}
         self._set_running("waiting_tool" if self.open_calls else "pending")
 
     def _add_cost(self, usage: Usage, cost_usd: float | None) -> None:
@@ -408,6 +409,11 @@ class Folder:
     def _apply_sampling(self, p: SamplingAnswered) -> None:
         if p.refused is None:
             self._add_cost(p.usage, p.cost_usd)
+            self.samplings[(p.call_id, p.key)] = p
+
+    def _below_sampling(self, thread: str, p: SamplingAnswered) -> None:
+        if p.refused is None:
+            self._add_cost(p.usage, p.cost_usd)
 
     def _apply_result(self, p: ToolFinished) -> None:
         self.results[p.call_id] = ToolResult(p.call_id, p.content, p.is_error, p.images)
@@ -479,9 +485,6 @@ class Folder:
 
     def _below_input_answer(self, thread: str, p: InputAnswered) -> None:
         self._answer(approval_key(thread, p.call_id), p)
-
-    def _below_sampling(self, thread: str, p: SamplingAnswered) -> None:
-        self._apply_sampling(p)
 
     def _below_result(self, thread: str, p: ToolFinished) -> None:
         if self.pending_inputs:

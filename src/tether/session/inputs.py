@@ -25,6 +25,7 @@ from tether.tools.inputs import (
     SamplingRefused,
     SamplingRequest,
     input_key,
+    sampling_key,
 )
 
 if TYPE_CHECKING:  # loop imports this module; it needs the turn's fields only
@@ -81,6 +82,10 @@ class LogAsker:
 
     async def sample(self, call_id: str, server: str, request: SamplingRequest) -> SamplingAnswer:
         ctx = self.ctx
+        key = sampling_key(server, request)
+        recorded = ctx.log.folder.samplings.get((call_id, key))
+        if recorded is not None:  # asked again by a call run again: answered already
+            return SamplingAnswer(recorded.text, recorded.model, recorded.stop)
         model = ctx.engine.model
         refused = self._over_budget(request)
         if refused is None:
@@ -109,10 +114,13 @@ class LogAsker:
                         response.stop,
                         response.usage,
                         response.cost_usd,
+                        key=key,
                     )
                 )
                 return SamplingAnswer(text, model.name, response.stop)
-        await ctx.log.append(SamplingAnswered(call_id, server, model.name, refused=refused))
+        await ctx.log.append(
+            SamplingAnswered(call_id, server, model.name, refused=refused, key=key)
+        )
         raise SamplingRefused(f"sampling refused: {refused}")
 
     def _over_budget(self, request: SamplingRequest) -> str | None:

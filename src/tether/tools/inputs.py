@@ -65,6 +65,19 @@ class SessionAsker(Protocol):
 ASKER: ContextVar[SessionAsker | None] = ContextVar("tether_session_asker", default=None)
 
 
+def sampling_key(server: str, request: SamplingRequest) -> str:
+    """The key of one sampling request, like `input_key`."""
+    body = canonical_json(
+        {
+            "server": server,
+            "messages": [m.to_json() for m in request.messages],
+            "system": request.system,
+            "max_tokens": request.max_tokens,
+        }
+    )
+    return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
 def input_key(server: str, message: str, schema: JSONObject) -> str:
     """The key of one question: the same server asking the same thing with the same schema
     has the same key in any process (a call run again after a restart asks again)."""
