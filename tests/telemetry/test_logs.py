@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tether import Agent
+from tether import Agent, tool
 from tether.events import ToolStarted
 from tether.store import MemoryStore
 from tether.telemetry.logs import configure
@@ -57,6 +57,33 @@ async def test_a_record_made_in_a_run_names_its_session_turn_seq_and_call(
     assert first["message"] == "looking at x"
     assert "thread" not in first  # the main thread
     assert "session_id" not in outside and outside["message"] == "outside any session"
+
+
+async def test_a_tools_own_records_name_its_call_on_the_loop_and_on_a_thread(
+    restore_logging: None,
+) -> None:
+    @tool(effect="read")
+    async def on_loop(text: str) -> str:
+        """Log from the event loop."""
+        logging.getLogger("tether.tests.tool").warning("async %s", text)
+        return text
+
+    @tool(effect="read")
+    def on_thread(text: str) -> str:
+        """Log from a worker thread."""
+        logging.getLogger("tether.tests.tool").warning("sync %s", text)
+        return text
+
+    out = io.StringIO()
+    configure("info", "json", out)
+    model = ScriptedModel([[call("on_loop", text="a"), call("on_thread", text="b")], "done"])
+    result = await Agent(model, tools=[on_loop, on_thread], store=MemoryStore()).run("go")
+    records = {r["message"]: r for r in map(json.loads, out.getvalue().splitlines())}
+    assert records["async a"]["call_id"] == "call_0_0"
+    assert records["sync b"]["call_id"] == "call_0_1"
+    assert records["sync b"]["session_id"] == result.session_id  # the thread knows it too
+    logging.getLogger("tether.tests.tool").warning("after")
+    assert "call_id" not in json.loads(out.getvalue().splitlines()[-1])
 
 
 def test_an_exception_is_one_json_line(restore_logging: None) -> None:

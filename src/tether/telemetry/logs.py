@@ -41,6 +41,10 @@ class _Log(Protocol):
 _current: ContextVar[tuple[_Log, str] | None] = ContextVar("tether_log_context", default=None)
 
 
+# The tool call a task (or a tool's thread) is running, set by `tools/run.execute`.
+current_call: ContextVar[str | None] = ContextVar("tether_call_id", default=None)
+
+
 def note(log: _Log, thread: str) -> None:
     """Records made in this task (and tasks it starts) from now on are about `log`."""
     _current.set((log, thread))
@@ -60,7 +64,8 @@ def scope() -> Iterator[None]:
 def context_fields() -> dict[str, object]:
     current = _current.get()
     if current is None:
-        return {}
+        call = current_call.get()
+        return {} if call is None else {"call_id": call}
     log, thread = current
     folder = log.folder
     fields: dict[str, object] = {
@@ -70,6 +75,9 @@ def context_fields() -> dict[str, object]:
     }
     if thread:
         fields["thread"] = thread
+    call = current_call.get()
+    if call is not None:
+        fields["call_id"] = call
     return fields
 
 

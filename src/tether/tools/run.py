@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import hashlib
 import json
@@ -24,6 +25,7 @@ from tether.errors import EffectUnknown, TetherError
 from tether.events import Outcome
 from tether.messages import Image, ToolCall
 from tether.recovery import CANCELED_BEFORE, CANCELED_RUNNING, Decision, abandoned
+from tether.telemetry.logs import current_call
 from tether.tools.arguments import bind_arguments
 from tether.tools.base import Tool
 from tether.tools.schema import LeaseHolder, ToolContext
@@ -116,6 +118,19 @@ async def execute(
         kwargs = bound
     if tool.context_param:
         kwargs[tool.context_param] = ToolContext(session_id, call.id, lease)
+    named = current_call.set(call.id)  # the process log's records name the call
+    try:
+        return await _run(tool, kwargs, started, done)
+    finally:
+        current_call.reset(named)
+
+
+async def _run(
+    tool: Tool,
+    kwargs: dict[str, Any],
+    started: float,
+    done: Callable[[Outcome, str], CallOutcome],
+) -> CallOutcome:
     deadline: asyncio.Timeout | None = None
     thread: Future[Any] | None = None
     try:
@@ -128,7 +143,10 @@ async def execute(
             else:
                 value = begun
         else:
-            thread = _SYNC_TOOL_THREADS.submit(functools.partial(tool.fn, **kwargs))
+            # In a copy of this task's context: the tool's own log records name its call.
+            context = contextvars.copy_context()
+            work = functools.partial(context.run, tool.fn, **kwargs)
+            thread = _SYNC_TOOL_THREADS.submit(work)
             async with _deadline(tool, started) as deadline:
                 value = await asyncio.wrap_future(thread)
     except TimeoutError:
