@@ -182,16 +182,19 @@ async def test_the_web_view_has_no_inline_script_or_style_and_its_files_say_what
     async with httpx.AsyncClient(base_url=server.url) as client:
         page = await client.get("/ui")
         script = await client.get("/ui/app.js")
+        timeline = await client.get("/ui/timeline.js")
         style = await client.get("/ui/app.css")
     html = page.text
     assert page.headers["content-type"].startswith("text/html")
     assert script.headers["content-type"].startswith("text/javascript")
+    assert timeline.headers["content-type"].startswith("text/javascript")
     assert style.headers["content-type"].startswith("text/css")
     scripts = re.findall(r"<script\b([^>]*)>(.*?)</script>", html, re.S)
-    assert scripts == [(' src="/ui/app.js"', "")]
+    assert scripts == [(' src="/ui/timeline.js"', ""), (' src="/ui/app.js"', "")]
     assert '<link rel="stylesheet" href="/ui/app.css">' in html
     assert "<style" not in html and not re.search(r"\s(style|on[a-z]+)\s*=", html)
     assert "getElementById" in script.text and "font:" in style.text
+    assert "class Timeline" in timeline.text
 
 
 async def test_an_event_stream_passes_the_headers_unbuffered(
