@@ -13,6 +13,7 @@ from tether.errors import ConfigError, Conflict, CorruptLog
 from tether.events import ToolFinished, UserMessage
 from tether.messages import user
 from tether.store import SQLiteStore, open_store
+from tether.store.base import event_to_row
 from tether.testing.store_conformance import make_events
 
 
@@ -127,6 +128,32 @@ async def test_a_read_past_what_the_loop_thread_reads_is_whole_and_in_order(
         end = None if limit is None else after_seq + limit
         for reader in (store, other):
             assert await reader.read("s", after_seq, limit) == events[after_seq:end]
+    finally:
+        await store.close()
+        await other.close()
+
+
+async def test_an_event_is_decoded_once_and_a_changed_row_again(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    store = SQLiteStore(str(path))
+    other = SQLiteStore(str(path))
+    events = make_events("s", 1, [UserMessage(user("a")), UserMessage(user("b"))])
+    try:
+        await store.append("s", events, 0)
+        assert (await store.read("s"))[0] is events[0]  # what it wrote, as it wrote it
+        first = await other.read("s")
+        assert first == events and (await other.read("s"))[1] is first[1]
+        # A row changed under the same seq is decoded again (a file rewritten outside tether).
+        replaced = make_events("s", 2, [UserMessage(user("c"))])[0]
+        row = event_to_row(replaced)
+        conn = sqlite3.connect(path)
+        conn.execute(
+            "UPDATE events SET id = ?, time = ?, data = ? WHERE session_id = 's' AND seq = 2",
+            (row[2], row[3], row[6]),
+        )
+        conn.commit()
+        conn.close()
+        assert (await other.read("s", 1)) == [replaced]
     finally:
         await store.close()
         await other.close()

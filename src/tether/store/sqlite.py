@@ -18,6 +18,7 @@ import hashlib
 import os
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -57,6 +58,8 @@ _KNOWN_MAX = 100_000
 _WAL_CHECKPOINT_PAGES = 4_000
 # A read's first rows are read on the loop's thread (see `read`), the rest on the reader's.
 _INLINE_ROWS = 64
+# Events kept decoded, the oldest remembered forgotten first (a few MiB).
+_DECODED_MAX = 8_192
 _WRITER_CACHE_KIB = -65_536  # negative: KiB, not pages; filled only as pages are used
 
 # Rows stand in append order (`pos`), not clustered by session: a group commit of a
@@ -189,6 +192,8 @@ class SQLiteStore:
         self._version: int | None = None
         self._last: dict[str, int] = {}
         self._leases: dict[str, Lease | None] = {}  # None: the session has no lease row
+        # Rows this process wrote or read lately, with their events (which are immutable).
+        self._decoded: OrderedDict[tuple[str, int], tuple[EventRow, Event]] = OrderedDict()
 
     # -- thread-side --------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -284,9 +289,9 @@ class SQLiteStore:
             return None
         return last
 
-    def _append_rows(self, conn: sqlite3.Connection, batch: _Batch) -> None:
-        """One batch, inside the group transaction. Every refusal is raised before the
-        first write, as group_commit.py requires."""
+    def _append_rows(self, conn: sqlite3.Connection, batch: _Batch) -> bool:
+        """One batch, inside the group transaction; False for a retry that wrote nothing.
+        Every refusal is raised before the first write, as group_commit.py requires."""
         session_id, rows, expected_seq, lease = batch.session_id, batch.rows, batch.seq, batch.lease
         last = self._last.get(session_id)
         if last is None or (lease is not None and session_id not in self._leases):
@@ -302,7 +307,7 @@ class SQLiteStore:
                 (session_id, expected_seq, expected_seq + len(rows)),
             ).fetchall()
             if is_retry([r[0] for r in stored], [r[2] for r in rows]):
-                return
+                return False
             raise Conflict(session_id, expected_seq, last)
         conn.executemany(
             f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows
@@ -310,6 +315,7 @@ class SQLiteStore:
         if expected_seq == 0:
             conn.execute("INSERT INTO sessions VALUES (?, ?)", (session_id, rows[0][3]))
         self._last[session_id] = expected_seq + len(rows)
+        return True
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -340,7 +346,8 @@ class SQLiteStore:
     ) -> None:
         check_batch(session_id, events, expected_seq)
         rows = [event_to_row(e) for e in events]
-        await self._submit(_Batch(self, session_id, rows, expected_seq, lease))
+        if await self._submit(_Batch(self, session_id, rows, expected_seq, lease)):
+            self._remember(rows, events)
 
     def _submit(self, body: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._closed:
@@ -367,7 +374,25 @@ class SQLiteStore:
             after = int(rows[-1][1])
             rest = None if limit is None else limit - first
             rows += await self._run(self._select_events, self._read_db(), session_id, after, rest)
-        return [event_from_row(r) for r in rows]
+        return [self._decode(r) for r in rows]
+
+    def _decode(self, row: EventRow) -> Event:
+        """The row as an event, decoded once per process: a server reads each new event
+        for a poll, a stream's start and the hub's news (a session's first event, the
+        largest, cost more to decode than its whole step costs to commit)."""
+        known = self._decoded.get((row[0], row[1]))
+        if known is not None and known[0] == row:  # the same stored text decodes the same
+            return known[1]
+        event = event_from_row(row)
+        self._remember((row,), (event,))
+        return event
+
+    def _remember(self, rows: Sequence[EventRow], events: Sequence[Event]) -> None:
+        decoded = self._decoded
+        for row, event in zip(rows, events, strict=True):
+            decoded[(row[0], row[1])] = (row, event)
+        while len(decoded) > _DECODED_MAX:
+            decoded.popitem(last=False)
 
     @staticmethod
     def _select_events(
@@ -619,8 +644,8 @@ class _Batch:
     seq: int  # the expected seq
     lease: Lease | None
 
-    def __call__(self, conn: sqlite3.Connection) -> None:
-        self.store._append_rows(conn, self)
+    def __call__(self, conn: sqlite3.Connection) -> bool:
+        return self.store._append_rows(conn, self)
 
 
 def _identity(path: str) -> tuple[str, tuple[int, int]] | None:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 
 from mcp import types as mcp_types
 from mcp.client.session import ClientRequestContext
@@ -45,8 +46,9 @@ class ServerRequests:
     """The elicitation and sampling callbacks of one server's connection, and the calls in
     flight on it that may be asked."""
 
-    def __init__(self, server: str) -> None:
+    def __init__(self, server: str, roots: tuple[str, ...] = ()) -> None:
         self.server = server
+        self._roots = [_root(r) for r in roots]
         self._calls: list[_Call] = []
 
     @contextmanager
@@ -119,6 +121,17 @@ class ServerRequests:
             model=answer.model,
             stop_reason=_STOPS.get(answer.stop, answer.stop),
         )
+
+    async def roots(self, context: ClientRequestContext) -> mcp_types.ListRootsResult:
+        """The config's roots, the same for every call."""
+        return mcp_types.ListRootsResult(roots=self._roots)
+
+
+def _root(root: str) -> mcp_types.Root:
+    """A root as MCP names it: a `file://` URI (a path made absolute), named by its last part."""
+    uri = root if root.startswith("file://") else Path(root).expanduser().resolve().as_uri()
+    name = uri.rstrip("/").rpartition("/")[2] or uri
+    return mcp_types.Root(uri=uri, name=name)  # type: ignore[arg-type]
 
 
 def _message(message: mcp_types.SamplingMessage) -> Message:
