@@ -4,9 +4,9 @@ name in `MCP_CONFORMANCE_SCENARIO` (`@modelcontextprotocol/conformance client --
 Does what an agent does with an MCP server, through tether's own client: `McpToolSource`
 connects (the handshake), lists the tools and calls each one as the model would, by its
 `Tool`. What each scenario checks is the harness's; this only supplies arguments its tools
-need, and, where tether has the session seam for it (`tether.tools.inputs.ASKER`), a user
-who accepts every elicitation without filling anything in, as the harness's own reference
-client does. Exits 1 when a call fails, printing why, so the harness shows the reason.
+need, and the session a call runs in (`tether.tools.inputs.ASKER`, which the loop sets),
+with a user who accepts every elicitation without filling anything in. Exits 1 when a call
+fails, printing why, so the harness shows the reason.
 """
 
 from __future__ import annotations
@@ -18,6 +18,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tether.messages import JSONObject
+from tether.tools.inputs import (
+    ASKER,
+    InputAnswer,
+    SamplingAnswer,
+    SamplingRefused,
+    SamplingRequest,
+)
 from tether.tools.mcp import McpServerConfig, McpToolSource
 from tether.tools.schema import ToolContext
 
@@ -48,29 +56,29 @@ async def run(url: str) -> int:
     return 1 if failed else 0
 
 
+class User:
+    """The session's user, as the harness's reference client plays it: accepts every
+    elicitation without filling anything in (the client must supply the schema's defaults,
+    SEP-1034), and has no model to sample with."""
+
+    async def elicit(
+        self, call_id: str, server: str, message: str, schema: JSONObject
+    ) -> InputAnswer:
+        print(f"elicitation from {server} during {call_id}: {message}")
+        return InputAnswer("accept", {})
+
+    async def sample(self, call_id: str, server: str, request: SamplingRequest) -> SamplingAnswer:
+        raise SamplingRefused("the conformance client has no model")
+
+
 @contextmanager
 def accepting() -> Iterator[None]:
-    """A session whose user accepts every elicitation with nothing filled in (SEP-1034: the
-    client supplies the schema's defaults). A no-op where tether has no such seam yet."""
-    try:
-        from tether.tools import inputs
-    except ImportError:
-        yield
-        return
-
-    class User:
-        async def elicit(self, call_id: str, server: str, message: str, schema: Any) -> Any:
-            print(f"elicitation from {server} during {call_id}: {message}")
-            return inputs.InputAnswer("accept", {})
-
-        async def sample(self, call_id: str, server: str, request: Any) -> Any:
-            raise inputs.SamplingRefused("no model in the conformance client")
-
-    token = inputs.ASKER.set(User())
+    """Calls made inside are a session's, whose user is `User`."""
+    token = ASKER.set(User())
     try:
         yield
     finally:
-        inputs.ASKER.reset(token)
+        ASKER.reset(token)
 
 
 def main() -> int:

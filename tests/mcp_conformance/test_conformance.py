@@ -35,21 +35,19 @@ RUN_TIMEOUT = 120.0
 # auth/resource-mismatch (a draft scenario) asks the client to refuse a server whose
 # metadata names another resource: tether refuses every server that answers 401, so it passes
 # without OAuth; it must keep passing once OAuth is built.
-PASSING = frozenset({"initialize", "tools_call", "sse-retry", "auth/resource-mismatch"})
-_NO_ELICITATION = (
-    "tether's client declares no elicitation, or answers it without the requested schema's "
-    "defaults for the fields the user left out (SEP-1034; issue 19, item 5)"
+PASSING = frozenset(
+    {
+        "initialize",
+        "tools_call",
+        "sse-retry",
+        "elicitation-sep1034-client-defaults",
+        "auth/resource-mismatch",
+    }
 )
 _NO_OAUTH = "tether has no OAuth client (issue 19, item 7): a server's 401 is final"
-# Scenario -> (why it cannot pass yet, a pattern its failure must still show). Every other
-# auth/ scenario is expected to fail as _NO_OAUTH says.
-EXPECTED: dict[str, tuple[str, str]] = {
-    "elicitation-sep1034-client-defaults": (
-        _NO_ELICITATION,
-        r"FAILURE client-elicitation-sep1034-\S+: (Elicitation failed: MCP error -32600: "
-        r"Elicitation not supported|Field \"\w+\" missing)",
-    ),
-}
+# Scenario -> (why it cannot pass yet, a pattern its failure must still show). Every auth/
+# scenario not in PASSING is expected to fail as _NO_OAUTH says.
+EXPECTED: dict[str, tuple[str, str]] = {}
 _OAUTH_REFUSAL = r"MCP server 'conformance' .*HTTP 401 Unauthorized"
 
 

@@ -97,7 +97,8 @@ class ServerRequests:
         answer = await call.asker.elicit(call.call_id, self.server, params.message, schema)
         if answer.action != "accept":
             return mcp_types.ElicitResult(action=answer.action)
-        return mcp_types.ElicitResult(action="accept", content=dict(answer.content))  # type: ignore[arg-type]
+        content = {**_defaults(schema), **answer.content}
+        return mcp_types.ElicitResult(action="accept", content=content)  # type: ignore[arg-type]
 
     async def sample(
         self, context: ClientRequestContext, params: mcp_types.CreateMessageRequestParams
@@ -132,6 +133,19 @@ def _root(root: str) -> mcp_types.Root:
     uri = root if root.startswith("file://") else Path(root).expanduser().resolve().as_uri()
     name = uri.rstrip("/").rpartition("/")[2] or uri
     return mcp_types.Root(uri=uri, name=name)  # type: ignore[arg-type]
+
+
+def _defaults(schema: dict[str, object]) -> dict[str, object]:
+    """The `default` of each field of a requested schema that has one (SEP-1034): a form
+    shows them filled in, so an accepted answer that leaves a field out means its default."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return {}
+    return {
+        name: field["default"]
+        for name, field in properties.items()
+        if isinstance(field, dict) and "default" in field
+    }
 
 
 def _message(message: mcp_types.SamplingMessage) -> Message:
