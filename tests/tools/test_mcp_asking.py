@@ -125,6 +125,24 @@ def test_the_config_keys_turn_elicitation_and_sampling_off() -> None:
     assert not off.elicitation and not off.sampling
 
 
+@pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
+async def test_roots_from_the_config_reach_the_server(tmp_path: Path, protocol: str) -> None:
+    entry = {"command": PYTHON, "args": [str(ASKING)], "roots": [str(tmp_path), "file:///srv/data"]}
+    entry["protocol"] = protocol
+    (config,) = parse_mcp_config({"mcpServers": {"asking": entry}})
+    async with McpToolSource([config]) as source:
+        (roots,) = [t for t in await source.list_tools() if t.name == "roots"]
+        said = await roots.fn()
+    assert said.splitlines() == [f"{tmp_path.name} {tmp_path.as_uri()}", "data file:///srv/data"]
+
+
+async def test_without_roots_in_the_config_none_are_declared() -> None:
+    async with McpToolSource([asking_stdio()]) as source:
+        (roots,) = [t for t in await source.list_tools() if t.name == "roots"]
+        with pytest.raises(Exception, match="roots"):
+            await roots.fn()
+
+
 def haiku_script(line: str, price: tuple[float, float] = (1.0, 2.0)) -> ScriptedModel:
     """Calls `haiku`, answers the server's sampling request with `line`, then says done."""
 

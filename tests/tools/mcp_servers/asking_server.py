@@ -1,5 +1,5 @@
 """An MCP server whose tools ask their client mid-call: `greet` elicits a name (a form),
-`haiku` has the client's model write a line (sampling). Each run of a tool appends a line to
+`haiku` has the client's model write a line (sampling), `roots` lists the client's roots. Each run of a tool appends a line to
 the file named by ASKING_LOG (when set), so a test can count the runs across restarts.
 Both ask through the SDK's resolvers, which send a request mid-call on a 2025-11-25
 connection and answer `input_required` on a 2026-07-28 one.
@@ -14,8 +14,14 @@ from typing import Annotated
 
 from mcp.server.elicitation import ElicitationResult
 from mcp.server.mcpserver import Elicit, MCPServer, Resolve
-from mcp.server.mcpserver.resolve import Sample
-from mcp.types import CreateMessageResult, SamplingMessage, TextContent, ToolAnnotations
+from mcp.server.mcpserver.resolve import ListRoots, Sample
+from mcp.types import (
+    CreateMessageResult,
+    ListRootsResult,
+    SamplingMessage,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import BaseModel
 
 server = MCPServer("asking", version="1.0", log_level="WARNING")
@@ -60,6 +66,16 @@ def haiku(topic: str, line: Annotated[CreateMessageResult, Resolve(ask_line)]) -
     """Have the client's model write one line on a topic."""
     text = line.content.text if isinstance(line.content, TextContent) else "?"
     return f"{line.model} wrote: {text}"
+
+
+def ask_roots() -> ListRoots:
+    return ListRoots()
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def roots(found: Annotated[ListRootsResult, Resolve(ask_roots)]) -> str:
+    """The client's roots, one `NAME URI` a line."""
+    return "\n".join(f"{r.name} {r.uri}" for r in found.roots)
 
 
 if __name__ == "__main__":

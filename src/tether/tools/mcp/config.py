@@ -70,6 +70,7 @@ _KNOWN_KEYS = frozenset(
         "use_instructions",
         "elicitation",
         "sampling",
+        "roots",
     }
 )
 # `${VAR}`, or `${VAR:-default}` (the default when VAR is unset or empty, as in a shell).
@@ -88,7 +89,9 @@ class McpServerConfig:
     the server's `instructions` are added to the system prompt (`McpToolSource.system_prompt`).
     `elicitation` and `sampling` (on by default) declare those capabilities: the server may ask
     the user for input during a call (the session waits in `waiting_input`), and have the
-    session's own model answer a prompt (within the session's budget)."""
+    session's own model answer a prompt (within the session's budget). `roots`: the
+    directories (paths or `file://` URIs) the server is told it may work in; none: the
+    capability is not declared."""
 
     name: str
     command: str | None = None
@@ -106,6 +109,7 @@ class McpServerConfig:
     use_instructions: bool = False
     elicitation: bool = True
     sampling: bool = True
+    roots: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         where = f"MCP server {self.name!r}"
@@ -197,7 +201,7 @@ def server_from_mapping(
 ) -> McpServerConfig | None:
     """One server's settings (`command`/`args`/`env`/`cwd` or `url`/`headers`, plus
     `needsApproval`, `timeout`, `startupTimeout`, `protocol`, `enabled_tools`,
-    `disabled_tools`, `use_instructions`, `elicitation`, `sampling`); None when it is disabled. `${VAR}` and `${VAR:-default}` in any string
+    `disabled_tools`, `use_instructions`, `elicitation`, `sampling`, `roots`); None when it is disabled. `${VAR}` and `${VAR:-default}` in any string
     of `command`, `args`, `env`, `cwd`, `url` and `headers` are read from the environment."""
     where = f"{source}: MCP server {name!r}"
     if not isinstance(entry, Mapping):
@@ -237,6 +241,10 @@ def server_from_mapping(
         "use_instructions": _flag(settings, "use_instructions", where),
         "elicitation": _flag(settings, "elicitation", where, default=True),
         "sampling": _flag(settings, "sampling", where, default=True),
+        "roots": tuple(
+            _expand(root, f"{where}: roots[{i}]")
+            for i, root in enumerate(_str_list(settings.get("roots", []), "roots", where))
+        ),
     }
     try:
         return McpServerConfig(name=name, **fields)

@@ -96,7 +96,8 @@ class McpConnection:
     ) -> None:
         self.config = config
         self._on_log = on_log
-        self.asking = ServerRequests(config.name)  # elicitation and sampling, to the call's session
+        # Elicitation, sampling and roots: each request to the session of its call.
+        self.asking = ServerRequests(config.name, config.roots)
         self.starts = 0
         self._errlog = errlog
         self._lock = asyncio.Lock()
@@ -356,6 +357,7 @@ class McpConnection:
             # Declared to the server only when given.
             elicitation_callback=self.asking.elicit if config.elicitation else None,
             sampling_callback=self.asking.sample if config.sampling else None,
+            list_roots_callback=self.asking.roots if config.roots else None,
         )
 
     async def _on_message(self, message: IncomingMessage) -> None:
