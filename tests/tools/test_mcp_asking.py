@@ -88,6 +88,28 @@ async def test_an_elicitation_waits_in_waiting_input_until_answered(protocol: st
     assert "hello Ada" in transcript.messages[2].tool_results[0].content
 
 
+async def test_on_2026_07_28_parallel_calls_each_get_their_own_question() -> None:
+    store = MemoryStore()
+    async with McpToolSource([asking_stdio(protocol="2026-07-28")]) as source:
+        script = ScriptedModel([[call("greet"), call("greet")], "greeted both"])
+        agent = Agent(script, tools=await source.list_tools(), store=store)
+        run = asyncio.create_task(agent.run("greet us"))
+        async with asyncio.timeout(20):
+            while True:
+                infos = await store.sessions()
+                view = fold(await store.read(infos[0].session_id))[1] if infos else None
+                if view is not None and len(view.pending_inputs) == 2:
+                    break
+                await asyncio.sleep(0.05)
+        session_id = infos[0].session_id
+        await control.answer(store, session_id, "call_0_0", {"name": "Ada"})
+        await control.answer(store, session_id, "call_0_1", {"name": "Grace"})
+        await asyncio.wait_for(run, 20)
+    transcript, _ = fold(await store.read(session_id))
+    results = [r.content for r in transcript.messages[2].tool_results]
+    assert results == ["hello Ada", "hello Grace"]
+
+
 async def test_a_declined_elicitation_reaches_the_server_as_declined() -> None:
     store = MemoryStore()
     async with McpToolSource([asking_stdio()]) as source:
