@@ -3,8 +3,8 @@
 A thin adapter over `LocalRuntime` scoped to the caller's tenant: it authenticates, parses
 and validates, calls exactly what a library user calls, and answers JSON, an error envelope
 (`errors`) or a Server-Sent Events stream. Shapes and the OpenAPI document: `schemas`;
-reading a request: `params`; headers and the loopback guard: `web`; experiments' reports
-and charts: `experiments`.
+reading a request: `params`; an event stream's frames: `sse`; headers and the loopback
+guard: `web`; experiments' reports and charts: `experiments`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, cast
@@ -49,7 +48,8 @@ from tether.server.schemas import (
     StopBody,
     openapi,
 )
-from tether.server.summary import summarise, summary_json
+from tether.server.sse import Frames, chunks
+from tether.server.summary import summarise
 from tether.server.web import ASSETS, WebGuard, asset
 
 log = logging.getLogger("tether.server")
@@ -264,39 +264,17 @@ class Api:
             if deltas
             else rt.events(ref, after, timeout=timeout),
         )
-        pending: asyncio.Future[Event | Delta] | None = None
-        closing = self.closing()
+
+        def counted() -> None:
+            self.metrics.events_streamed += 1
+
+        frames = Frames(events, brief, counted)
         try:
-            yield b": tether event stream\n\n"
-            while True:
-                pending = asyncio.ensure_future(anext(events))
-                either: set[asyncio.Future[Any]] = {pending, closing}
-                while not (await asyncio.wait(either, timeout=KEEPALIVE, return_when=FIRST))[0]:
-                    yield b": keepalive\n\n"
-                if closing.done():
-                    return  # no `end` frame: the client reconnects from its last id
-                try:
-                    event = pending.result()
-                except StopAsyncIteration:
-                    yield b'event: end\ndata: {"reason":"session_ended"}\n\n'
-                    return
-                except TimeoutError:  # the client's `timeout`: it may reconnect from its id
-                    yield b'event: end\ndata: {"reason":"timeout"}\n\n'
-                    return
-                finally:
-                    pending = None
-                if isinstance(event, Delta):
-                    yield delta_frame(event)
-                    continue
-                self.metrics.events_streamed += 1
-                yield sse_frame(event, brief)
+            async for chunk in chunks(frames, self.closing(), KEEPALIVE):
+                yield chunk
         finally:
             self.metrics.subscribers -= 1
-            if pending is not None:
-                pending.cancel()
-                with contextlib.suppress(BaseException):
-                    await pending
-            await events.aclose()
+            await frames.aclose()
 
     async def capabilities(self, request: Request, rt: LocalRuntime) -> Response:
         return JSONResponse((await rt.capabilities()).to_json())
@@ -331,18 +309,6 @@ class Api:
 
     async def openapi_json(self, request: Request, rt: LocalRuntime) -> Response:
         return JSONResponse(openapi())
-
-
-def sse_frame(event: Event, brief: bool = False) -> bytes:
-    """`brief`: the event's summary (`summary`) as its data, not the whole event."""
-    data = summary_json(event) if brief else event.canonical()
-    return f"id: {event.seq}\nevent: {event.type}\ndata: {data}\n\n".encode()
-
-
-def delta_frame(delta: Delta) -> bytes:
-    """No `id`: a delta is not in the log, so a reconnecting client resumes by event seq."""
-    data = json.dumps({"kind": delta.kind, "text": delta.text, "call_id": delta.call_id})
-    return f"event: delta\ndata: {data}\n\n".encode()
 
 
 def create_app(
