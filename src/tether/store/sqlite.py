@@ -418,21 +418,17 @@ class SQLiteStore:
         return 0 if row[0] is None else int(row[0])
 
     async def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
-        def query() -> dict[str, int]:
-            out: dict[str, int] = {}
-            ids = list(session_ids)
-            for start in range(0, len(ids), 500):  # SQLite caps the number of parameters
-                chunk = ids[start : start + 500]
-                marks = ",".join("?" * len(chunk))
-                for sid, seq in self._read_db().execute(
-                    f"SELECT session_id, max(seq) FROM events WHERE session_id IN ({marks}) "
-                    "GROUP BY session_id",
-                    chunk,
-                ):
-                    out[sid] = int(seq)
-            return out
-
-        return await self._run(query)
+        # The first 500 on this thread, as `read` does: the reader thread takes the GIL back
+        # for every row it fetches, and waited for it each time while the loop was busy (an
+        # event hub's round over 500 streams took seconds).
+        ids = list(session_ids)
+        try:
+            out = _last_seqs(self._db(), ids[:500])
+        except sqlite3.Error as exc:
+            raise StoreError(f"store {self.url}: {exc}") from exc
+        if len(ids) > 500:
+            out.update(await self._run(_last_seqs, self._read_db(), ids[500:]))
+        return out
 
     async def sessions(self, limit: int = 100) -> list[SessionInfo]:
         # The newest event of each session says when it was last updated.
@@ -646,6 +642,20 @@ class _Batch:
 
     def __call__(self, conn: sqlite3.Connection) -> bool:
         return self.store._append_rows(conn, self)
+
+
+def _last_seqs(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for start in range(0, len(ids), 500):  # SQLite caps the number of parameters
+        chunk = ids[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        for sid, seq in conn.execute(
+            f"SELECT session_id, max(seq) FROM events WHERE session_id IN ({marks}) "
+            "GROUP BY session_id",
+            chunk,
+        ):
+            out[sid] = int(seq)
+    return out
 
 
 def _identity(path: str) -> tuple[str, tuple[int, int]] | None:
