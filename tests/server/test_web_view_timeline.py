@@ -145,6 +145,7 @@ async def test_a_41_step_timeline_is_shown_from_summaries_and_opens_whole_events
             # A tool result shows cut on its line; opened, the whole result arrives, folded.
             finished = page.locator('#timeline li[data-type="tool.finished"]').first
             await expect(finished).to_contain_text("ok [call_0_0] page 1: lorem")
+            await expect(finished.locator(".size")).to_have_text("  (cut; whole: 20 KB)")
             assert "lorem ipsum dolor sit amet " * 20 not in await finished.inner_text()
             await finished.locator("button.line").click()
             fold = finished.locator(".whole details")

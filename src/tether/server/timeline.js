@@ -183,6 +183,12 @@ class Timeline {
     button.append(String(event.seq).padStart(4) + "  ");
     if (thread) button.append(threadLabel(thread), " ");
     button.append(event.type.padEnd(18) + describe(event));
+    if (event.clipped) {
+      const size = document.createElement("span");
+      size.className = "size";
+      size.textContent = "  (cut; whole: " + (event.size < 10240 ? event.size + " bytes" : Math.round(event.size / 1024) + " KB") + ")";
+      button.appendChild(size);
+    }
     const whole = document.createElement("div");
     whole.className = "whole";
     whole.id = "event-" + event.seq;
