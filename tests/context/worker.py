@@ -20,7 +20,7 @@ from tether.events import Event, ModelRequested
 from tether.fold import Folder
 from tether.limits import Limits
 from tether.messages import canonical_json, user
-from tether.providers.base import ModelRequest, ModelResponse
+from tether.providers.base import Caller, ModelRequest, ModelResponse
 from tether.providers.openai_chat import encode_request
 from tether.store.sqlite import SQLiteStore
 from tether.tools.base import Toolbox
@@ -85,6 +85,7 @@ async def rebuild(db: str, session_id: str, out: Path) -> None:
                 messages=tuple(folder.messages),
                 tools=specs,
                 max_output_tokens=MAX_OUTPUT,
+                caller=Caller(session_id),  # every run names its session (a cache key)
             )
             record(out, request)
         folder.apply(event)

@@ -17,7 +17,7 @@ from tether import Agent, tool
 from tether.errors import HandedOver
 from tether.events import Event, ModelRequested, SessionCreated, UserMessage
 from tether.store import MemoryStore, SQLiteStore
-from tether.telemetry import build_spans
+from tether.telemetry import build_spans, metrics
 from tether.telemetry.conventions import CONTENT_VARIABLE
 from tether.telemetry.ids import time_ns
 from tether.telemetry.live import observers
@@ -217,7 +217,11 @@ async def test_an_approval_wait_is_a_span_from_request_to_decision(
     assert wait.end_time <= deployed.start_time
 
 
-async def test_with_no_tracer_provider_set_a_log_gets_no_observer() -> None:
+async def test_with_no_tracer_provider_set_a_log_gets_no_span_emitter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Metrics are process-wide (a server test may have enabled them): counted apart here.
+    monkeypatch.setattr(metrics, "METRICS", metrics.Registry())
     assert observers() == ()  # OpenTelemetry is imported here, but no provider is set
 
 
