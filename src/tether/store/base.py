@@ -258,8 +258,10 @@ def payload_data(payload: Payload) -> str:
 # encoder, made once with `canonical_json`'s settings. The payload's own fields are turned
 # into a dict here, one level only, as `payload_to_json` does; the encoder's fallback
 # refuses everything else, so a value that is not JSON goes the long way and raises there.
-_FIELDS: dict[type, tuple[str, ...]] = {
-    cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in PAYLOAD_TYPES.values()
+# Per payload type: its fields, and those written only when they hold something (`SPARSE`).
+_FIELDS: dict[type, tuple[tuple[str, ...], frozenset[str]]] = {
+    cls: (tuple(f.name for f in dataclasses.fields(cls)), SPARSE_FIELDS[cls])
+    for cls in PAYLOAD_TYPES.values()
 }
 
 
@@ -281,13 +283,13 @@ _ENCODER = _make_encoder()
 
 
 def _fast_canonical(payload: Payload) -> str:
-    names = _FIELDS.get(type(payload))
-    if _ENCODER is not None and names is not None:
+    known = _FIELDS.get(type(payload))
+    if _ENCODER is not None and known is not None:
+        names, sparse = known
         fields: dict[str, object] = {}
         for name in names:
             value = getattr(payload, name)
             fields[name] = value.to_json() if isinstance(value, Message | Usage) else value
-        sparse = SPARSE_FIELDS[type(payload)]
         if sparse:
             for name in sparse:
                 if not fields[name]:

@@ -26,6 +26,7 @@ from tether.events import (
     ToolStarted,
     TurnEnded,
 )
+from tether.scheduler.figures import _escape
 
 # Seconds: from a fast tool to a slow model answer.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -132,10 +133,6 @@ class SessionMetrics:
 
 
 # --- Prometheus text -------------------------------------------------------------------------
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _labels(names: Sequence[str], values: Labels) -> str:

@@ -118,21 +118,9 @@ async def execute(
         kwargs = bound
     if tool.context_param:
         kwargs[tool.context_param] = ToolContext(session_id, call.id, lease)
-    named = current_call.set(call.id)  # the process log's records name the call
-    try:
-        return await _run(tool, kwargs, started, done)
-    finally:
-        current_call.reset(named)
-
-
-async def _run(
-    tool: Tool,
-    kwargs: dict[str, Any],
-    started: float,
-    done: Callable[[Outcome, str], CallOutcome],
-) -> CallOutcome:
     deadline: asyncio.Timeout | None = None
     thread: Future[Any] | None = None
+    named = current_call.set(call.id)  # the process log's records name the call
     try:
         if tool.is_async:
             # Inline until the tool first suspends: one that never does needs no timer.
@@ -163,6 +151,8 @@ async def _run(
         return done("error", f"tool {tool.name} failed: {exc}")
     except Exception as exc:
         return done("error", f"tool {tool.name} raised {type(exc).__name__}: {exc}")
+    finally:
+        current_call.reset(named)
     return _result(tool, value, done)
 
 
