@@ -49,3 +49,22 @@ async def test_deltas_reach_both_observers_with_the_session_they_belong_to() -> 
             "model.responded",
             "turn.ended",
         ]
+
+
+async def test_a_streamed_answer_records_its_time_to_first_token_and_an_unstreamed_one_none() -> (
+    None
+):
+    store = MemoryStore()
+    streamed = Agent(
+        ScriptedModel(["one answer"], delay=0.02), store=store, on_delta=lambda d: None
+    )
+    quiet = Agent(ScriptedModel(["one answer"], delay=0.02), store=store)
+    with_deltas, without = await streamed.run("go"), await quiet.run("go")
+
+    timed = [e for e in await store.read(with_deltas.session_id) if e.type == "model.responded"]
+    first_token = timed[0].payload.first_token_ms  # type: ignore[attr-defined]
+    assert first_token is not None and 0 < first_token <= timed[0].payload.latency_ms  # type: ignore[attr-defined]
+    untimed = [e for e in await store.read(without.session_id) if e.type == "model.responded"]
+    assert untimed[0].payload.first_token_ms is None  # type: ignore[attr-defined]
+    # A sparse field: an unstreamed answer's stored bytes carry no trace of it.
+    assert "first_token_ms" not in untimed[0].to_json()["data"]

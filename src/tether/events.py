@@ -80,7 +80,12 @@ class ModelRequested:
 
 @dataclass(frozen=True, slots=True)
 class ModelResponded:
+    """`latency_ms`: from the request handed to the gateway to the whole answer, queue waits
+    and retries included. `first_token_ms`: the same clock to the first streamed delta;
+    written only when the answer was streamed (a run with a delta observer)."""
+
     type: ClassVar[str] = "model.responded"
+    SPARSE: ClassVar[frozenset[str]] = frozenset({"first_token_ms"})
     message: Message
     stop: str = "end_turn"
     raw_stop_reason: str | None = None
@@ -89,6 +94,7 @@ class ModelResponded:
     latency_ms: float = 0.0
     incomplete: bool = False
     response_hash: str | None = None
+    first_token_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from tether.events import (
 from tether.fold import Folder
 from tether.limits import Limits, Stop, StopCondition, check_before_request, estimate_input_tokens
 from tether.messages import ToolCall, foreign_thinking
-from tether.providers.base import Caller, DeltaObserver, Model, ModelRequest
+from tether.providers.base import Caller, DeltaObserver, FirstDelta, Model, ModelRequest
 from tether.recovery import Decision, closing, decide_calls, decide_open_calls
 from tether.retrying import DEFAULT_RETRY, complete
 from tether.scheduler.retry import RetryPolicy
@@ -279,19 +279,20 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     await ctx.log.append(
         ModelRequested(name, _request_hash(ctx, max_output), _input_estimate(ctx), dropped)
     )
+    started = time.perf_counter()
+    first = FirstDelta(ctx.on_delta, started) if ctx.on_delta is not None else None
     request = ModelRequest(
         model=ctx.engine.model.name,
         system=folder.system,
         messages=folder.messages,
         tools=ctx.engine.toolbox.specs,
         max_output_tokens=max_output,
-        on_delta=ctx.on_delta,
+        on_delta=first,
         on_retry=lambda error, attempt, wait: _record_retry(ctx, error, attempt, wait),
         caller=ctx.caller,
         settings=settings,
         output=None if ctx.engine.output is None else ctx.engine.output.native,
     )
-    started = time.perf_counter()
     held = _hold_estimate(ctx) if ctx.parent is not None else None
     try:
         response = await complete(ctx.engine.model, request, ctx.engine.retry)
@@ -331,6 +332,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
         latency_ms=round((time.perf_counter() - started) * 1000, 3),
         incomplete=response.incomplete,
         response_hash=response.response_hash,
+        first_token_ms=None if first is None else first.elapsed_ms,
     )
     calls = response.message.tool_calls
     if response.incomplete:

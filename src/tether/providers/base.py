@@ -6,6 +6,7 @@ codecs for real wire APIs and the scripted test model implement `Model`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
@@ -49,6 +50,25 @@ class Delta:
 
 
 DeltaObserver = Callable[[Delta], None]
+
+
+class FirstDelta:
+    """A delta observer that passes every delta on and notes when the first one came, in
+    milliseconds after `started` (a `time.perf_counter()` reading): time to first token."""
+
+    __slots__ = ("_observer", "_started", "elapsed_ms")
+
+    def __init__(self, observer: DeltaObserver, started: float) -> None:
+        self._observer = observer
+        self._started = started
+        self.elapsed_ms: float | None = None
+
+    def __call__(self, delta: Delta) -> None:
+        if self.elapsed_ms is None:
+            self.elapsed_ms = round((time.perf_counter() - self._started) * 1000, 3)
+        self._observer(delta)
+
+
 # Told of each failed attempt that will be tried again: the error, the attempt's number
 # (1-based) and the seconds until the next one. Awaited before the wait begins.
 RetryObserver = Callable[["ProviderError", int, float], Awaitable[None]]
