@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from server.support import ACME, GLOBEX, check_documented, serve
 from tether.runtime.base import SessionRef
 from tether.runtime.http import HttpRuntime
-from tether.server.listing import decode_cursor, encode_cursor
+from tether.server.errors import ApiError
+from tether.server.listquery import decode_cursor, encode_cursor
 from tether.testing.runtime_conformance import Observer, spec
 
 
@@ -124,9 +126,17 @@ async def test_the_list_filters_by_state_and_id_prefix(tmp_path: Path) -> None:
                 for query, says in [
                     ({"state": "sleeping"}, "unknown state 'sleeping'"),
                     ({"cursor": "not a cursor"}, "is not one this server gave"),
-                    ({"cursor": encode_cursor(("x", "y"))[:-3]}, "is not one this server gave"),
-                    ({"id_prefix": "x" * 201}, "longer than 200"),
-                    ({"sort": "id"}, "unknown query parameter 'sort'"),
+                    ({"cursor": encode_cursor("updated", ("x", "y"))[:-3]}, "is not one"),
+                    ({"cursor": encode_cursor("tokens", (5.0, "y"))}, "is for sort=tokens"),
+                    ({"id_prefix": "x" * 201}, "id_prefix is longer than 200"),
+                    ({"q": "x" * 201}, "q is longer than 200"),
+                    ({"sort": "id"}, "sort must be one of updated, newest, oldest"),
+                    ({"created_after": "yesterday"}, "created_after must be an ISO 8601"),
+                    ({"created_before": "2026-13-01"}, "created_before must be an ISO 8601"),
+                    ({"metadata": "team"}, "metadata must be KEY=VALUE"),
+                    ({"model": ",".join(["m"] * 3 + [f"m{n}" for n in range(21)])}, "model"),
+                    ({"counts": "yes"}, "counts must be true or false"),
+                    ({"order": "asc"}, "unknown query parameter 'order'"),
                 ]:
                     answer = await client.get("/v1/sessions", params=query, headers=auth)
                     assert answer.status_code == 422, (query, answer.text)
@@ -135,7 +145,11 @@ async def test_the_list_filters_by_state_and_id_prefix(tmp_path: Path) -> None:
             await rt.close()
 
 
-def test_a_cursor_carries_its_row_and_nothing_else_decodes() -> None:
+def test_a_cursor_carries_its_sort_and_row_and_nothing_else_decodes() -> None:
     key = ("2026-01-02T03:04:05.678Z", "ses_0123")
-    assert decode_cursor(encode_cursor(key)) == key
-    assert "=" not in encode_cursor(key)
+    assert decode_cursor(encode_cursor("newest", key), "newest") == key
+    assert "=" not in encode_cursor("newest", key)
+    assert decode_cursor(encode_cursor("cost", (0.25, "ses_1")), "cost") == (0.25, "ses_1")
+    for wrong in (encode_cursor("tokens", ("text", "ses_1")), encode_cursor("nope", key)):
+        with pytest.raises(ApiError, match="is not one this server gave"):
+            decode_cursor(wrong, "tokens")

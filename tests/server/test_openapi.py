@@ -15,7 +15,7 @@ from tether.runtime.base import SessionRef
 from tether.runtime.http import HttpRuntime
 from tether.runtime.local import LocalRuntime
 from tether.server.app import WEB_VIEW, create_app
-from tether.server.listing import encode_cursor
+from tether.server.listquery import encode_cursor
 from tether.server.schemas import MAX_SEQ, openapi
 from tether.testing.runtime_conformance import Observer, spec
 
@@ -27,9 +27,17 @@ VALID = {
     "timeout": "0.5",
     "deltas": "false",
     "summary": "true",
-    "cursor": encode_cursor(("9999-12-31T00:00:00Z", "ses_z")),
+    "cursor": encode_cursor("updated", ("9999-12-31T00:00:00Z", "ses_z")),
     "state": "idle,failed",
     "id_prefix": "ses_",
+    "q": "echo",
+    "stop_reason": "end_turn",
+    "model": "scripted:demo",
+    "created_after": "2026-01-01T00:00:00Z",
+    "created_before": "2126-01-01T00:00:00+02:00",
+    "metadata": "team=blue",
+    "sort": "updated",
+    "counts": "true",
 }
 
 

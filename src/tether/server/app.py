@@ -27,7 +27,7 @@ from tether.events import Event
 from tether.providers.base import Delta
 from tether.runtime.base import SessionRef
 from tether.runtime.local import LocalRuntime
-from tether.server import experiments, listing
+from tether.server import experiments, listing, listquery
 from tether.server.auth import Tokens
 from tether.server.errors import ApiError, envelope, error_response
 from tether.server.metrics import Metrics
@@ -59,6 +59,11 @@ FIRST = asyncio.FIRST_COMPLETED
 KEEPALIVE = 15.0  # seconds between SSE comments on a quiet stream, so proxies keep it open
 # The web view's page, script and style; `/` leads to the page (pages, not API operations).
 WEB_VIEW = ("/", *ASSETS)
+# `GET /v1/sessions`: paging, filters, sort, counts (`listquery`; documented in `schemas`).
+LIST_QUERY = (
+    "limit", "cursor", "state", "id_prefix", "q", "stop_reason", "model", "created_after",
+    "created_before", "metadata", "sort", "counts",
+)  # fmt: skip
 READY_TIMEOUT = 5.0  # seconds the store has to take /readyz's write and read
 
 
@@ -75,6 +80,7 @@ class Api:
         self.metrics = Metrics(runtime, gateways)
         self.metrics_token = metrics_token  # None: /metrics names no tenant and no backend
         self.queries: dict[str, tuple[str, ...]] = {}  # route name -> its query parameters
+        self.listing = listing.Listing()
         self._closing: asyncio.Future[None] | None = None
 
     def close_streams(self) -> None:
@@ -140,17 +146,20 @@ class Api:
         )
 
     async def list_sessions(self, request: Request, rt: LocalRuntime) -> Response:
-        cursor = request.query_params.get("cursor")
-        found = await listing.page(
+        params = request.query_params
+        query = listquery.parse_query(params, params.getlist("metadata"))
+        cursor = params.get("cursor")
+        found = await self.listing.page(
             rt,
             int_param(request, "limit", 50, 1, 500),
-            cursor=listing.decode_cursor(cursor) if cursor else None,
-            states=listing.parse_states(request.query_params.get("state")),
-            id_prefix=listing.parse_prefix(request.query_params.get("id_prefix")),
+            query,
+            listquery.decode_cursor(cursor, query.sort) if cursor else None,
+            bool_param(request, "counts"),
         )
-        return JSONResponse(
-            {"sessions": [s.to_json() for s in found.sessions], "next_cursor": found.next_cursor}
-        )
+        body: dict[str, Any] = {"sessions": found.sessions, "next_cursor": found.next_cursor}
+        if found.counts is not None:
+            body["counts"] = found.counts
+        return JSONResponse(body)
 
     async def ui(self, request: Request, rt: LocalRuntime) -> Response:
         """The web view: a static page, its script and its style (`web.ASSETS`); `/`
@@ -332,7 +341,7 @@ def create_app(
         Route("/v1/sessions", r("start", api.start), methods=["POST"], name="start"),
         Route(
             "/v1/sessions",
-            r("list", api.list_sessions, query=("limit", "cursor", "state", "id_prefix")),
+            r("list", api.list_sessions, query=LIST_QUERY),
             methods=["GET"],
             name="list",
         ),

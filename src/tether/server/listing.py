@@ -1,98 +1,221 @@
-"""The session list of `tether serve`: cursor (keyset) pages of one tenant's sessions, the most
-recently updated first, filtered by state and by session id prefix. It reads the store's
-listing and each session's fold through the tenant's runtime; it stores nothing, and the
-cursor is opaque to clients (base64url JSON of the last row's `(updated, session_id)`)."""
+"""The session list of `tether serve`: cursor (keyset) pages of one tenant's sessions, filtered
+and sorted as `listquery.Query` says, with tokens, cost and task per row and, when asked, the
+count of matching sessions per state. It writes nothing. It reads the store's listing, each
+session's first two events (tenant, metadata, task: written once, so kept) and each session's
+fold through the tenant's runtime (kept until the store lists a newer seq for it)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from dataclasses import dataclass
-from typing import get_args
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from tether.errors import SessionNotFound
-from tether.runtime.base import SessionRef, SessionSummary
+from tether.events import SessionCreated, UserMessage
+from tether.messages import JSONObject, canonical_json
+from tether.runtime.base import RESERVED_METADATA, SessionRef, SessionSummary
 from tether.runtime.local import LocalRuntime
-from tether.server.errors import ApiError
-from tether.state import State
+from tether.server.listquery import Key, Query, encode_cursor
+from tether.store.base import SessionInfo
 
 # The newest sessions of the store a listing looks through, every tenant's together: the
 # store lists no tenant and takes no cursor, so each page sorts this window itself.
 SCAN = 10_000
-STATES: frozenset[str] = frozenset(get_args(State))
-MAX_PREFIX = 200
-Key = tuple[str, str]  # (updated, session_id): rows are ordered by it, descending
+KEPT = 2 * SCAN  # sessions whose first events and row a `Listing` keeps
+TEXT = 2_000  # characters of a task or a metadata value kept to search and filter by
+SHOWN = 300  # characters of the task, and of each metadata value, a row carries
+SHOWN_KEYS = 20  # metadata keys a row carries
+NUMERIC = ("tokens", "cost")
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """What a session's first events say, which never changes: whose it is, and what for."""
+
+    tenant: str | None
+    task: str
+    metadata: dict[str, str]  # the caller's metadata (not the runtime's keys), values as text
+    haystack: str  # lower case: what `q` is looked for in
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A session's line as of `last_seq`."""
+
+    summary: SessionSummary
+    tokens: int
+    cost_usd: float | None
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    info: SessionInfo
+    origin: Origin
+    row: Row
+
+    def to_json(self) -> JSONObject:
+        shown = list(self.origin.metadata.items())[:SHOWN_KEYS]
+        return {
+            **self.row.summary.to_json(),
+            "task": self.origin.task[:SHOWN],
+            "tokens": self.row.tokens,
+            "cost_usd": self.row.cost_usd,
+            "metadata": {k: v[:SHOWN] for k, v in shown},
+        }
 
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    sessions: list[SessionSummary]
+    sessions: list[JSONObject]
     next_cursor: str | None  # None: this is the last page
+    counts: dict[str, int] | None  # per state, of the sessions every other filter lets through
 
 
-def encode_cursor(key: Key) -> str:
-    raw = json.dumps(list(key), separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def origin_of(first: Sequence[object], session_id: str) -> Origin:
+    created = first[0] if first and isinstance(first[0], SessionCreated) else None
+    message = first[1] if len(first) > 1 and isinstance(first[1], UserMessage) else None
+    raw = created.metadata if created is not None else {}
+    tenant = raw.get("tenant")
+    metadata = {
+        key: (value if isinstance(value, str) else canonical_json(value))[:TEXT]
+        for key, value in raw.items()
+        if key not in RESERVED_METADATA
+    }
+    task = message.message.text[:TEXT] if message is not None else ""
+    haystack = "\n".join([session_id, task, *metadata.values()]).lower()
+    return Origin(tenant if isinstance(tenant, str) else None, task, metadata, haystack)
 
 
-def decode_cursor(cursor: str) -> Key:
-    """The key a cursor carries, or `invalid_request` for anything this module did not write."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        updated, session_id = json.loads(raw)
-        if isinstance(updated, str) and isinstance(session_id, str):
-            return updated, session_id
-    except (binascii.Error, ValueError, TypeError):
-        pass
-    raise ApiError("invalid_request", f"cursor {cursor[:40]!r} is not one this server gave")
+def matches(entry: Entry, query: Query, *, states: bool = True) -> bool:
+    """Whether the entry passes every filter of `query` (its states only with `states`)."""
+    summary, origin = entry.row.summary, entry.origin
+    return (
+        (not states or not query.states or summary.state in query.states)
+        and (not query.stop_reasons or (summary.stop_reason or "") in query.stop_reasons)
+        and (not query.models or summary.model in query.models)
+        and (not query.text or query.text in origin.haystack)
+        and all(origin.metadata.get(k) == v for k, v in query.metadata)
+    )
 
 
-def parse_states(raw: str | None) -> frozenset[str]:
-    """`state=idle,failed`: the states a row may be in (none: any)."""
-    if not raw:
-        return frozenset()
-    states = frozenset(s.strip() for s in raw.split(",") if s.strip())
-    unknown = sorted(states - STATES)
-    if unknown:
-        known = ", ".join(sorted(STATES))
-        raise ApiError("invalid_request", f"unknown state {unknown[0][:40]!r} (known: {known})")
-    return states
+def cheap_match(info: SessionInfo, query: Query) -> bool:
+    """The filters the store's listing answers alone, tried before any read."""
+    return (
+        info.session_id.startswith(query.id_prefix)
+        and (query.created_after is None or info.created >= query.created_after)
+        and (query.created_before is None or info.created < query.created_before)
+    )
 
 
-def parse_prefix(raw: str | None) -> str:
-    if raw is not None and len(raw) > MAX_PREFIX:
-        raise ApiError("invalid_request", f"id_prefix is longer than {MAX_PREFIX} characters")
-    return raw or ""
+def time_key(info: SessionInfo, query: Query) -> Key:
+    return (info.updated if query.sort == "updated" else info.created, info.session_id)
 
 
-async def page(
-    rt: LocalRuntime,
-    limit: int,
-    *,
-    cursor: Key | None = None,
-    states: frozenset[str] = frozenset(),
-    id_prefix: str = "",
-) -> Page:
-    """Up to `limit` of the tenant's sessions older than `cursor` (by `(updated, id)`), and the
-    cursor of the next page. A session updated after a page was read moves to the top, so a
-    client paging down does not see it again on a later page."""
-    infos = await rt.store.sessions(limit=SCAN)
-    ordered = sorted(infos, key=lambda i: (i.updated, i.session_id), reverse=True)
-    found: list[tuple[Key, SessionSummary]] = []
-    for info in ordered:
-        key = (info.updated, info.session_id)
-        if (cursor is not None and key >= cursor) or not info.session_id.startswith(id_prefix):
-            continue
-        try:
-            status = await rt.poll(SessionRef(info.session_id))
-        except SessionNotFound:  # another tenant's
-            continue
-        if states and status.view.state not in states:
-            continue
-        found.append((key, SessionSummary.of(status.view, info.created, info.updated)))
-        if len(found) > limit:  # one past the page says there is a next one
-            break
-    more = len(found) > limit
-    rows = found[:limit]
-    return Page([s for _, s in rows], encode_cursor(rows[-1][0]) if more else None)
+def key_of(entry: Entry, query: Query) -> Key:
+    if query.sort == "tokens":
+        return (float(entry.row.tokens), entry.info.session_id)
+    if query.sort == "cost":
+        cost = entry.row.cost_usd
+        return (-1.0 if cost is None else cost, entry.info.session_id)
+    return time_key(entry.info, query)
+
+
+def below(a: Key, b: Key) -> bool:
+    """`a < b`, for keys of one sort (`listquery.decode_cursor` refuses another sort's)."""
+    if isinstance(a[0], str) or isinstance(b[0], str):
+        return (str(a[0]), a[1]) < (str(b[0]), b[1])
+    return (a[0], a[1]) < (b[0], b[1])
+
+
+def after(key: Key, cursor: Key | None, ascending: bool) -> bool:
+    """Whether a row with `key` comes after the cursor's row in the sort."""
+    if cursor is None:
+        return True
+    return below(cursor, key) if ascending else below(key, cursor)
+
+
+class Listing:
+    """One server's session list: the origins and rows it has read, the least recently
+    listed dropped past `size` sessions."""
+
+    def __init__(self, size: int = KEPT) -> None:
+        self.size = size
+        self._origins: OrderedDict[str, Origin] = OrderedDict()
+        self._rows: OrderedDict[str, Row] = OrderedDict()
+        self.reads = 0  # first-events reads and polls made, for tests and benchmarks
+
+    def _keep(self, kept: OrderedDict[str, V], session_id: str, value: V) -> V:
+        kept[session_id] = value
+        kept.move_to_end(session_id)
+        while len(kept) > self.size:
+            kept.popitem(last=False)
+        return value
+
+    async def entry(self, rt: LocalRuntime, info: SessionInfo) -> Entry | None:
+        """The session's entry, or None when it is not this tenant's (nor anybody's yet)."""
+        sid = info.session_id
+        origin = self._origins.get(sid)
+        if origin is None:
+            self.reads += 1
+            first = [e.payload for e in await rt.store.read(sid, 0, limit=2)]
+            if not first:
+                return None
+            origin = self._keep(self._origins, sid, origin_of(first, sid))
+        # The tenant check of `LocalRuntime._folder`, made before any fold is read; the poll
+        # below makes it again.
+        if rt.tenant is not None and origin.tenant != rt.tenant:
+            return None
+        row = self._rows.get(sid)
+        if row is None or row.last_seq < info.last_seq:
+            self.reads += 1
+            try:
+                view = (await rt.poll(SessionRef(sid))).view
+            except SessionNotFound:
+                return None
+            summary = SessionSummary.of(view, info.created, info.updated)
+            row = Row(summary, view.usage.total_tokens, view.cost_usd, view.last_seq)
+            self._keep(self._rows, sid, row)
+        if (row.summary.created, row.summary.updated) != (info.created, info.updated):
+            # The listing's times, as the sort and the cursor use them.
+            summary = replace(row.summary, created=info.created, updated=info.updated)
+            row = replace(row, summary=summary)
+        return Entry(info, origin, row)
+
+    async def page(
+        self, rt: LocalRuntime, limit: int, query: Query, cursor: Key | None, counts: bool
+    ) -> Page:
+        """Up to `limit` of the tenant's sessions that `query` lets through, after `cursor` in
+        its sort, and the cursor of the next page. Sorted by time, a session updated after a
+        page was read moves to the top, so a client paging down does not see it again."""
+        infos = [i for i in await rt.store.sessions(limit=SCAN) if cheap_match(i, query)]
+        ascending = query.sort == "oldest"
+        found: list[Entry] = []
+        tally: Counter[str] | None = None
+        if query.sort in NUMERIC or counts:
+            # Every candidate is read: the sort, or the counts, need them all.
+            entries = [e for i in infos if (e := await self.entry(rt, i)) is not None]
+            entries = [e for e in entries if matches(e, query, states=False)]
+            tally = Counter(e.row.summary.state for e in entries) if counts else None
+            entries = [e for e in entries if matches(e, query)]
+            entries.sort(key=lambda e: key_of(e, query), reverse=not ascending)
+            found = [e for e in entries if after(key_of(e, query), cursor, ascending)][: limit + 1]
+        else:
+            infos.sort(key=lambda i: time_key(i, query), reverse=not ascending)
+            for info in infos:
+                if not after(time_key(info, query), cursor, ascending):
+                    continue
+                entry = await self.entry(rt, info)
+                if entry is None or not matches(entry, query):
+                    continue
+                found.append(entry)
+                if len(found) > limit:  # one past the page says there is a next one
+                    break
+        rows = found[:limit]
+        more = len(found) > limit
+        next_cursor = encode_cursor(query.sort, key_of(rows[-1], query)) if more else None
+        return Page(
+            [e.to_json() for e in rows], next_cursor, None if tally is None else dict(tally)
+        )

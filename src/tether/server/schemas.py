@@ -234,11 +234,25 @@ def components() -> dict[str, Any]:
     view.update(title="SessionStatus", description=inspect.cleandoc(SessionStatus.__doc__ or ""))
     defs["SessionStatus"] = view
     defs["StartedModel"] = _object(session_id={"type": "string"}, status=_ref(SessionStatus))
+    row = defs["SessionSummary"]
+    row["properties"] |= {
+        "task": {"type": "string", "description": "the first user message, cut at 300 characters"},
+        "tokens": {"type": "integer", "description": "input and output tokens, sub-agents' too"},
+        "cost_usd": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+        "metadata": {"type": "object", "additionalProperties": {"type": "string"},
+                     "description": "the start's metadata (20 keys), each value as text, cut at "
+                                    "300 characters"},
+    }  # fmt: skip
+    row["required"] = [*row["required"], "task", "tokens", "cost_usd", "metadata"]
     defs["SessionList"] = _object(
         sessions={"type": "array", "items": _ref(SessionSummary)},
         next_cursor={"anyOf": [{"type": "string"}, {"type": "null"}],
                      "description": "the `cursor` of the next page; null on the last page"},
     )  # fmt: skip
+    defs["SessionList"]["properties"]["counts"] = {
+        "type": "object", "additionalProperties": {"type": "integer"},
+        "description": "with counts=true: per state, the sessions every filter but state lets through",
+    }  # fmt: skip
     scanned = {"type": "object", "description": "how many sessions were looked through, the "
                "limit, and whether that was all of them"}  # fmt: skip
     defs["ExperimentList"] = _object(
@@ -319,6 +333,39 @@ SUMMARY = {
 }  # fmt: skip
 
 
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": schema}  # fmt: skip
+
+
+LISTED = {"type": "string", "maxLength": 4_200}  # 20 comma-separated values of 200 characters
+TIME = {"type": "string", "format": "date-time"}
+# `GET /v1/sessions`'s parameters (read by `listquery`); a bad value is a 422 naming it.
+LIST_PARAMETERS = [
+    _query("limit", "rows per page", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}),
+    _query("cursor", "a page's next_cursor, with the same sort: the page after it", {"type": "string"}),
+    _query("state", "only sessions in these states (comma-separated)", LISTED),
+    _query("stop_reason", "only sessions whose last stop reason is one of these (comma-separated)", LISTED),
+    _query("model", "only sessions of these models (comma-separated model strings)", LISTED),
+    _query("id_prefix", "only sessions whose id starts with this", {"type": "string", "maxLength": 200}),
+    _query("q", "only sessions whose id, task (first user message) or a metadata value holds this "
+                "text, case-insensitive", {"type": "string", "maxLength": 200}),
+    _query("created_after", "only sessions created at or after this time (ISO 8601; UTC without "
+                            "an offset)", TIME),
+    _query("created_before", "only sessions created before this time", TIME),
+    {**_query("metadata", "only sessions whose start metadata has KEY=VALUE (a value that is not "
+                          "a string as its JSON); repeat for several, all must hold",
+              {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 20}),
+     "style": "form", "explode": True},
+    _query("sort", "updated: most recently updated first; newest, oldest: by creation; tokens, "
+                   "cost: the most first (an unknown cost last)",
+           {"type": "string", "enum": ["updated", "newest", "oldest", "tokens", "cost"],
+            "default": "updated"}),
+    _query("counts", "also counts per state (reads every candidate session: slower)",
+           {"type": "string", "enum": ["true", "false", "1", "0"]}),
+]  # fmt: skip
+
+
 # One Server-Sent Events frame: `event` is the event type (or `end`, whose data says why the
 # stream ended), `id` the event's seq, `data` the event's JSON.
 SSE_FRAME = {
@@ -376,19 +423,9 @@ def openapi() -> dict[str, Any]:
         "/v1/sessions": {
             "post": _op("start a session", 201, "StartedModel", 400, 409, 413, 415, 422,
                         parameters=[IDEMPOTENCY_KEY], requestBody=_body(StartBody)),
-            "get": _op("this tenant's sessions, the most recently updated first, a page at a time "
-                       "(among the store's 10,000 most recently updated)", 200, "SessionList", 422,
-                       parameters=[{"name": "limit", "in": "query", "required": False,
-                                    "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
-                                   {"name": "cursor", "in": "query", "required": False,
-                                    "description": "a page's next_cursor: the page after it",
-                                    "schema": {"type": "string"}},
-                                   {"name": "state", "in": "query", "required": False,
-                                    "description": "only sessions in these states (comma-separated)",
-                                    "schema": {"type": "string"}},
-                                   {"name": "id_prefix", "in": "query", "required": False,
-                                    "description": "only sessions whose id starts with this",
-                                    "schema": {"type": "string", "maxLength": 200}}]),
+            "get": _op("this tenant's sessions, a page at a time, filtered and sorted (among the "
+                       "store's 10,000 most recently updated)", 200, "SessionList", 422,
+                       parameters=LIST_PARAMETERS),
         },
         "/v1/sessions/{session_id}": {"get": _op(
             "poll a session", 200, SessionStatus, 404, parameters=session)},
