@@ -130,6 +130,14 @@ async def test_a_41_step_timeline_is_shown_from_summaries_and_opens_whole_events
             await expect(steps).to_have_count(41)
             first = steps.nth(0)
             await expect(first.locator(".tools")).to_contain_text("ms")
+            # A streamed answer records its time to first token, and the step row shows it.
+            answered = [e for e in events if e["type"] == "model.responded"]
+            assert all("first_token_ms" in e["data"] for e in answered)
+            ttft = answered[0]["data"]["first_token_ms"]
+            assert ttft < 1000  # a scripted answer: shown in ms, rounded as Math.round does
+            await expect(first.locator(".model")).to_contain_text(
+                f"first token {int(ttft + 0.5)} ms"
+            )
             await expect(first.locator(".tokens")).to_have_text(json_usage(events, 0))
             await expect(first.locator(".cost")).to_contain_text("$0.0")
             await expect(steps.nth(40).locator(".tools")).to_have_text("–")

@@ -1,8 +1,8 @@
 "use strict";
 // The session timeline, served as /ui/timeline.js before /ui/app.js: a line per event from the
 // stream's summaries (`?summary=true`), each opened on demand with its whole event fetched from
-// /v1/sessions/{id}/events/{seq}; the steps as a waterfall (model time, tool time, tokens and
-// cost); errors marked and filterable; sub-agent threads folded away. Text is set with
+// /v1/sessions/{id}/events/{seq}; the steps as a waterfall (model time with the time to first
+// token when the answer streamed, tool time, tokens and cost); errors marked and filterable; sub-agent threads folded away. Text is set with
 // textContent only; bars are placed through the CSSOM, which the page's policy allows.
 
 const FOLD_TEXT = 400;  // strings longer than this open folded below the JSON
@@ -236,6 +236,7 @@ class Timeline {
       step.modelEnd = at;
       if (event.type === "model.failed") { step.failed = step.failed || d.retrying_in == null; this.fill(step); return; }
       step.latency = d.latency_ms;
+      step.ttft = d.first_token_ms;  // sparse: only a streamed answer has it
       step.usage = d.usage;
       step.cost = d.cost_usd;
       for (const p of ((d.message || {}).parts || [])) {
@@ -301,7 +302,10 @@ class Timeline {
   fill(step) {
     const tr = step.tr;
     const modelMs = step.modelEnd == null ? null : step.modelEnd - step.start;
-    tr.querySelector(".model").textContent = millis(modelMs) + (step.latency != null ? " (latency " + millis(step.latency) + ")" : "");
+    const said = [];
+    if (step.latency != null) said.push("latency " + millis(step.latency));
+    if (step.ttft != null) said.push("first token " + millis(step.ttft));
+    tr.querySelector(".model").textContent = millis(modelMs) + (said.length ? " (" + said.join(", ") + ")" : "");
     tr.querySelector(".tools").textContent = step.toolEnd == null ? "–" : millis(step.toolMs);
     const u = step.usage;
     tr.querySelector(".tokens").textContent = u ? u.input_tokens + "+" + u.output_tokens : "–";
