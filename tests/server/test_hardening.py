@@ -1,6 +1,6 @@
 """The web surface of a real `tether serve`: bodies only as declared JSON, security headers on
 every answer, a server without authentication kept to loopback (its `--host`, the `Host`
-header, the `Origin` of a change), `/metrics` that names backends only to the operator,
+header, the `Origin` of a change), `/metrics` that names backends and tenants only to the operator,
 `/healthz` and `/readyz` that tell the truth, `Allow` on a 405, and bounded bodies."""
 
 from __future__ import annotations
@@ -315,15 +315,16 @@ def _series(text: str) -> dict[str, float]:
     }
 
 
-async def test_metrics_name_backends_only_to_the_operator(operated: Server) -> None:
+async def test_metrics_name_backends_and_tenants_only_to_the_operator(operated: Server) -> None:
     await _settled_session(operated.url)
     async with httpx.AsyncClient(base_url=operated.url) as client:
         anyone = (await client.get("/metrics")).text
         tenant = (await client.get("/metrics", headers=AUTH)).text
         wrong = (await client.get("/metrics", headers={"Authorization": "Bearer nope"})).text
         operator = await client.get("/metrics", headers={"Authorization": f"Bearer {OPERATOR}"})
-    for text in (anyone, tenant, wrong):
+    for text in (anyone, tenant, wrong):  # no token, a tenant's, a wrong one: no names
         assert "backend=" not in text and "scripted" not in text and "acme" not in text, text
+        assert "tenant=" not in text and "model=" not in text, text
         totals = _series(text)
         assert totals["tether_gateways_backends"] >= 1, text
         assert totals["tether_gateways_requests_total"] >= 1, text
@@ -332,7 +333,8 @@ async def test_metrics_name_backends_only_to_the_operator(operated: Server) -> N
     per_backend = [v for k, v in named.items() if k.startswith("tether_gateway_requests_total{")]
     total = _series(anyone)["tether_gateways_requests_total"]
     assert per_backend and sum(per_backend) >= total, (per_backend, total, operator.text)
-    assert "acme" not in operator.text  # tenants are never named, even to the operator
+    # The operator sees what each tenant spent, by model.
+    assert 'tether_tokens_total{tenant="acme",model="' in operator.text
 
 
 async def test_session_series_name_models_and_tools_only_to_the_operator(
@@ -350,7 +352,7 @@ async def test_session_series_name_models_and_tools_only_to_the_operator(
     assert "model=" not in anyone and "tool=" not in anyone and "acme" not in anyone
     per_model = [v for k, v in named.items() if k.startswith("tether_model_call_seconds_count{")]
     assert per_model and sum(per_model) == totals["tether_model_call_seconds_count"]
-    assert 'model="' in operator and "acme" not in operator
+    assert 'model="' in operator and 'tenant="acme"' in operator
 
 
 async def test_the_metrics_token_may_come_from_the_environment(open_server: Server) -> None:

@@ -1,6 +1,7 @@
 """Metrics fed by the events a process appends: nothing is counted until the process asks,
-then model and tool latency, tokens, cost and outcomes, rendered as Prometheus text that
-names models and tools only to the operator."""
+then model and tool latency, time to first token, tokens and cost by tenant and model, and
+outcomes, rendered as Prometheus text that names models, tools and tenants only to the
+operator."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from tether.errors import RateLimited
 from tether.scheduler.retry import RetryPolicy
 from tether.store import MemoryStore
 from tether.telemetry import metrics
-from tether.telemetry.metrics import Registry, render
+from tether.telemetry.metrics import Registry
+from tether.telemetry.prometheus import render
 from tether.testing import Fail, ScriptedModel, call
 
 
@@ -87,9 +89,41 @@ async def test_prometheus_text_names_models_and_tools_only_to_the_operator(
     assert 'le="+Inf"} 2' in anyone
 
 
-def test_the_grafana_dashboard_reads_only_series_tether_serves() -> None:
+async def test_a_streamed_answer_times_its_first_token_and_an_unstreamed_one_is_skipped(
+    registry: Registry,
+) -> None:
+    store = MemoryStore()
+    streamed = Agent(ScriptedModel(["hi"], delay=0.02), store=store, on_delta=lambda d: None)
+    await streamed.run("go")
+    await Agent(ScriptedModel(["hi"], delay=0.02), store=store).run("go")
+    assert sum(registry.model_seconds.counts[("scripted",)]) == 2  # both answers timed
+    assert sum(registry.first_token_seconds.counts[("scripted",)]) == 1  # one first token
+    first = registry.first_token_seconds.sums[("scripted",)]
+    assert 0 < first <= registry.model_seconds.sums[("scripted",)]
+    anyone = "\n".join(render(registry))
+    assert "tether_model_first_token_seconds_count 1" in anyone
+    operator = "\n".join(render(registry, names=True))
+    assert 'tether_model_first_token_seconds_count{model="scripted"} 1' in operator
+
+
+async def test_tokens_and_cost_name_their_tenant_only_to_the_operator(registry: Registry) -> None:
+    for tenant in ("acme", "globex"):
+        model = ScriptedModel(["hi"], price_per_million=(1.0, 2.0))
+        await Agent(model, store=MemoryStore(), metadata={"tenant": tenant}).run("go")
+    operator = "\n".join(render(registry, names=True))
+    for tenant in ("acme", "globex"):
+        assert f'tether_tokens_total{{tenant="{tenant}",model="scripted",kind="input"}}' in operator
+        assert f'tether_cost_usd_total{{tenant="{tenant}",model="scripted"}}' in operator
+    anyone = "\n".join(render(registry))
+    assert "tenant" not in anyone and "acme" not in anyone and "globex" not in anyone
+    inputs = sum(v for (_, _, kind), v in registry.tokens.items() if kind == "input")
+    assert f'tether_tokens_total{{kind="input"}} {inputs}' in anyone
+
+
+def test_the_grafana_dashboard_reads_only_series_tether_serves_and_each_of_them() -> None:
     """docs/grafana/tether-dashboard.json is built from these names: each it queries must be
-    one that /metrics renders (a rename here would leave a panel empty)."""
+    one that /metrics renders (a rename here would leave a panel empty), and each series the
+    registry renders has a panel (a new one cannot be forgotten)."""
     import json
     import re
     from pathlib import Path
@@ -117,3 +151,5 @@ def test_the_grafana_dashboard_reads_only_series_tether_serves() -> None:
     assert queried and queried <= served | histograms | gateway, (
         queried - served - histograms - gateway
     )
+    unread = {n for n in served if not {n, f"{n}_bucket", f"{n}_count"} & queried}
+    assert not unread, unread

@@ -54,8 +54,9 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
         "--metrics-token",
         default=None,
         metavar="TOKEN",
-        help="the operator's bearer token for /metrics with its per-backend series "
-        "(default: $TETHER_METRICS_TOKEN; without one, /metrics names no backend)",
+        help="the operator's bearer token for /metrics with its series by backend, model, "
+        "tool and tenant; 16 characters or more, no tenant's (default: "
+        "$TETHER_METRICS_TOKEN; without one, /metrics names none of them)",
     )
     serve.add_argument(
         "--allow-code",
@@ -203,6 +204,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
 
         from tether.server.app import create_app
         from tether.server.auth import Tokens
+        from tether.server.metrics import check_token
     except ImportError as exc:
         raise UsageError(
             f"tether serve needs the server extra (pip install 'tether[server]'): {exc}"
@@ -223,6 +225,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     tokens = None if args.no_auth else Tokens.load(args.tokens)
     if tokens is not None and len(tokens) == 0:
         raise UsageError("no tokens: pass --tokens FILE, set TETHER_TOKENS, or --no-auth")
+    check_token(metrics_token, tokens)  # it names every tenant: the operator's alone
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     # IPPROTO_TCP named explicitly: asyncio turns Nagle off only for sockets that say so,
     # and with Nagle on each response body waited ~40 ms for the client's delayed ACK.

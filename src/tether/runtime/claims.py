@@ -23,6 +23,7 @@ from tether.recovery import closing
 from tether.session.lease import holding
 from tether.session.log import SessionLog
 from tether.store.base import Claimed, Lease, Store
+from tether.telemetry import metrics
 
 DEFAULT_MAX_CLAIMS = 3  # strikes before a session is ended: `tether worker --poison-after`
 
@@ -113,9 +114,11 @@ async def judge(store: Store, item: Claimed, max_claims: int) -> Claimed | None:
     calls = in_flight(session_log) if session_log.folder.turn_open else ()
     if not calls:
         await store.acquit(item.lease)
+        metrics.took_over("forgiven")
         return replace(item, claims=1)
     verdict = Verdict(item.claims - 1, calls)
     if verdict.strikes < max_claims:  # on probation: `Probation` forgives it on progress
+        metrics.took_over("struck")
         log.warning(
             "session %s: its worker died while it ran %s (strike %d of %d)",
             item.lease.session_id,
@@ -125,6 +128,7 @@ async def judge(store: Store, item: Claimed, max_claims: int) -> Claimed | None:
         )
         return item
     await end_poisoned(store, item, poison_reason(verdict), session_log)
+    metrics.took_over("poisoned")
     return None
 
 

@@ -38,6 +38,7 @@ from tether.session.run import Runs, run_session
 from tether.session.tail import Tail
 from tether.state import TERMINAL_STATES, session_outcome
 from tether.store.base import Claimed, DeferReason, Lease, News, Store, Wakeup
+from tether.telemetry import metrics
 from tether.tools.base import Tool, Toolbox
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ class Worker:
         self.gateways = Gateways(gateway, park_after=park_after)
         self._attempts: dict[str, int] = {}  # failed runs in a row, by session
         self._chores: set[asyncio.Task[None]] = set()  # acquittals under way
+        metrics.watch(self)  # its slots, leases and sessions' states, read at a scrape
 
     @property
     def running(self) -> int:
@@ -240,6 +242,7 @@ class Worker:
             # by whichever worker takes the session once the time is up.
             with contextlib.suppress(StoreError):
                 await self.store.defer(sid, *defer)
+                metrics.parked(defer[1])
 
     def _failed(self, session_id: str) -> float:
         """Note a failed run (a store hiccup or a bug); the delay before the next try, longer

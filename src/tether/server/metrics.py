@@ -1,8 +1,10 @@
-"""`GET /metrics`: the server's own counters, the series its sessions' events feed
-(`telemetry.metrics`: model and tool latency, tokens, cost, outcomes), and the figures of the model gateways (the
+"""`GET /metrics`: the server's own counters, the series its sessions and workers feed
+(`telemetry.metrics`: model and tool latency, time to first token, tokens, cost, outcomes,
+worker slots, leases, states, takeovers, parks), and the figures of the model gateways (the
 runtime's own, one per backend its workers used, and any others it is given), in the
-Prometheus text format (0.0.4). Backends are named only to the operator (`names`): a backend
-is what a tenant chose, so its name is the tenant's business."""
+Prometheus text format (0.0.4). Backends, models, tools and tenants are named only to the
+operator (`names`, the bearer of the metrics token): a backend is what a tenant chose, and
+which tenants there are and what they spend is the operator's business, not another's."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from tether.errors import ConfigError
 from tether.runtime.local import LocalRuntime
 from tether.scheduler.figures import _COUNTERS as COUNTERS
 from tether.scheduler.figures import GatewayFigures, render_prometheus
+from tether.server.auth import MIN_TOKEN, Tokens
 from tether.telemetry import metrics as session_metrics
+from tether.telemetry.prometheus import render as render_sessions
 
 
 class Metrics:
@@ -54,7 +59,7 @@ class Metrics:
              worker.failures if worker else 0),
         ):  # fmt: skip
             lines.append(f"{family(name, kind, help_text)} {value}")
-        lines.extend(session_metrics.render(names=names))
+        lines.extend(render_sessions(names=names))
         figures = [*self.runtime.figures(), *(g.figures() for g in self.gateways)]
         if not names:
             lines.extend(totals(figures))
@@ -62,6 +67,17 @@ class Metrics:
         if figures and names:
             text += render_prometheus(figures)
         return text
+
+
+def check_token(metrics_token: str | None, tokens: Tokens | None) -> None:
+    """Refuse a metrics token that would show every tenant's names and spending to someone
+    else: one short enough to guess, or one a tenant holds (it would read /metrics too)."""
+    if metrics_token is None:
+        return
+    if len(metrics_token) < MIN_TOKEN:
+        raise ConfigError(f"the metrics token is shorter than {MIN_TOKEN} characters")
+    if tokens is not None and tokens.tenant(f"Bearer {metrics_token}") is not None:
+        raise ConfigError("the metrics token is also a tenant's token: give the operator its own")
 
 
 # What adds up over backends: counters, and the gauges that count requests.

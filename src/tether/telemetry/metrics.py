@@ -1,18 +1,21 @@
-"""Metrics derived from the events a process appends: model latency, tokens and cost by
-model, tool latency and outcomes by tool, turns by stop reason, sessions by outcome.
+"""Metrics derived from what a process does: from the events it appends (model latency and
+time to first token, tokens and cost by tenant and model, tool latency and outcomes by tool,
+turns by stop reason, sessions by outcome) and from its workers (takeovers, parks, and at a
+scrape their slots, leases and sessions by state, `census`).
 
-Owns the process's registry (`METRICS`) and the per-log observer that feeds it. Nothing is
-counted until a process asks for metrics (`enable()`: `tether serve` and `tether worker` do),
-so a library run pays nothing per event. Rendered as Prometheus text (`render`) for
-`GET /metrics`; a model or a tool (a tenant's choice) is named only to the operator, and a
-tenant never, as the gateway series do (the counters are kept by tenant for a later, safe view).
+Owns the process's registry (`METRICS`), the per-log observer that feeds it and the one-line
+hooks the runtime calls. Nothing is counted until a process asks for metrics (`enable()`:
+`tether serve` does) or sets a global OpenTelemetry meter provider (`meters`), so a library
+run pays nothing per event. Rendering is `prometheus.render`'s.
 """
 
 from __future__ import annotations
 
 import bisect
+import sys
+import weakref
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tether.events import (
@@ -26,7 +29,7 @@ from tether.events import (
     ToolStarted,
     TurnEnded,
 )
-from tether.scheduler.figures import _escape
+from tether.telemetry.census import WorkerLike
 
 # Seconds: from a fast tool to a slow model answer.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -36,11 +39,13 @@ Labels = tuple[str, ...]
 
 @dataclass
 class Histogram:
-    """Cumulative buckets per label set, as Prometheus wants them."""
+    """Cumulative buckets per label set, as Prometheus wants them. `mirror`: where each
+    observation also goes (OpenTelemetry's histogram, when a meter provider is set)."""
 
     buckets: tuple[float, ...] = BUCKETS
     counts: dict[Labels, list[int]] = field(default_factory=dict)
     sums: defaultdict[Labels, float] = field(default_factory=lambda: defaultdict(float))
+    mirror: Callable[[Labels, float], None] | None = None
 
     def observe(self, labels: Labels, value: float) -> None:
         counts = self.counts.get(labels)
@@ -48,19 +53,28 @@ class Histogram:
             counts = self.counts[labels] = [0] * (len(self.buckets) + 1)
         counts[bisect.bisect_left(self.buckets, value)] += 1
         self.sums[labels] += value
+        if self.mirror is not None:
+            self.mirror(labels, value)
 
 
 @dataclass
 class Registry:
     enabled: bool = False
-    model_seconds: Histogram = field(default_factory=Histogram)
-    tool_seconds: Histogram = field(default_factory=Histogram)
+    model_seconds: Histogram = field(default_factory=Histogram)  # (model,)
+    first_token_seconds: Histogram = field(default_factory=Histogram)  # (model,)
+    tool_seconds: Histogram = field(default_factory=Histogram)  # (tool,)
     tokens: Counter[Labels] = field(default_factory=Counter)  # (tenant, model, kind)
     cost_usd: defaultdict[Labels, float] = field(default_factory=lambda: defaultdict(float))
     model_failures: Counter[Labels] = field(default_factory=Counter)  # (model, error class)
     tool_calls: Counter[Labels] = field(default_factory=Counter)  # (tool, outcome)
     turns: Counter[Labels] = field(default_factory=Counter)  # (stop reason,)
     sessions_ended: Counter[Labels] = field(default_factory=Counter)  # (outcome,)
+    takeovers: Counter[Labels] = field(default_factory=Counter)  # (verdict,)
+    parks: Counter[Labels] = field(default_factory=Counter)  # (reason,)
+    # The workers of this process, read at a scrape (`census`); weakly, so a dropped
+    # runtime's worker goes away with it.
+    workers: weakref.WeakSet[WorkerLike] = field(default_factory=weakref.WeakSet)
+    meter_provider: object | None = None  # the OpenTelemetry provider the series go to
 
 
 METRICS = Registry()
@@ -72,13 +86,40 @@ def enable() -> None:
 
 
 def observers(history: Sequence[Event] = ()) -> tuple[Callable[[Event], None], ...]:
-    """The observer a log opened on `history` gets: one when metrics are enabled."""
+    """The observer a log opened on `history` gets: one when metrics are enabled, or an
+    OpenTelemetry meter provider is set (which enables them)."""
+    if "opentelemetry.metrics" in sys.modules:  # else nobody could have set a provider
+        from tether.telemetry.meters import follow
+
+        follow(METRICS)
     if not METRICS.enabled:
         return ()
     observer = SessionMetrics(METRICS)
     for event in history:  # learn the tenant, model and open calls; count nothing again
         observer.learn(event)
     return (observer,)
+
+
+# --- hooks the runtime calls: one line each, nothing done while metrics are off -----------
+
+
+def watch(worker: WorkerLike) -> None:
+    """A worker of this process, counted at each scrape while it lives."""
+    METRICS.workers.add(worker)
+
+
+def took_over(verdict: str) -> None:
+    """A claim that followed a dead worker, and what was made of the death: `forgiven`
+    (nothing of the session's was running), `struck`, or `poisoned` (ended)."""
+    if METRICS.enabled:
+        METRICS.takeovers[(verdict,)] += 1
+
+
+def parked(reason: str) -> None:
+    """A session a worker let go and deferred: `parked` (its backend cannot take the call
+    yet) or `backoff` (its run failed)."""
+    if METRICS.enabled:
+        METRICS.parks[(reason,)] += 1
 
 
 class SessionMetrics:
@@ -113,17 +154,7 @@ class SessionMetrics:
             return
         self.learn(event)
         if isinstance(p, ModelResponded):
-            r.model_seconds.observe((self.model,), p.latency_ms / 1000)
-            usage = p.usage
-            for kind, count in (
-                ("input", usage.input_tokens),
-                ("output", usage.output_tokens),
-                ("cache_read", usage.cache_read_tokens),
-            ):
-                if count:
-                    r.tokens[(self.tenant, self.model, kind)] += count
-            if p.cost_usd:
-                r.cost_usd[(self.tenant, self.model)] += p.cost_usd
+            self._responded(p)
         elif isinstance(p, ModelFailed):
             r.model_failures[(self.model, p.error_class)] += 1
         elif isinstance(p, TurnEnded):
@@ -131,92 +162,18 @@ class SessionMetrics:
         elif isinstance(p, SessionEnded):
             r.sessions_ended[(p.outcome,)] += 1
 
-
-# --- Prometheus text -------------------------------------------------------------------------
-
-
-def _labels(names: Sequence[str], values: Labels) -> str:
-    return ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True))
-
-
-def _merge(counter: Mapping[Labels, float], keep: Sequence[int]) -> dict[Labels, float]:
-    out: defaultdict[Labels, float] = defaultdict(float)
-    for labels, value in counter.items():
-        out[tuple(labels[i] for i in keep)] += value
-    return dict(out)
-
-
-def render(registry: Registry = METRICS, *, names: bool = False) -> list[str]:
-    """The series as Prometheus text lines. Without `names`, models and tools (a tenant's
-    choice) are summed away; tenants always are; outcomes and stop reasons stay."""
-    lines: list[str] = []
-
-    def family(name: str, kind: str, help_text: str) -> str:
-        lines.append(f"# HELP tether_{name} {help_text}")
-        lines.append(f"# TYPE tether_{name} {kind}")
-        return f"tether_{name}"
-
-    def counter(
-        name: str, help_text: str, data: Mapping[Labels, float], label_names: Sequence[str]
-    ) -> None:
-        metric = family(name, "counter", help_text)
-        for labels, value in sorted(data.items()):
-            inner = _labels(label_names, labels)
-            lines.append(f"{metric}{{{inner}}} {value:g}" if inner else f"{metric} {value:g}")
-
-    def histogram(name: str, help_text: str, h: Histogram, label_names: Sequence[str]) -> None:
-        metric = family(name, "histogram", help_text)
-        for labels in sorted(h.counts):
-            counts = h.counts[labels]
-            inner = _labels(label_names, labels)
-            sep = "," if inner else ""
-            total = 0
-            for bound, count in zip((*h.buckets, float("inf")), counts, strict=True):
-                total += count
-                le = "+Inf" if bound == float("inf") else f"{bound:g}"
-                lines.append(f'{metric}_bucket{{{inner}{sep}le="{le}"}} {total}')
-            wrap = f"{{{inner}}}" if inner else ""
-            lines.append(f"{metric}_sum{wrap} {h.sums[labels]:g}")
-            lines.append(f"{metric}_count{wrap} {total}")
-
-    model_seconds = registry.model_seconds if names else _summed(registry.model_seconds)
-    histogram(
-        "model_call_seconds",
-        "model call latency, retries included",
-        model_seconds,
-        ("model",) if names else (),
-    )
-    tool_seconds = registry.tool_seconds if names else _summed(registry.tool_seconds)
-    histogram("tool_call_seconds", "tool call duration", tool_seconds, ("tool",) if names else ())
-    if names:
-        counter("tokens_total", "tokens by model and kind", _merge(registry.tokens, (1, 2)),
-                ("model", "kind"))  # fmt: skip
-        counter("cost_usd_total", "priced cost by model", _merge(registry.cost_usd, (1,)),
-                ("model",))  # fmt: skip
-        counter("model_failures_total", "model calls that failed, by model and error class",
-                registry.model_failures, ("model", "error_class"))  # fmt: skip
-    else:
-        counter("tokens_total", "tokens by kind", _merge(registry.tokens, (2,)), ("kind",))
-        counter("cost_usd_total", "priced cost", _merge(registry.cost_usd, ()), ())
-        counter("model_failures_total", "model calls that failed, by error class",
-                _merge(registry.model_failures, (1,)), ("error_class",))  # fmt: skip
-    if names:
-        counter("tool_calls_total", "tool calls by tool and outcome", registry.tool_calls,
-                ("tool", "outcome"))  # fmt: skip
-    else:
-        counter("tool_calls_total", "tool calls by outcome", _merge(registry.tool_calls, (1,)),
-                ("outcome",))  # fmt: skip
-    counter("turns_total", "turns ended, by stop reason", registry.turns, ("stop_reason",))
-    counter("sessions_ended_total", "sessions ended, by outcome", registry.sessions_ended,
-            ("outcome",))  # fmt: skip
-    return lines
-
-
-def _summed(h: Histogram) -> Histogram:
-    out = Histogram(h.buckets)
-    for labels, counts in h.counts.items():
-        mine = out.counts.setdefault((), [0] * len(counts))
-        for i, c in enumerate(counts):
-            mine[i] += c
-        out.sums[()] += h.sums[labels]
-    return out
+    def _responded(self, p: ModelResponded) -> None:
+        r, model = self.registry, (self.model,)
+        r.model_seconds.observe(model, p.latency_ms / 1000)
+        if p.first_token_ms is not None:  # only a streamed answer has a first token
+            r.first_token_seconds.observe(model, p.first_token_ms / 1000)
+        usage = p.usage
+        for kind, count in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cache_read", usage.cache_read_tokens),
+        ):
+            if count:
+                r.tokens[(self.tenant, self.model, kind)] += count
+        if p.cost_usd:
+            r.cost_usd[(self.tenant, self.model)] += p.cost_usd

@@ -1,7 +1,8 @@
 """Span records into OpenTelemetry: emitted live through a tracer (with tether's own span
 ids, when the tracer is the SDK's), or made into the SDK's finished spans for an exporter.
 
-Owns every import of OpenTelemetry; nothing else in tether imports it.
+Owns every import of OpenTelemetry's tracing API (its metrics API's are `meters.py`'s);
+nothing else in tether imports either.
 """
 
 from __future__ import annotations
