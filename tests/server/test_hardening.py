@@ -190,7 +190,9 @@ async def test_the_web_view_has_no_inline_script_or_style_and_its_files_say_what
     assert timeline.headers["content-type"].startswith("text/javascript")
     assert style.headers["content-type"].startswith("text/css")
     scripts = re.findall(r"<script\b([^>]*)>(.*?)</script>", html, re.S)
-    assert scripts == [(' src="/ui/timeline.js"', ""), (' src="/ui/app.js"', "")]
+    assert scripts == [
+        (f' src="/ui/{name}.js"', "") for name in ("timeline", "app", "list", "start")
+    ]
     assert '<link rel="stylesheet" href="/ui/app.css">' in html
     assert "<style" not in html and not re.search(r"\s(style|on[a-z]+)\s*=", html)
     assert "getElementById" in script.text and "font:" in style.text

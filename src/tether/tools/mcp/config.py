@@ -18,8 +18,9 @@ from typing import Any, Literal
 
 from tether.errors import ConfigError
 from tether.tools.base import DEFAULT_TIMEOUT
+from tether.tools.mcp.auth_config import McpOAuth, oauth_from_mapping
 
-Transport = Literal["stdio", "http"]
+Transport = Literal["stdio", "http", "sse"]
 DEFAULT_STARTUP_TIMEOUT = 30.0
 # "auto" probes 2026-07-28 `server/discover` and falls back to the 2025-11-25 handshake.
 PROTOCOLS = ("auto", "legacy", "2026-07-28")
@@ -30,6 +31,7 @@ _TRANSPORT_TYPES: dict[str, Transport] = {
     "streamable-http": "http",
     "streamable_http": "http",
     "streamableHttp": "http",
+    "sse": "sse",  # the legacy HTTP+SSE transport (protocol 2024-11-05)
 }
 # Keys other clients write into the same files; they mean nothing here and are not errors.
 _FOREIGN_KEYS = frozenset(
@@ -71,6 +73,8 @@ _KNOWN_KEYS = frozenset(
         "elicitation",
         "sampling",
         "roots",
+        "auth",
+        "transport",
     }
 )
 # `${VAR}`, or `${VAR:-default}` (the default when VAR is unset or empty, as in a shell).
@@ -79,7 +83,8 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 @dataclass(frozen=True, slots=True)
 class McpServerConfig:
-    """One MCP server: a `command` run over stdio, or a streamable HTTP `url`.
+    """One MCP server: a `command` run over stdio, or a streamable HTTP `url` (the legacy
+    HTTP+SSE transport when `sse`).
 
     `needs_approval` is True (every tool of the server), False, or the set of tool names
     (as the server names them) that need an approval. `timeout` bounds each call;
@@ -91,7 +96,8 @@ class McpServerConfig:
     the user for input during a call (the session waits in `waiting_input`), and have the
     session's own model answer a prompt (within the session's budget). `roots`: the
     directories (paths or `file://` URIs) the server is told it may work in; none: the
-    capability is not declared."""
+    capability is not declared. `auth`: OAuth 2.1 for a remote server (`McpOAuth`); its
+    tokens are kept in the store, never in the event log."""
 
     name: str
     command: str | None = None
@@ -110,6 +116,8 @@ class McpServerConfig:
     elicitation: bool = True
     sampling: bool = True
     roots: tuple[str, ...] = ()
+    sse: bool = False
+    auth: McpOAuth | None = None
 
     def __post_init__(self) -> None:
         where = f"MCP server {self.name!r}"
@@ -133,6 +141,8 @@ class McpServerConfig:
             raise ConfigError(
                 f"{where}: 'startupTimeout' must be a positive number of seconds, not {self.startup_timeout}"
             )
+        if self.url is None and (self.sse or self.auth is not None):
+            raise ConfigError(f"{where}: 'auth' and the sse transport need a 'url'")
         if self.protocol not in PROTOCOLS:
             raise ConfigError(
                 f"{where}: 'protocol' must be one of {', '.join(PROTOCOLS)}, not {self.protocol!r}"
@@ -140,7 +150,9 @@ class McpServerConfig:
 
     @property
     def transport(self) -> Transport:
-        return "stdio" if self.command is not None else "http"
+        if self.command is not None:
+            return "stdio"
+        return "sse" if self.sse else "http"
 
     def offers(self, tool_name: str) -> bool:
         """Is the tool offered, by `enabled_tools` and `disabled_tools`?"""
@@ -201,8 +213,10 @@ def server_from_mapping(
 ) -> McpServerConfig | None:
     """One server's settings (`command`/`args`/`env`/`cwd` or `url`/`headers`, plus
     `needsApproval`, `timeout`, `startupTimeout`, `protocol`, `enabled_tools`,
-    `disabled_tools`, `use_instructions`, `elicitation`, `sampling`, `roots`); None when it is disabled. `${VAR}` and `${VAR:-default}` in any string
-    of `command`, `args`, `env`, `cwd`, `url` and `headers` are read from the environment."""
+    `disabled_tools`, `use_instructions`, `elicitation`, `sampling`, `roots`, `auth`; `type` or
+    `transport` stdio, http or sse); None when it is disabled. `${VAR}` and `${VAR:-default}` in
+    any string of `command`, `args`, `env`, `cwd`, `url`, `headers` and `auth` are read from
+    the environment."""
     where = f"{source}: MCP server {name!r}"
     if not isinstance(entry, Mapping):
         raise ConfigError(f"{where}: settings must be an object")
@@ -214,9 +228,9 @@ def server_from_mapping(
         )
     if settings.get("disabled") is True or settings.get("enabled") is False:
         return None
-    kind = settings.get("type")
+    kind = settings.get("type", settings.get("transport"))
     if kind is not None and kind not in _TRANSPORT_TYPES:
-        raise ConfigError(f"{where}: type {kind!r} is not supported (stdio or http; SSE is not)")
+        raise ConfigError(f"{where}: type {kind!r} is not supported (stdio, http or sse)")
     startup = _seconds(
         settings.get("startupTimeout", DEFAULT_STARTUP_TIMEOUT), "startupTimeout", where
     )
@@ -245,6 +259,10 @@ def server_from_mapping(
             _expand(root, f"{where}: roots[{i}]")
             for i, root in enumerate(_str_list(settings.get("roots", []), "roots", where))
         ),
+        "sse": kind is not None and _TRANSPORT_TYPES[kind] == "sse",
+        "auth": None
+        if settings.get("auth") is None
+        else oauth_from_mapping(settings["auth"], where, _expand),
     }
     try:
         return McpServerConfig(name=name, **fields)

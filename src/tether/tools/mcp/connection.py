@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TextIO, TypeVar
 
+import httpx2
 from mcp import Client, StdioServerParameters
 from mcp import types as mcp_types
 from mcp.client.session import IncomingMessage
@@ -25,6 +26,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from tether.events import Effect
+from tether.store.credentials import Credentials
 from tether.tools.mcp.asking import ServerRequests
 from tether.tools.mcp.config import McpServerConfig
 from tether.tools.mcp.errors import (
@@ -36,6 +38,15 @@ from tether.tools.mcp.errors import (
 )
 from tether.tools.mcp.http import DELIVERY, Delivery, HttpState, http_transport, refused
 from tether.tools.mcp.logs import LogObserver, log_to_python, wanted_level
+from tether.tools.mcp.oauth import (
+    AUTHORIZE_TIMEOUT,
+    AuthorizeHandler,
+    default_credentials,
+    explain,
+    oauth_provider,
+    print_authorize,
+    redact,
+)
 from tether.tools.mcp.stderr import StderrTail
 
 logger = logging.getLogger(__name__)
@@ -93,9 +104,14 @@ class McpConnection:
         *,
         errlog: TextIO | None = None,
         on_log: LogObserver | None = None,
+        credentials: Credentials | None = None,
+        on_authorize: AuthorizeHandler | None = None,
     ) -> None:
         self.config = config
         self._on_log = on_log
+        # OAuth (a server with `auth`): where its tokens are kept, who is shown the sign-in URL.
+        self._credentials = credentials
+        self._on_authorize = on_authorize or print_authorize
         # Elicitation, sampling and roots: each request to the session of its call.
         self.asking = ServerRequests(config.name, config.roots)
         self.starts = 0
@@ -275,21 +291,25 @@ class McpConnection:
             self._supervise(live, ready), name=f"mcp-server:{self.name}"
         )
         where = f"MCP server {self.name!r} ({self.config.describe()})"
+        auth = self.config.auth
+        deadline = self.config.startup_timeout
+        if auth is not None and auth.grant == "authorization_code":
+            deadline = max(deadline, AUTHORIZE_TIMEOUT)  # a person may have to sign in
         try:
-            async with asyncio.timeout(self.config.startup_timeout):
+            async with asyncio.timeout(deadline):
                 live.client = await asyncio.shield(ready)
         except TimeoutError:
             self._abandon(live, ready)
             raise McpServerUnavailable(
                 self.name,
-                f"{where} did not finish starting within {self.config.startup_timeout:g} s",
+                f"{where} did not finish starting within {deadline:g} s",
             ) from None
         except asyncio.CancelledError:
             self._abandon(live, ready)
             raise
         except Exception as exc:
             self._abandon(live, ready)
-            problem = _describe(exc)
+            problem = explain(exc, auth) or redact(_describe(exc), auth)
             if live.http.status is not None:
                 status = live.http.status
                 problem = status if problem == _SDK_STAND_IN else f"{problem} ({status})"
@@ -345,10 +365,17 @@ class McpConnection:
             live.stderr = StderrTail(self._errlog or _default_errlog())
             transport = live.stderr.watch(stdio_client(params, errlog=live.stderr.writer))
         else:
-            transport = http_transport(str(config.url), dict(config.headers), live.http)
+            transport = http_transport(
+                str(config.url),
+                dict(config.headers),
+                live.http,
+                sse=config.sse,
+                auth=self._oauth if config.auth is not None else None,
+            )
         return Client(
             transport,
-            mode=config.protocol,
+            # The legacy SSE transport predates `server/discover`: handshake only.
+            mode="legacy" if config.sse and config.protocol == "auto" else config.protocol,
             cache=None,  # the listing is cached here, and refreshed on list_changed
             message_handler=self._on_message,
             logging_callback=log_to_python(self.name, self._on_log),
@@ -358,6 +385,15 @@ class McpConnection:
             elicitation_callback=self.asking.elicit if config.elicitation else None,
             sampling_callback=self.asking.sample if config.sampling else None,
             list_roots_callback=self.asking.roots if config.roots else None,
+        )
+
+    async def _oauth(self) -> httpx2.Auth:
+        config = self.config
+        assert config.auth is not None and config.url is not None  # only asked for then
+        if self._credentials is None:
+            self._credentials = default_credentials()
+        return await oauth_provider(
+            config.auth, self.name, config.url, self._credentials, self._on_authorize
         )
 
     async def _on_message(self, message: IncomingMessage) -> None:
@@ -406,7 +442,9 @@ class McpConnection:
         if isinstance(exc, MCPError):
             text = f"MCP server {name!r} closed the connection during {what}{cause}"
         else:
-            text = f"MCP server {name!r} failed during {what}: {_describe(exc)}{cause}"
+            auth = self.config.auth
+            problem = explain(exc, auth) or redact(_describe(exc), auth)
+            text = f"MCP server {name!r} failed during {what}: {problem}{cause}"
         return McpServerUnavailable(name, f"{text}; it will be restarted at the next call")
 
     async def _retire(self, live: _Live) -> None:

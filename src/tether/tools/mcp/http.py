@@ -1,19 +1,20 @@
-"""The streamable HTTP transport of MCP connections, watched: which requests of a call reached a
-server, and whether the server still knows our session.
+"""The HTTP transports of MCP connections (streamable HTTP, and the legacy HTTP+SSE), watched:
+which requests of a call reached a server, and whether the server still knows our session.
 
-Owns the httpx transport under the SDK's client. What to do about a lost session or a refused
+Owns the httpx transport under the SDK's client, with OAuth (`oauth`) as the client's `auth`. What to do about a lost session or a refused
 connection (reconnect, retry, refuse to repeat a write) is `connection`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import httpx2
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 _HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
@@ -110,12 +111,47 @@ class _WatchedStream(httpx2.AsyncByteStream):
         await self._inner.aclose()
 
 
+AuthFactory = Callable[[], Awaitable[httpx2.Auth]]
+
+
 @asynccontextmanager
-async def http_transport(url: str, headers: dict[str, str], state: HttpState) -> AsyncIterator[Any]:
+async def http_transport(
+    url: str,
+    headers: dict[str, str],
+    state: HttpState,
+    *,
+    sse: bool = False,
+    auth: AuthFactory | None = None,
+) -> AsyncIterator[Any]:
+    """Streamable HTTP, or the legacy HTTP+SSE transport (`sse`: `url` is the SSE endpoint).
+    `auth` makes the OAuth provider once the connection starts (it may read the store)."""
+    provider = await auth() if auth is not None else None
+
+    def client(
+        headers: dict[str, str] | None = None,
+        timeout: httpx2.Timeout | None = None,
+        auth: httpx2.Auth | None = None,
+    ) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(
+            headers=headers,
+            timeout=timeout or _HTTP_TIMEOUT,
+            auth=auth,
+            transport=_WatchedTransport(state),
+        )
+
+    if sse:
+        async with sse_client(
+            url,
+            headers=headers,
+            timeout=_HTTP_TIMEOUT.connect or 30.0,
+            sse_read_timeout=_HTTP_TIMEOUT.read or 300.0,
+            httpx_client_factory=client,
+            auth=provider,
+        ) as streams:
+            yield streams
+        return
     async with (
-        httpx2.AsyncClient(
-            headers=headers, timeout=_HTTP_TIMEOUT, transport=_WatchedTransport(state)
-        ) as http,
+        client(headers=headers, auth=provider) as http,
         streamable_http_client(url, http_client=http) as streams,
     ):
         yield streams

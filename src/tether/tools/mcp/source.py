@@ -20,6 +20,7 @@ from mcp import types as mcp_types
 from tether.errors import ConfigError, TetherError
 from tether.events import Effect
 from tether.messages import Image
+from tether.store.credentials import Credentials, open_credentials
 from tether.tools.base import Tool, Toolbox
 from tether.tools.mcp import catalog
 from tether.tools.mcp.catalog import (
@@ -34,6 +35,7 @@ from tether.tools.mcp.connection import McpConnection, ProgressFn
 from tether.tools.mcp.content import render_result, result_parts
 from tether.tools.mcp.errors import McpToolFailed, McpUnsupported
 from tether.tools.mcp.logs import LogObserver
+from tether.tools.mcp.oauth import AuthorizeHandler, default_credentials
 from tether.tools.schema import ToolContext
 
 logger = logging.getLogger(__name__)
@@ -70,7 +72,10 @@ class McpToolSource:
     stops every server it started. `on_progress` sees every progress notification, `on_log`
     every log message (which also goes to the `tether.mcp` logger). A tool is
     offered when its server's `enabled_tools`/`disabled_tools` allow it and `tool_filter`
-    (if given) returns True for it."""
+    (if given) returns True for it. Servers with OAuth (`auth`) keep their tokens in
+    `credentials` (a store URL or a `Credentials`; none: `$TETHER_STORE`, else
+    `sqlite:///tether.db`, as the CLI), and `on_authorize(server, url)` shows a person the
+    sign-in URL (none: it is printed to stderr)."""
 
     def __init__(
         self,
@@ -80,12 +85,21 @@ class McpToolSource:
         errlog: TextIO | None = None,
         tool_filter: ToolFilter | None = None,
         on_log: LogObserver | None = None,
+        credentials: Credentials | str | None = None,
+        on_authorize: AuthorizeHandler | None = None,
     ) -> None:
         self.configs = servers_by_name(servers)
         self.on_progress = on_progress
         self.tool_filter = tool_filter
+        if isinstance(credentials, str):
+            credentials = open_credentials(credentials)
+        if credentials is None and any(c.auth is not None for c in self.configs.values()):
+            credentials = default_credentials()
         self.connections = {
-            name: McpConnection(c, errlog=errlog, on_log=on_log) for name, c in self.configs.items()
+            name: McpConnection(
+                c, errlog=errlog, on_log=on_log, credentials=credentials, on_authorize=on_authorize
+            )
+            for name, c in self.configs.items()
         }
         self._made: set[str] = set()  # the names of the tools the last listing gave
 
