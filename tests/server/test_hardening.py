@@ -5,6 +5,7 @@ header, the `Origin` of a change), `/metrics` that names backends and tenants on
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -355,6 +356,22 @@ async def test_session_series_name_models_and_tools_only_to_the_operator(
     per_model = [v for k, v in named.items() if k.startswith("tether_model_call_seconds_count{")]
     assert per_model and sum(per_model) == totals["tether_model_call_seconds_count"]
     assert 'model="' in operator and 'tenant="acme"' in operator
+
+
+async def test_worker_series_count_the_servers_slots_for_anyone(operated: Server) -> None:
+    await _settled_session(operated.url)
+    async with httpx.AsyncClient(base_url=operated.url) as client:
+        # The worker clears the session's mark just after its end is visible: a moment.
+        for _ in range(50):
+            totals = _series((await client.get("/metrics")).text)
+            if totals['tether_worker_slots{slot="used"}'] == 0:
+                break
+            await asyncio.sleep(0.1)
+    # `--workers 2`: two slots, none busy once the session settled; nothing held.
+    slots = totals['tether_worker_slots{slot="used"}'] + totals['tether_worker_slots{slot="free"}']
+    assert slots == 2 and totals['tether_worker_slots{slot="used"}'] == 0, totals
+    assert totals["tether_worker_leases_held"] == 0
+    assert totals['tether_worker_sessions{state="waiting_model"}'] == 0
 
 
 async def test_the_metrics_token_may_come_from_the_environment(open_server: Server) -> None:

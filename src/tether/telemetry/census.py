@@ -72,7 +72,7 @@ def census(workers: Iterable[WorkerLike]) -> Census:
     lets it go, so the leases are the claimed sessions not yet in a turn and the turns whose
     log still carries one (a run that lost its lease holds none)."""
     out = Census()
-    for worker in list(workers):  # a weak set may lose a member while it is read
+    for worker in _members(workers):
         out.slots += worker.concurrency
         out.used += worker.running
         turns = [t for sid in worker.runs if (t := worker.runs.turn(sid)) is not None]
@@ -81,3 +81,15 @@ def census(workers: Iterable[WorkerLike]) -> Census:
         out.states.update(t.log.folder.state for t in turns)
         out.leases += starting + sum(1 for t in turns if t.log.lease is not None)
     return out
+
+
+def _members(workers: Iterable[WorkerLike]) -> list[WorkerLike]:
+    """A copy of `workers`. OpenTelemetry's reader counts on its own thread, and a weak set
+    that gains or loses a member (a worker made or dropped on the loop's) while it is read
+    raises: read again, then give up for this collection."""
+    for _ in range(3):
+        try:
+            return list(workers)
+        except RuntimeError:
+            continue
+    return []
