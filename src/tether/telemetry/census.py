@@ -41,6 +41,8 @@ class _Log(Protocol):
 class _Turn(Protocol):
     @property
     def log(self) -> _Log: ...
+    @property
+    def writes_nothing(self) -> bool: ...
 
 
 class _Runs(Protocol):
@@ -69,8 +71,8 @@ class Census:
 
 def census(workers: Iterable[WorkerLike]) -> Census:
     """Summed over `workers`. A session a worker claimed holds its lease until the worker
-    lets it go, so the leases are the claimed sessions not yet in a turn and the turns whose
-    log still carries one (a run that lost its lease holds none)."""
+    lets it go, so the leases are the claimed sessions not yet in a turn and the turns under
+    one, less those that lost it or handed it over (they write nothing more)."""
     out = Census()
     for worker in _members(workers):
         out.slots += worker.concurrency
@@ -79,7 +81,8 @@ def census(workers: Iterable[WorkerLike]) -> Census:
         starting = max(0, worker.running - len(turns))
         out.states["starting"] += starting
         out.states.update(t.log.folder.state for t in turns)
-        out.leases += starting + sum(1 for t in turns if t.log.lease is not None)
+        held = sum(1 for t in turns if t.log.lease is not None and not t.writes_nothing)
+        out.leases += starting + held
     return out
 
 
