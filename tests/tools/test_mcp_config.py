@@ -121,6 +121,7 @@ def test_an_unset_variable_is_an_error_naming_it(monkeypatch: pytest.MonkeyPatch
         ({"url": "http://h/mcp", "auth": {"clientID": "x"}}, "unknown key 'auth.clientID'"),
         ({"url": "http://h/mcp", "auth": {"grant": "client_credentials"}}, "needs client_id"),
         ({"url": "http://h/mcp", "auth": {"redirect_port": 70000}}, "must be a TCP port"),
+        ({"url": "http://h/mcp", "auth": {"private_key": "k"}}, "'auth.private_key' is for grant"),
         ({"command": "x", "needsApproval": "yes"}, "'needsApproval' must be"),
         ({"command": "x", "protocol": "2024-01-01"}, "'protocol' must be one of"),
     ],

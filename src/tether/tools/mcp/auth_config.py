@@ -7,7 +7,8 @@ tokens is `tokens`'. Needs no MCP SDK.
              "client_id": "...", "client_secret": "${SECRET}", "scopes": ["a", "b"],
              "redirect_port": 33418, "issuer": "https://auth.example.com",
              "client_metadata_url": "https://example.com/client.json",
-             "token_endpoint_auth_method": "client_secret_basic" | "client_secret_post"}
+             "token_endpoint_auth_method": "client_secret_basic" | "client_secret_post",
+             "private_key": "${PEM}", "signing_algorithm": "RS256"}
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ _ALIASES = {
     "clientMetadataUrl": "client_metadata_url",
     "tokenEndpointAuthMethod": "token_endpoint_auth_method",
     "scope": "scopes",
+    "privateKey": "private_key",
+    "signingAlgorithm": "signing_algorithm",
 }
 _KNOWN = frozenset(
     {
@@ -42,6 +45,8 @@ _KNOWN = frozenset(
         "issuer",
         "client_metadata_url",
         "token_endpoint_auth_method",
+        "private_key",
+        "signing_algorithm",
     }
 )
 
@@ -54,7 +59,8 @@ class McpOAuth:
     `http://127.0.0.1:PORT/callback` (`redirect_port`; none: the port of an earlier
     registration, else a free one); with no `client_id` the client registers itself
     (dynamic client registration, or `client_metadata_url` where the server takes URL client
-    ids). `client_credentials`: a machine's `client_id` and `client_secret`, no person.
+    ids). `client_credentials`: a machine's `client_id` and `client_secret` (or a
+    `private_key`, PEM, that signs a JWT assertion: `private_key_jwt`), no person.
     `scopes`: none lets the server's challenge and metadata choose. `issuer`: the
     authorization server the client's credentials belong to (token requests go nowhere
     else). The secret is never shown (`repr`, errors) nor logged."""
@@ -67,13 +73,24 @@ class McpOAuth:
     issuer: str | None = None
     client_metadata_url: str | None = None
     token_endpoint_auth_method: AuthMethod | None = None
+    private_key: str | None = field(default=None, repr=False)
+    signing_algorithm: str = "RS256"
 
     def __post_init__(self) -> None:
         if self.grant not in _GRANTS:
             raise ConfigError(f"'auth.grant' must be one of {', '.join(_GRANTS)}")
-        if self.grant == "client_credentials" and not (self.client_id and self.client_secret):
+        if self.grant == "client_credentials" and not (
+            self.client_id and (self.client_secret or self.private_key)
+        ):
             raise ConfigError(
-                "'auth' with grant client_credentials needs client_id and client_secret"
+                "'auth' with grant client_credentials needs client_id and client_secret "
+                "(or private_key)"
+            )
+        if self.private_key is not None and (
+            self.grant != "client_credentials" or self.client_secret is not None
+        ):
+            raise ConfigError(
+                "'auth.private_key' is for grant client_credentials, instead of client_secret"
             )
         if self.client_secret is not None and self.client_id is None:
             raise ConfigError("'auth.client_secret' is given without 'auth.client_id'")
@@ -91,7 +108,7 @@ class McpOAuth:
 
     def secrets(self) -> tuple[str, ...]:
         """What must never appear in text anyone reads."""
-        return (self.client_secret,) if self.client_secret else ()
+        return tuple(s for s in (self.client_secret, self.private_key) if s)
 
 
 def oauth_from_mapping(value: object, where: str, expand: Callable[[str, str], str]) -> McpOAuth:
@@ -108,7 +125,15 @@ def oauth_from_mapping(value: object, where: str, expand: Callable[[str, str], s
     if settings.get("type", "oauth") != "oauth":
         raise ConfigError(f"{where}: 'auth.type' must be \"oauth\", not {settings['type']!r}")
     fields: dict[str, Any] = {}
-    for key in ("grant", "client_id", "client_secret", "issuer", "client_metadata_url"):
+    for key in (
+        "grant",
+        "client_id",
+        "client_secret",
+        "issuer",
+        "client_metadata_url",
+        "private_key",
+        "signing_algorithm",
+    ):
         fields[key] = _string(settings, key, where, expand)
     fields["token_endpoint_auth_method"] = _string(
         settings, "token_endpoint_auth_method", where, expand

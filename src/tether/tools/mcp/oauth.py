@@ -21,7 +21,11 @@ from urllib.parse import parse_qs, urlsplit
 import httpx2
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.auth.exceptions import OAuthFlowError, OAuthRegistrationError, OAuthTokenError
-from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.client.auth.extensions.client_credentials import (
+    ClientCredentialsOAuthProvider,
+    PrivateKeyJWTOAuthProvider,
+    SignedJWTParameters,
+)
 from mcp.client.auth.oauth2 import OAuthContext
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl
@@ -67,6 +71,12 @@ class _CodeProvider(OAuthClientProvider):
 
 
 class _MachineProvider(ClientCredentialsOAuthProvider):
+    async def _initialize(self) -> None:
+        await super()._initialize()
+        _restore_expiry(self.context)
+
+
+class _SignedMachineProvider(PrivateKeyJWTOAuthProvider):
     async def _initialize(self) -> None:
         await super()._initialize()
         _restore_expiry(self.context)
@@ -149,21 +159,7 @@ async def oauth_provider(
 ) -> httpx2.Auth:
     """The SDK's provider for one server's `auth`, its tokens kept in `credentials`."""
     if auth.grant == "client_credentials":
-        assert auth.client_id is not None and auth.client_secret is not None  # McpOAuth checks
-        storage = StoredTokens(credentials, url, client_id=auth.client_id)
-        with warnings.catch_warnings():
-            # Without `issuer` the SDK warns that discovery decides where the secret goes;
-            # the config documents it, and a warning per connection says nothing new.
-            warnings.simplefilter("ignore")
-            return _MachineProvider(
-                server_url=url,
-                storage=storage,
-                client_id=auth.client_id,
-                client_secret=auth.client_secret,
-                token_endpoint_auth_method=auth.token_endpoint_auth_method or "client_secret_basic",
-                scope=auth.scope,
-                issuer=auth.issuer,
-            )
+        return _machine(auth, url, credentials)
     kept = StoredTokens(credentials, url, client_id=auth.client_id)
     port = auth.redirect_port or _port_of(await kept.get_client_info()) or _free_port()
     callback = LoopbackCallback(port)
@@ -201,6 +197,41 @@ async def oauth_provider(
     )
 
 
+def _machine(auth: McpOAuth, url: str, credentials: Credentials) -> httpx2.Auth:
+    """The client credentials grant: with a secret, or a JWT signed with `private_key`."""
+    assert auth.client_id is not None  # McpOAuth checks
+    storage = StoredTokens(credentials, url, client_id=auth.client_id)
+    with warnings.catch_warnings():
+        # Without `issuer` the SDK warns that discovery decides where the credentials go;
+        # the config documents it, and a warning per connection says nothing new.
+        warnings.simplefilter("ignore")
+        if auth.private_key is not None:
+            signed = SignedJWTParameters(
+                issuer=auth.client_id,
+                subject=auth.client_id,
+                signing_key=auth.private_key,
+                signing_algorithm=auth.signing_algorithm,
+            )
+            return _SignedMachineProvider(
+                server_url=url,
+                storage=storage,
+                client_id=auth.client_id,
+                assertion_provider=signed.create_assertion_provider(),
+                scope=auth.scope,
+                issuer=auth.issuer,
+            )
+        assert auth.client_secret is not None  # McpOAuth checks
+        return _MachineProvider(
+            server_url=url,
+            storage=storage,
+            client_id=auth.client_id,
+            client_secret=auth.client_secret,
+            token_endpoint_auth_method=auth.token_endpoint_auth_method or "client_secret_basic",
+            scope=auth.scope,
+            issuer=auth.issuer,
+        )
+
+
 def explain(exc: BaseException, auth: McpOAuth | None) -> str | None:
     """An OAuth failure in words (never the secret), or None for any other error."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -226,7 +257,8 @@ def redact(text: str, auth: McpOAuth | None) -> str:
 def _method(auth: McpOAuth) -> str:
     if auth.token_endpoint_auth_method is not None:
         return auth.token_endpoint_auth_method
-    return "client_secret_post" if auth.client_secret else "none"
+    # RFC 8414's default, and the method OAuth 2.1 servers must take for a client's secret.
+    return "client_secret_basic" if auth.client_secret else "none"
 
 
 def _port_of(client: OAuthClientInformationFull | None) -> int | None:
