@@ -63,6 +63,7 @@ async def test_takeovers_are_counted_by_verdict(registry: Registry) -> None:
     await asyncio.sleep(TTL * 1.5)
     await take_work(store, "w3", ttl=30, limit=5, alone=True, max_claims=2)
     assert registry.takeovers == {("forgiven",): 2, ("struck",): 1, ("poisoned",): 1}
+    assert registry.parks == {("poisoned",): 1}  # the poisoned one is put aside for good
     text = "\n".join(render(registry))
     assert 'tether_takeovers_total{verdict="poisoned"} 1' in text
 

@@ -147,4 +147,5 @@ async def end_poisoned(
             if batch:
                 await session_log.append(*batch)
                 log.warning("session %s failed: %s", item.lease.session_id, reason)
+                metrics.parked("poisoned")
         await store.clear_runnable(item.wakeup)

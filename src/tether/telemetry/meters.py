@@ -53,7 +53,7 @@ COUNTERS = (
     Series("tether.takeovers", "{session}", lambda r: r.takeovers, ("verdict",),
            "sessions claimed after their worker died, by verdict"),
     Series("tether.parks", "{session}", lambda r: r.parks, ("reason",),
-           "sessions let go and deferred, by reason"),
+           "sessions put aside, by reason (parked, backoff, poisoned)"),
 )  # fmt: skip
 
 

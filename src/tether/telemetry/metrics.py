@@ -116,8 +116,8 @@ def took_over(verdict: str) -> None:
 
 
 def parked(reason: str) -> None:
-    """A session a worker let go and deferred: `parked` (its backend cannot take the call
-    yet) or `backoff` (its run failed)."""
+    """A session put aside: deferred by a worker, `parked` (its backend cannot take the call
+    yet) or `backoff` (its run failed), or ended `poisoned` (it kept killing its workers)."""
     if METRICS.enabled:
         METRICS.parks[(reason,)] += 1
 

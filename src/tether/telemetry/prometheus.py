@@ -140,5 +140,5 @@ def _workers(text: _Text, r: Registry) -> None:
                  {(state,): n for state, n in now.states.items()}, ("state",))  # fmt: skip
     text.samples("takeovers_total", "counter", "sessions claimed after their worker died, by "
                  "verdict (forgiven, struck, poisoned)", r.takeovers, ("verdict",))  # fmt: skip
-    text.samples("parks_total", "counter", "sessions let go and deferred, by reason (parked, "
-                 "backoff)", r.parks, ("reason",))  # fmt: skip
+    text.samples("parks_total", "counter", "sessions put aside, by reason (parked, backoff: "
+                 "deferred; poisoned: ended)", r.parks, ("reason",))  # fmt: skip
