@@ -475,16 +475,16 @@ async def test_the_list_pages_through_three_hundred_sessions_to_the_end_and_filt
             await expect(at).to_have_text("page 5")
             await expect(older).to_be_enabled()
 
-            # Search by id prefix, then by state: each starts again at the first page.
+            # Search by id, then filter by state: each starts again at the first page.
             target = ids[123]
-            await page.fill("#filter-id", target)
+            await page.fill("#filter-q", target)
             await expect(page.locator("#sessions tr")).to_have_count(1, timeout=WAIT_MS)
             await expect(page.locator("#sessions tr")).to_have_attribute("data-session", target)
             await expect(at).to_have_text("page 1 (the last)")
-            await page.fill("#filter-id", "no-such-session")
+            await page.fill("#filter-q", "no-such-session")
             await expect(page.locator("#empty")).to_have_text("No session matches.")
             await expect(page.locator("#empty")).to_be_visible()
-            await page.fill("#filter-id", "")
+            await page.fill("#filter-q", "")
             await rt.cancel(SessionRef(target))
             await page.select_option("#filter-state", "canceled")
             await expect(page.locator("#sessions tr")).to_have_count(1, timeout=WAIT_MS)

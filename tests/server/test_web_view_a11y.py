@@ -1,6 +1,7 @@
 """The web view on a phone and with a keyboard, in a real Chromium against a real `tether
 serve`: axe-core (npm, installed by `.ci/axe.sh`) finds no serious or critical violation on the
-list, a session and an approval at 1280 and 390 px wide; at 390 px nothing scrolls sideways and
+list (its search, filters and counts), the start form, a session and an approval at 1280
+and 390 px wide; at 390 px nothing scrolls sideways and
 every control is at least 24 px tall and wide; updates are announced by live regions."""
 
 from __future__ import annotations
@@ -97,8 +98,16 @@ async def test_every_screen_passes_axe_at_desktop_and_phone_widths(
                 await give_token(page, ACME)
                 row = page.locator(f'tr[data-session="{done.session_id}"]')
                 await expect(row).to_contain_text("echo: accessible", timeout=WAIT_MS)
+                await expect(page.locator('#counts button[data-state="idle"]')).to_be_visible()
                 found[f"list at {width}"] = await serious_violations(page, source)
                 found[f"list layout at {width}"] = await layout_problems(page)
+
+                await page.goto(f"{server.url}/ui#/new")
+                await expect(page.locator("#start-tools input")).to_have_count(
+                    3
+                )  # note, guarded, tools
+                found[f"start form at {width}"] = await serious_violations(page, source)
+                found[f"start form layout at {width}"] = await layout_problems(page)
 
                 await page.goto(f"{server.url}/ui#/s/{done.session_id}")
                 await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)

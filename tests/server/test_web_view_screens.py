@@ -54,8 +54,19 @@ async def test_screenshots_of_each_screen(tmp_path: Path, browser: object) -> No
                 await give_token(page, ACME)
                 await page.locator("#token").blur()
                 await expect(page.locator("#sessions tr")).to_have_count(5, timeout=WAIT_MS)
+                await expect(page.locator('#counts button[data-state="idle"]')).to_be_visible()
                 shots.append(folder / f"{prefix}-list.png")
                 await page.screenshot(path=shots[-1])
+
+                await page.goto(f"{server.url}/ui#/new")
+                # The fixtures' note, guarded and tools; the reader's fetch and tools.
+                await expect(page.locator("#start-tools input")).to_have_count(5)
+                await page.fill("#start-model", "python:tether.testing.runtime_fixtures:model")
+                await page.fill("#start-task", "note 2")
+                tools = "tether.testing.runtime_fixtures:tools"
+                await page.locator(f'#start-tools input[value="{tools}"]').check()
+                shots.append(folder / f"{prefix}-start.png")
+                await page.screenshot(path=shots[-1], full_page=True)
 
                 await page.goto(f"{server.url}/ui#/s/{read.session_id}")
                 await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)

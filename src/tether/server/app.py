@@ -27,7 +27,7 @@ from tether.events import Event
 from tether.providers.base import Delta
 from tether.runtime.base import SessionRef
 from tether.runtime.local import LocalRuntime
-from tether.server import experiments, listing, listquery
+from tether.server import experiments, listing, listquery, offer
 from tether.server.auth import Tokens
 from tether.server.errors import ApiError, envelope, error_response
 from tether.server.metrics import Metrics
@@ -337,6 +337,7 @@ def create_app(
         Route("/metrics", r("metrics", api.metrics_text, auth=False), name="metrics"),
         Route("/openapi.json", r("openapi", api.openapi_json, auth=False), name="openapi"),
         Route("/v1/capabilities", r("capabilities", api.capabilities), name="capabilities"),
+        Route("/v1/start-options", r("options", offer.start_options), name="options"),
         *(Route(path, r("ui", api.ui, auth=False), name="ui") for path in WEB_VIEW),
         Route("/v1/sessions", r("start", api.start), methods=["POST"], name="start"),
         Route(

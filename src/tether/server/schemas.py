@@ -253,6 +253,12 @@ def components() -> dict[str, Any]:
         "type": "object", "additionalProperties": {"type": "integer"},
         "description": "with counts=true: per state, the sessions every filter but state lets through",
     }  # fmt: skip
+    defs["StartOptions"] = _object(
+        allow_code={"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
+        tools={"type": "array", "items": _object(
+            spec={"type": "string"}, tools={"type": "array", "items": _object(
+                name={"type": "string"}, description={"type": "string"})})},
+    )  # fmt: skip
     scanned = {"type": "object", "description": "how many sessions were looked through, the "
                "limit, and whether that was all of them"}  # fmt: skip
     defs["ExperimentList"] = _object(
@@ -420,6 +426,9 @@ def openapi() -> dict[str, Any]:
             "200": {"description": "OpenAPI 3.1",
                     "content": {"application/json": {"schema": {"type": "object"}}}}}}},
         "/v1/capabilities": {"get": _op("what this runtime can do", 200, Capabilities)},
+        "/v1/start-options": {"get": _op(
+            "what a start may name here: the operator's --allow-code patterns (null: any code) "
+            "and the tool specs they match, each with its tools' names", 200, "StartOptions")},
         "/v1/sessions": {
             "post": _op("start a session", 201, "StartedModel", 400, 409, 413, 415, 422,
                         parameters=[IDEMPOTENCY_KEY], requestBody=_body(StartBody)),

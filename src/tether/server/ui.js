@@ -1,5 +1,7 @@
 "use strict";
-// The web view's script, served as /ui/app.js (the page's policy runs no inline script).
+// The web view's script, served as /ui/app.js (the page's policy runs no inline script): its
+// helpers, the session and experiment views and the router; the list is list.js, the start
+// form start.js, both loaded after this file.
 // Everything shown comes from the API of the server that served this page; text is only ever
 // set with textContent, so nothing a model or a tool said can run here.
 const $ = (id) => document.getElementById(id);
@@ -64,106 +66,16 @@ function counted(id) {
   view.dataset.refreshes = String(Number(view.dataset.refreshes || 0) + 1);
 }
 
-const VIEWS = ["list-view", "session-view", "experiments-view", "experiment-view"];
+const VIEWS = ["list-view", "session-view", "experiments-view", "experiment-view", "start-view"];
 
 function showView(id) {
   for (const view of VIEWS) $(view).hidden = view !== id;
 }
 
-// Rows are kept and updated in place, keyed by session: a refresh that replaced them could
-// take the row from under a click between its mousedown and mouseup, and the click would be
-// lost.
-function renderRows(body, sessions) {
-  const old = new Map([...body.children].map((tr) => [tr.dataset.session, tr]));
-  let at = 0;
-  for (const s of sessions) {
-    let tr = old.get(s.session_id);
-    old.delete(s.session_id);
-    if (!tr) {
-      tr = document.createElement("tr");
-      tr.dataset.session = s.session_id;
-      const link = document.createElement("a");
-      link.href = "#/s/" + encodeURIComponent(s.session_id);
-      link.className = "mono";
-      link.textContent = s.session_id;
-      const first = document.createElement("td");
-      first.appendChild(link);
-      tr.appendChild(first);
-      for (let i = 0; i < 5; i++) tr.appendChild(document.createElement("td"));
-      tr.addEventListener("click", (e) => {
-        if (e.target.closest("a")) return;  // the link navigates by itself (or opens a tab)
-        location.hash = "#/s/" + encodeURIComponent(s.session_id);
-      });
-    }
-    const values = [s.state, s.stop_reason || "-", String(s.steps), s.updated, clip(s.last_output, 90)];
-    values.forEach((value, i) => {
-      const cell = tr.children[i + 1];
-      if (cell.textContent !== value) cell.textContent = value;
-    });
-    if (body.children[at] !== tr) body.insertBefore(tr, body.children[at] || null);
-    at += 1;
-  }
-  for (const tr of old.values()) tr.remove();
-}
-
-// The list's place, kept across views: the filters, and the cursor of each page seen so far
-// (pages[0] is null, the newest). Paging is by the API's cursor, so a page holds the same
-// rows while newer sessions come in above it.
-const listing = { pages: [null], at: 0, asked: 0 };
-
-function listQuery() {
-  const q = new URLSearchParams({ limit: "50" });
-  const cursor = listing.pages[listing.at];
-  if (cursor) q.set("cursor", cursor);
-  const state = $("filter-state").value;
-  if (state) q.set("state", state);
-  const prefix = $("filter-id").value.trim();
-  if (prefix) q.set("id_prefix", prefix);
-  return "/v1/sessions?" + q.toString();
-}
-
-async function refreshList() {
-  const asked = ++listing.asked;  // an answer to an older question is dropped
-  const data = await api("GET", listQuery()).catch(() => null);
-  if (!data || asked !== listing.asked) return;
-  listing.pages.length = listing.at + 1;
-  if (data.next_cursor) listing.pages.push(data.next_cursor);
-  renderRows($("sessions"), data.sessions);
-  const filtered = $("filter-state").value || $("filter-id").value.trim();
-  $("empty").textContent = filtered ? "No session matches." : "No sessions yet.";
-  $("empty").hidden = data.sessions.length > 0 || listing.at > 0;
-  $("page-at").textContent = "page " + (listing.at + 1) + (data.next_cursor ? "" : " (the last)");
-  $("page-newer").disabled = listing.at === 0;
-  $("page-older").disabled = !data.next_cursor;
-  counted("list-view");
-}
-
-function turnPage(by) {
-  listing.at = Math.max(0, Math.min(listing.pages.length - 1, listing.at + by));
-  refreshList();
-}
-
-function filterList() {
-  listing.pages = [null];
-  listing.at = 0;
-  refreshList();
-}
-
 $("errors-only").addEventListener("change", () => {
   $("timeline").classList.toggle("only-errors", $("errors-only").checked);
 });
-$("page-older").addEventListener("click", () => turnPage(1));
-$("page-newer").addEventListener("click", () => turnPage(-1));
-$("filter-state").addEventListener("change", filterList);
-$("filter-id").addEventListener("input", filterList);
 
-async function showList() {
-  showView("list-view");
-  const mine = generation;
-  await refreshList();
-  if (mine !== generation) return;  // navigated away meanwhile: start nothing for this view
-  timer = setInterval(refreshList, 2000);
-}
 
 // The tree is kept by thread and updated in place (a refresh must not take the focus from a
 // fold button); each thread's button folds its events, and its sub-threads', away.
@@ -595,7 +507,10 @@ function route() {
   if (session) showSession(decodeURIComponent(session[1]));
   else if (experiment) showExperiment(decodeURIComponent(experiment[1]));
   else if (location.hash === "#/experiments") showExperiments();
-  else showList();
+  else if (location.hash === "#/new") showStart();
+  else showList();  // list.js
 }
 window.addEventListener("hashchange", route);
-route();
+// The list's and the start form's scripts come after this one: the first view is shown once
+// every script has run.
+document.addEventListener("DOMContentLoaded", route);
