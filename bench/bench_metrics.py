@@ -2,8 +2,9 @@
 off and OpenTelemetry never imported; then, interleaved run by run so that the machine's
 noise falls on all alike, metrics off, the process's registry enabled (what `tether serve`
 does: every event through the observer), and an OpenTelemetry SDK meter provider set as well
-(histograms fed alongside; counters and gauges read only when collected, here once at the
-end, so the cost is tether's and the SDK's per event, not an export's).
+(histograms and the GenAI client metrics fed alongside; counters and gauges read only when
+collected, here once at the end, so the cost is tether's and the SDK's per event, not an
+export's).
 
     .venv/bin/python bench/bench_metrics.py
 """
@@ -35,10 +36,12 @@ def modes() -> dict[str, Callable[[], None]]:
     r = metrics.METRICS
     histograms: list[Histogram] = [r.model_seconds, r.first_token_seconds, r.tool_seconds]
     mirrors = [h.mirror for h in histograms]
+    genai = r.on_answer  # the GenAI client metrics: SDK records too
 
     def mirrored(on: bool) -> None:
         for h, mirror in zip(histograms, mirrors, strict=True):
             h.mirror = mirror if on else None
+        r.on_answer = genai if on else None
 
     def off() -> None:
         r.enabled = False

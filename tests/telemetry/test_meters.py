@@ -100,6 +100,18 @@ async def test_a_set_meter_provider_gets_every_series_named(
     assert points["tether.tool_calls"] == [({"tool": "lookup", "outcome": "ok"}, 1)]
     assert points["tether.turns"] == [({"stop_reason": "end_turn"}, 1)]
 
+    # The GenAI conventions' client metrics, for the tools that read those.
+    chat = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "scripted",
+        "gen_ai.system": "scripted",
+        "gen_ai.request.model": "scripted",
+    }
+    assert [(a, v[0]) for a, v in points["gen_ai.client.operation.duration"]] == [(chat, 2)]
+    usage = {a["gen_ai.token.type"]: v for a, v in points["gen_ai.client.token.usage"]}
+    assert set(usage) == {"input", "output"}
+    assert usage["input"] == (2, registry.tokens[("acme", "scripted", "input")])
+
 
 async def test_worker_gauges_are_read_when_collected(
     registry: Registry, reader: InMemoryMetricReader

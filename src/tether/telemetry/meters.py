@@ -3,8 +3,10 @@ is set: no flag, as OpenTelemetry instrumentations do (the provider enables coun
 
 Owns every import of OpenTelemetry's metrics API and the names the series take there:
 counters and gauges are observable instruments that read the registry when collected;
-histograms (the API has no observable one) are fed alongside, from the moment of binding.
-Everything is named, tenants included: a provider is the operator's, set in its process.
+histograms (the API has no observable one) are fed alongside, from the moment of binding,
+with the GenAI conventions' client metrics (`gen_ai.client.operation.duration`,
+`gen_ai.client.token.usage`). Everything is named, tenants included: a provider is the
+operator's, set in its process.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from opentelemetry.metrics import CallbackOptions, Meter, NoOpMeterProvider, Obs
 # Private, but the only way to tell "nobody set one" (OpenTelemetry's own tests do the same).
 from opentelemetry.metrics._internal import _ProxyMeterProvider
 
+from tether.events import ModelResponded
+from tether.telemetry import conventions as c
 from tether.telemetry.census import census
 from tether.telemetry.metrics import Histogram, Labels, Registry
 
@@ -102,6 +106,7 @@ def bind(registry: Registry, meter: Meter) -> None:
         ("tether.tool_call", registry.tool_seconds, "tool", "tool call duration"),
     ):  # fmt: skip
         _mirror(meter, name, histogram, label, description)
+    _genai(registry, meter)
 
 
 def _observe(
@@ -126,3 +131,32 @@ def _mirror(meter: Meter, name: str, histogram: Histogram, label: str, descripti
         instrument.record(value, {label: labels[0]})
 
     histogram.mirror = record
+
+
+# The GenAI semantic conventions' client metrics, beside tether's own: what GenAI-aware
+# tools read. Buckets are the conventions' advisories.
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
+                    20.48, 40.96, 81.92)  # fmt: skip
+TOKEN_BUCKETS = tuple(float(4**n) for n in range(14))  # 1, 4, 16, … 67,108,864
+
+
+def _genai(registry: Registry, meter: Meter) -> None:
+    duration = meter.create_histogram(
+        "gen_ai.client.operation.duration", "s", "GenAI operation duration",
+        explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+    )  # fmt: skip
+    usage = meter.create_histogram(
+        "gen_ai.client.token.usage", "{token}", "tokens used per GenAI operation",
+        explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
+    )  # fmt: skip
+
+    def answered(model: str, answer: ModelResponded) -> None:
+        provider, name = c.provider_and_model(model)
+        attributes = {c.OPERATION: "chat", c.PROVIDER: provider, c.SYSTEM: provider,
+                      c.REQUEST_MODEL: name}  # fmt: skip
+        duration.record(answer.latency_ms / 1000, attributes)
+        for kind, count in (("input", answer.usage.input_tokens),
+                            ("output", answer.usage.output_tokens)):  # fmt: skip
+            usage.record(count, {**attributes, c.TOKEN_TYPE: kind})
+
+    registry.on_answer = answered

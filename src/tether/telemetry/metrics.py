@@ -75,6 +75,9 @@ class Registry:
     # runtime's worker goes away with it.
     workers: weakref.WeakSet[WorkerLike] = field(default_factory=weakref.WeakSet)
     meter_provider: object | None = None  # the OpenTelemetry provider the series go to
+    # Each model answer with its model string, as it is counted (the GenAI conventions'
+    # client metrics, when a meter provider is set: `meters`).
+    on_answer: Callable[[str, ModelResponded], None] | None = None
 
 
 METRICS = Registry()
@@ -104,7 +107,9 @@ def observers(history: Sequence[Event] = ()) -> tuple[Callable[[Event], None], .
 
 
 def watch(worker: WorkerLike) -> None:
-    """A worker of this process, counted at each scrape while it lives."""
+    """A worker of this process, counted at each scrape while it lives. Kept whether or not
+    metrics are on (`tether serve` enables them after its runtime made its worker): a weak
+    reference, once per worker, costs no event anything."""
     METRICS.workers.add(worker)
 
 
@@ -177,3 +182,5 @@ class SessionMetrics:
                 r.tokens[(self.tenant, self.model, kind)] += count
         if p.cost_usd:
             r.cost_usd[(self.tenant, self.model)] += p.cost_usd
+        if r.on_answer is not None:
+            r.on_answer(self.model, p)
