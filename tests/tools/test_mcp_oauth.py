@@ -163,10 +163,28 @@ async def test_without_auth_a_guarded_server_answers_401_by_name(guarded: OAuthS
 
 
 async def test_a_tool_is_called_over_the_legacy_sse_transport() -> None:
-    with OAuthServer(sse=True) as legacy:
+    with OAuthServer(sse=True, guard=False) as legacy:
         config = McpServerConfig("legacy", url=legacy.url, sse=True, startup_timeout=20)
         assert config.transport == "sse"
         async with McpToolSource([config]) as source:
             tools = await tools_of(source)
             echoed = await run(tools["echo"], text="over sse")
     assert (echoed.outcome, echoed.content) == ("ok", "over sse")
+
+
+async def test_a_guarded_sse_server_is_reached_with_oauth_and_refuses_by_name_without() -> None:
+    with OAuthServer(sse=True) as legacy:
+        auth = McpOAuth(
+            grant="client_credentials", client_id=MACHINE_ID, client_secret=MACHINE_SECRET
+        )
+        config = McpServerConfig("legacy", url=legacy.url, sse=True, auth=auth, startup_timeout=20)
+        async with McpToolSource([config], credentials=MemoryCredentials()) as source:
+            who = await run((await tools_of(source))["whoami"])
+        bare = McpServerConfig("legacy", url=legacy.url, sse=True, startup_timeout=10)
+        refused = McpToolSource([bare])
+        with pytest.raises(McpServerUnavailable) as caught:
+            await refused.list_tools()
+        await refused.aclose()
+    assert (who.outcome, who.content) == ("ok", MACHINE_ID)
+    assert str(caught.value).startswith(f"MCP server 'legacy' ({legacy.url}) could not be started")
+    assert "HTTP 401 Unauthorized" in str(caught.value)

@@ -1,7 +1,10 @@
 """`tether mcp tools|resources|prompts FILE`: what the MCP servers of a config file offer, and
-a resource read (`--read URI`) or a prompt filled (`--get NAME --arg K=V`).
+a resource read (`--read URI`) or a prompt filled (`--get NAME --arg K=V`); `tether mcp logout
+FILE` forgets the OAuth tokens kept for its servers.
 
-A thin adapter over `McpToolSource`; it stores nothing. The servers are stopped when it ends.
+A thin adapter over `McpToolSource`. It stores only what OAuth keeps (tokens, in `--store`'s
+database); a server that needs a sign-in prints the URL to open. The servers are stopped when
+it ends.
 """
 
 from __future__ import annotations
@@ -36,12 +39,19 @@ def add_mcp_commands(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="an argument of the prompt (repeatable)",
     )
-    for p in (tools, resources, prompts):
+    logout = msub.add_parser("logout", help="forget the OAuth tokens kept for the servers")
+    for p in (tools, resources, prompts, logout):
         p.add_argument("file", metavar="FILE", help="a JSON or TOML file with mcpServers")
         p.add_argument(
             "--server", default=None, metavar="NAME", help="only this server (needed to read/get)"
         )
         p.add_argument("--json", action="store_true")
+        p.add_argument(
+            "--store",
+            default=None,
+            metavar="URL",
+            help="where OAuth tokens are kept (default: $TETHER_STORE or sqlite:///tether.db)",
+        )
 
 
 async def cmd_mcp(args: argparse.Namespace) -> int:
@@ -53,7 +63,7 @@ async def cmd_mcp(args: argparse.Namespace) -> int:
         configs = load_mcp_config(args.file)
         if args.server is not None:
             configs = [c for c in configs if c.name == args.server] or _unknown(args, configs)
-        source = McpToolSource(configs)
+        source = McpToolSource(configs, credentials=args.store)
     except TetherError as exc:
         raise CliError(f"{args.file}: {exc}") from exc
     try:
@@ -150,8 +160,20 @@ def _first_line(text: str | None) -> str:
     return (text or "").strip().split("\n", 1)[0]
 
 
+async def _logout(source: McpToolSource, args: argparse.Namespace) -> None:
+    forgot = await source.forget_tokens()
+    if args.json:
+        print(json.dumps({"forgot": forgot}))
+        return
+    for name in forgot:
+        print(f"{name}: OAuth tokens forgotten")
+    if not forgot:
+        print("no server of this file uses OAuth")
+
+
 _COMMANDS: dict[str, Command] = {
     "tools": _tools,
     "resources": _resources,
     "prompts": _prompts,
+    "logout": _logout,
 }

@@ -5,7 +5,8 @@ SDK's has no client credentials grant): metadata, dynamic registration, an autho
 endpoint that approves at once (so a test can follow the redirect itself), and a token
 endpoint for authorization codes with PKCE, refresh tokens and client credentials.
 
-`OAuthServer.legacy_sse()` serves the same tools over the legacy HTTP+SSE transport, open.
+`OAuthServer(sse=True)` serves the same over the legacy HTTP+SSE transport; `guard=False`
+leaves the tools open.
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def _client_auth(request: Request, form: dict[str, Any]) -> tuple[str | None, st
 class OAuthServer:
     """`with OAuthServer() as server:` - `server.url` is the protected MCP endpoint."""
 
-    def __init__(self, *, sse: bool = False) -> None:
+    def __init__(self, *, sse: bool = False, guard: bool = True) -> None:
         self.state = AuthState()
         self.state.clients[MACHINE_ID] = {"secret": MACHINE_SECRET, "redirect_uris": []}
         self._sock = socket.socket()
@@ -197,6 +198,7 @@ class OAuthServer:
         self.port = int(self._sock.getsockname()[1])
         self.base = f"http://127.0.0.1:{self.port}"
         self.sse = sse
+        self.guard = guard
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -205,23 +207,23 @@ class OAuthServer:
         return f"{self.base}/sse" if self.sse else f"{self.base}/mcp"
 
     def app(self) -> Starlette:
-        if self.sse:
-            open_server = MCPServer("legacy", log_level="WARNING")
+        if not self.guard:
+            open_server = MCPServer("open", log_level="WARNING")
             _tools(open_server)
-            return open_server.sse_app()
+            return open_server.sse_app() if self.sse else open_server.streamable_http_app()
         server = MCPServer(
             "guarded",
             log_level="WARNING",
             token_verifier=Verifier(self.state),
             auth=AuthSettings(
                 issuer_url=self.base,  # type: ignore[arg-type]
-                resource_server_url=f"{self.base}/mcp",  # type: ignore[arg-type]
+                resource_server_url=self.url,  # type: ignore[arg-type]
                 validate_token_resource=False,
             ),
         )
         _tools(server)
         _authorization_routes(server, self.state, self.base)
-        return server.streamable_http_app()
+        return server.sse_app() if self.sse else server.streamable_http_app()
 
     def __enter__(self) -> OAuthServer:
         config = uvicorn.Config(self.app(), log_level="warning", lifespan="on")

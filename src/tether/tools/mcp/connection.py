@@ -36,7 +36,14 @@ from tether.tools.mcp.errors import (
     McpServerUnavailable,
     McpUnsupported,
 )
-from tether.tools.mcp.http import DELIVERY, Delivery, HttpState, http_transport, refused
+from tether.tools.mcp.http import (
+    DELIVERY,
+    Delivery,
+    HttpState,
+    http_transport,
+    refused,
+    status_error,
+)
 from tether.tools.mcp.logs import LogObserver, log_to_python, wanted_level
 from tether.tools.mcp.oauth import (
     AUTHORIZE_TIMEOUT,
@@ -309,10 +316,17 @@ class McpConnection:
             raise
         except Exception as exc:
             self._abandon(live, ready)
-            problem = explain(exc, auth) or redact(_describe(exc), auth)
-            if live.http.status is not None:
+            oauth = explain(exc, auth)
+            problem = oauth or redact(_describe(exc), auth)
+            # An OAuth failure says why in its own words; the last HTTP status may be a
+            # discovery request's 404, which would only mislead.
+            if live.http.status is not None and oauth is None:
                 status = live.http.status
-                problem = status if problem == _SDK_STAND_IN else f"{problem} ({status})"
+                plain = problem == _SDK_STAND_IN or status_error(exc)
+                problem = status if plain else f"{problem} ({status})"
+                if status.startswith("HTTP 401") and auth is None:
+                    problem += ' (it wants authorization: give it "auth": {"type": "oauth"})'
+
             if live.stderr is not None:
                 problem += await _last_words(live.stderr)
             raise McpServerUnavailable(

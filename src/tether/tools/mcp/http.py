@@ -175,3 +175,11 @@ def refused(exc: BaseException) -> bool:
             if linked is not None:
                 pending.append(linked)
     return False
+
+
+def status_error(exc: BaseException) -> bool:
+    """Is the innermost error httpx's for an HTTP error status (the SSE transport raises it
+    when its stream is refused)? Then the status, as `HttpState` noted it, says it all."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return isinstance(exc, httpx2.HTTPStatusError)

@@ -36,6 +36,7 @@ from tether.tools.mcp.content import render_result, result_parts
 from tether.tools.mcp.errors import McpToolFailed, McpUnsupported
 from tether.tools.mcp.logs import LogObserver
 from tether.tools.mcp.oauth import AuthorizeHandler, default_credentials
+from tether.tools.mcp.tokens import StoredTokens
 from tether.tools.schema import ToolContext
 
 logger = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class McpToolSource:
             credentials = open_credentials(credentials)
         if credentials is None and any(c.auth is not None for c in self.configs.values()):
             credentials = default_credentials()
+        self.credentials = credentials
         self.connections = {
             name: McpConnection(
                 c, errlog=errlog, on_log=on_log, credentials=credentials, on_authorize=on_authorize
@@ -117,6 +119,17 @@ class McpToolSource:
     async def aclose(self) -> None:
         for connection in self.connections.values():
             await connection.aclose()
+
+    async def forget_tokens(self) -> list[str]:
+        """Drop the OAuth tokens and registrations kept for the servers with `auth` (the
+        next connection signs in afresh); the names of those servers."""
+        forgot = []
+        for name, config in self.configs.items():
+            if config.auth is not None and config.url is not None and self.credentials:
+                kept = StoredTokens(self.credentials, config.url, client_id=config.auth.client_id)
+                await kept.forget()
+                forgot.append(name)
+        return forgot
 
     def connection(self, server: str) -> McpConnection:
         """The server's connection; an unknown name is a `ConfigError` listing the known ones."""
