@@ -212,6 +212,12 @@ async def test_a_check_the_operator_did_not_allow_is_never_imported_nor_called(
         assert all(r["passed"] is None and r["score"] is None for r in report["runs"])
         chart = await get(server, f"/v1/experiments/{experiment}/chart.svg")
         assert chart.status_code == 200 and " · steps · " in chart.text
+        # Any metric of the report on asking; an unknown one is refused, named.
+        tokens = await get(server, f"/v1/experiments/{experiment}/chart.svg?metric=tokens")
+        assert tokens.status_code == 200 and " · tokens · " in tokens.text
+        wrong = await get(server, f"/v1/experiments/{experiment}/chart.svg?metric=vibes")
+        assert wrong.status_code == 422
+        assert "query parameter metric must be one of pass_rate" in wrong.json()["error"]["message"]
     assert evil_marks(marks) == []
 
 

@@ -81,6 +81,12 @@ async def test_the_web_view_shows_an_experiments_chart_verdicts_and_runs(
                 "() => document.getElementById('chart').naturalWidth > 0", timeout=WAIT_MS
             )
             assert (await chart.get_attribute("src") or "").startswith("blob:")
+            # Another metric: its chart is fetched and drawn in place of the first.
+            drawn = await chart.get_attribute("src")
+            await page.select_option("#chart-metric", "tokens")
+            await expect(chart).to_have_attribute("data-metric", "tokens", timeout=WAIT_MS)
+            assert await chart.get_attribute("src") != drawn
+            await expect(chart).to_have_attribute("alt", "each variant's tokens with its interval")
             await expect(page.locator('#variants tr[data-variant="a"]')).to_contain_text("100% [")
             await expect(page.locator('#variants tr[data-variant="b"]')).to_contain_text("0% [")
             verdict = page.locator('#comparisons tr[data-metric="pass_rate"] td[data-verdict]')

@@ -38,6 +38,7 @@ VALID = {
     "metadata": "team=blue",
     "sort": "updated",
     "counts": "true",
+    "metric": "steps",
 }
 
 
@@ -127,7 +128,10 @@ async def test_the_server_takes_each_documented_query_parameter_and_refuses_othe
             url = path.replace("{session_id}", ref.session_id).replace("{seq}", "1")
             for name in names:
                 taken = await client.get(url, params={name: VALID[name]})
-                assert taken.status_code == 200, (path, name, taken.text)
+                # No experiment here: its chart's parameter is checked first (a refused one is
+                # a 422), so a 404 for the experiment says the parameter was taken.
+                missing = "{experiment_id}" in path and taken.status_code == 404
+                assert taken.status_code == 200 or missing, (path, name, taken.text)
             refused = await client.get(url, params={"colour": "1"})
             assert refused.status_code == 422, (path, refused.text)
             assert "unknown query parameter" in refused.json()["error"]["message"]

@@ -371,11 +371,11 @@ def create_app(
             name="stream",
         ),
         *(
-            Route(f"/v1/experiments{tail}", r(name, handler), methods=["GET"], name=name)
-            for tail, name, handler in (
-                ("", "experiments", experiments.list_experiments),
-                ("/{experiment_id}", "experiment", experiments.get_experiment),
-                ("/{experiment_id}/chart.svg", "chart", experiments.get_chart),
+            Route(f"/v1/experiments{tail}", r(name, handler, query=q), methods=["GET"], name=name)
+            for tail, name, handler, q in (
+                ("", "experiments", experiments.list_experiments, ()),
+                ("/{experiment_id}", "experiment", experiments.get_experiment, ()),
+                ("/{experiment_id}/chart.svg", "chart", experiments.get_chart, ("metric",)),
             )
         ),
     ]

@@ -18,7 +18,7 @@ from tether.errors import UsageError
 from tether.events import SessionCreated
 from tether.experiment import MATRIX_METRICS, FindCheck, MatrixReport, chart_svg, matrix_report
 from tether.experiment.plan import NAME, Check, Plan, import_check
-from tether.experiment.records import StoredRun
+from tether.experiment.records import METRICS, StoredRun
 from tether.messages import JSONObject, JSONValue
 from tether.runtime.local import LocalRuntime
 from tether.server.errors import ApiError
@@ -218,8 +218,16 @@ def chart_metric(report: MatrixReport) -> str:
 
 
 async def get_chart(request: Request, rt: LocalRuntime) -> Response:
+    """`?metric=`: any of the report's metrics; by default `chart_metric`'s choice."""
+    asked = request.query_params.get("metric")
+    if asked is not None and asked not in METRICS:
+        raise ApiError(
+            "invalid_request",
+            f"query parameter metric must be one of {', '.join(METRICS)}, not {asked[:40]!r}",
+        )
     report, _ = await build(rt, str(request.path_params["experiment_id"]))
-    svg = await asyncio.to_thread(lambda: chart_svg(report, chart_metric(report)))
+    metric = asked or chart_metric(report)
+    svg = await asyncio.to_thread(lambda: chart_svg(report, metric))
     return Response(
         svg,
         media_type="image/svg+xml",

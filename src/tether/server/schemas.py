@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
 from tether.events import ApprovalDecided
+from tether.experiment.records import METRICS as CHART_METRICS
 from tether.limits import Limits
 from tether.messages import JSONValue, Usage
 from tether.runtime.base import (
@@ -471,8 +472,9 @@ def openapi() -> dict[str, Any]:
             "the first, the runs; checks the operator did not allow are not run", 200,
             "ExperimentReport", 404, 422, parameters=[EXPERIMENT_ID])},
         "/v1/experiments/{experiment_id}/chart.svg": {"get": _op(
-            "the variants on the pass rate (steps when no check ran), with intervals, as SVG",
-            200, None, 404, 422, parameters=[EXPERIMENT_ID])},
+            "the variants on one metric with intervals, as SVG: by default the pass rate (steps "
+            "when no check ran)", 200, None, 404, 422, parameters=[EXPERIMENT_ID, _query(
+                "metric", "the metric drawn", {"type": "string", "enum": list(CHART_METRICS)})])},
     }  # fmt: skip
     chart = paths["/v1/experiments/{experiment_id}/chart.svg"]["get"]["responses"]["200"]
     chart["content"] = {"image/svg+xml": {"schema": {"type": "string"}}}

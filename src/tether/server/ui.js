@@ -446,8 +446,13 @@ async function showExperiments() {
 async function showChart(path) {
   // fetch, not <img src>: the chart needs the Authorization header. An SVG shown as an
   // image runs no script, and the page's policy allows blob: images for this alone.
-  const response = await fetch(path + "/chart.svg", { headers: headers() }).catch(() => null);
+  const metric = $("chart-metric").value;
+  const url = path + "/chart.svg" + (metric ? "?metric=" + encodeURIComponent(metric) : "");
+  const response = await fetch(url, { headers: headers() }).catch(() => null);
   if (!response || !response.ok) return;
+  const picked = $("chart-metric").selectedOptions[0];
+  $("chart").alt = "each variant's " + (metric ? picked.textContent : "pass rate (or steps)") + " with its interval";
+  $("chart").dataset.metric = metric;
   const blob = await response.blob();
   if (chartUrl) URL.revokeObjectURL(chartUrl);
   chartUrl = URL.createObjectURL(new Blob([blob], { type: "image/svg+xml" }));
@@ -460,6 +465,8 @@ async function showExperiment(experimentId) {
   for (const id of ["experiment-shape", "experiment-notes", "variants", "comparisons", "runs"]) $(id).replaceChildren();
   $("chart").removeAttribute("src");
   const path = "/v1/experiments/" + encodeURIComponent(experimentId);
+  $("chart-metric").value = "";  // each experiment opens on its default metric
+  $("chart-metric").onchange = () => showChart(path);
   const r = await api("GET", path).catch(() => null);
   if (!r) return;
   const plan = r.plan;
