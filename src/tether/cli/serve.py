@@ -85,6 +85,21 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
         help="end a session failed once N workers in a row died while one of its tool calls "
         "was running (a death while it waited on its model is not counted)",
     )
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve GET /metrics (Prometheus text) on this port (0: any free one, printed)",
+    )
+    worker.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST")
+    worker.add_argument(
+        "--metrics-token",
+        default=None,
+        metavar="TOKEN",
+        help="the operator's bearer token for /metrics with its series by backend, model, "
+        "tool and tenant; 16 characters or more (default: $TETHER_METRICS_TOKEN)",
+    )
     for p in (serve, worker):
         p.add_argument(
             "--lease-ttl",
@@ -323,16 +338,46 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     print(
         f"tether worker {worker.owner}: running sessions from {redact_url(store.url)}", flush=True
     )
+    scrapes = await _metrics_listener(args, worker)
     task = loop.create_task(_until_stopped(worker, stopping, args.drain))
     try:
         await task
     finally:
+        if scrapes is not None:
+            scrapes.close()
         loop.remove_signal_handler(signal.SIGUSR1)
         await worker.gateways.aclose()
         await store.close()
     print(f"tether worker {worker.owner}: stopped after {worker.turns_run} turns", file=sys.stderr)
     print_figures("tether worker", worker.gateways.figures())
     return 0
+
+
+async def _metrics_listener(args: argparse.Namespace, worker: Any) -> asyncio.Server | None:
+    """With `--metrics-port`, count this process's metrics and serve them."""
+    if args.metrics_port is None:
+        return None
+    from tether.server.metrics import check_token
+    from tether.server.scrape import listen, worker_text
+    from tether.telemetry import metrics
+
+    token = args.metrics_token or os.environ.get("TETHER_METRICS_TOKEN") or None
+    check_token(token, None)
+    metrics.enable()
+    try:
+        server = await listen(
+            args.metrics_host,
+            args.metrics_port,
+            lambda names: worker_text(worker.gateways.figures(), names),
+            token,
+        )
+    except OSError as exc:
+        raise UsageError(
+            f"cannot listen on {args.metrics_host}:{args.metrics_port}: {exc.strerror}"
+        ) from exc
+    host, port = server.sockets[0].getsockname()[:2]
+    print(f"tether worker {worker.owner}: metrics on http://{host}:{port}/metrics", flush=True)
+    return server
 
 
 async def _until_stopped(worker: Any, stopping: asyncio.Event, drain: float) -> None:
