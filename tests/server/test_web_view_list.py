@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from server.support import ACME, GLOBEX, serve
-from server.test_web_view import WAIT_MS, browser, give_token
+from server.test_web_view import WAIT_MS, browser, give_token, tab_to
 from tether.runtime.http import HttpRuntime
 from tether.testing.runtime_conformance import Observer, spec
 
@@ -168,5 +168,61 @@ async def test_a_session_is_started_from_the_form_with_the_tools_the_server_allo
         try:
             listed = {s.session_id for s in await rt.sessions()}
             assert session_id in listed
+        finally:
+            await rt.close()
+
+
+async def test_the_list_and_the_start_form_work_from_the_keyboard_alone(
+    tmp_path: Path, browser: object
+) -> None:
+    from playwright.async_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    with serve(tmp_path, "--workers", "2") as server:
+        rt = HttpRuntime(server.url, ACME)
+        try:
+            for task in ("echo heron", "echo ibis", "fail"):
+                await Observer(rt, await rt.start(spec(task))).settled()
+            page = await browser.new_page()
+            await page.goto(f"{server.url}/ui")
+            await give_token(page, ACME)
+            rows = page.locator("#sessions tr")
+            await expect(rows).to_have_count(3, timeout=WAIT_MS)
+            # The count of matches is a live region: a screen reader hears a filter's effect.
+            await expect(page.locator("#counts-total")).to_have_attribute("role", "status")
+            await page.locator("#token").blur()
+            await tab_to(page, "#filter-q")
+            await page.keyboard.type("heron")
+            await expect(rows).to_have_count(1, timeout=WAIT_MS)
+            await expect(page.locator("#counts-total")).to_have_text("1 session:")
+            await page.keyboard.press("Control+A")
+            await page.keyboard.press("Backspace")
+            await expect(rows).to_have_count(3, timeout=WAIT_MS)
+            await tab_to(page, "#sort")
+            await page.keyboard.press("ArrowDown")  # recently updated -> newest
+            await expect(page.locator("#sort")).to_have_value("newest")
+            await tab_to(page, '#counts button[data-state="idle"]')
+            await page.keyboard.press("Enter")
+            await expect(page.locator("#filter-state")).to_have_value("idle")
+            await tab_to(page, "#sessions a")
+            await page.keyboard.press("Enter")
+            await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)
+
+            # The start form: reached from the header, filled and sent without a pointer.
+            await page.goto(f"{server.url}/ui")
+            await tab_to(page, "#to-start")
+            await page.keyboard.press("Enter")
+            await expect(page.locator(f'#start-tools input[value="{TOOLS}"]')).to_have_count(1)
+            await tab_to(page, "#start-model")
+            await page.keyboard.type(MODEL)
+            await page.keyboard.press("Tab")
+            await page.keyboard.type("echo typed, not clicked")
+            await tab_to(page, f'#start-tools input[value="{TOOLS}"]')
+            await page.keyboard.press("Space")
+            await tab_to(page, "#start-submit")
+            await page.keyboard.press("Enter")
+            answered = page.locator('#timeline li[data-type="model.responded"]')
+            await expect(answered).to_contain_text("echo: typed, not clicked", timeout=WAIT_MS)
+            await expect(page.locator("#state")).to_have_text("idle", timeout=WAIT_MS)
         finally:
             await rt.close()
