@@ -6,7 +6,13 @@
 #
 # Works as root (CI: the server then runs as the `postgres` user, since initdb refuses root)
 # and as a developer's own user. Settings: TETHER_PG_DIR (data), TETHER_PG_PORT.
+#
+#     bash .ci/postgres.sh stop      # stops the server of TETHER_PG_DIR (fast: clients cut)
+#     bash .ci/postgres.sh destroy   # stops it at once and deletes TETHER_PG_DIR
+#
+# (tests/postgres/test_outage.py runs a server of its own this way, to stop it mid-run.)
 set -euo pipefail
+MODE="${1:-start}"
 # Every path below is absolute; the server's tools run as `postgres`, who may not be able to
 # enter the caller's directory (a private temporary clone), and would say so on every call.
 cd /
@@ -46,6 +52,18 @@ else
     as_pg() { "$@"; }
     mkdir -p "$PGDIR" && chmod 700 "$PGDIR"
 fi
+
+case "$MODE" in
+    start) ;;
+    stop)
+        as_pg "$BIN/pg_ctl" -D "$PGDIR" -m fast -w -t 60 stop >/dev/null
+        exit 0 ;;
+    destroy)
+        as_pg "$BIN/pg_ctl" -D "$PGDIR" -m immediate -w stop >/dev/null 2>&1 || true
+        rm -rf "$PGDIR"
+        exit 0 ;;
+    *) log "unknown mode $MODE (start, stop or destroy)"; exit 2 ;;
+esac
 
 psql_admin() { as_pg "$BIN/psql" -X -q -h "$PGDIR" -p "$PORT" -d postgres -v ON_ERROR_STOP=1 "$@"; }
 
