@@ -189,7 +189,9 @@ class Listing:
     ) -> Page:
         """Up to `limit` of the tenant's sessions that `query` lets through, after `cursor` in
         its sort, and the cursor of the next page. Sorted by time, a session updated after a
-        page was read moves to the top, so a client paging down does not see it again."""
+        page was read moves to the top, so a client paging down does not see it again; sorted
+        by tokens or cost, one that grew past the cursor meanwhile is not seen again either,
+        and one still below it is seen where it now sorts."""
         infos = [i for i in await rt.store.sessions(limit=SCAN) if cheap_match(i, query)]
         ascending = query.sort == "oldest"
         found: list[Entry] = []
