@@ -7,12 +7,15 @@ HTTP+SSE transport."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx2
 import pytest
+from mcp.client.auth import OAuthFlowError
 
 from tether import Agent
 from tether.events import ToolFinished
@@ -22,6 +25,7 @@ from tether.testing import ScriptedModel, call
 from tether.tools import Tool
 from tether.tools.mcp import McpServerConfig, McpServerUnavailable, McpToolSource
 from tether.tools.mcp.auth_config import McpOAuth
+from tether.tools.mcp.oauth import LoopbackCallback
 
 try:
     from .mcp_servers.oauth_server import MACHINE_ID, MACHINE_SECRET, OAuthServer
@@ -63,6 +67,12 @@ def machine(server: OAuthServer, secret: str = MACHINE_SECRET) -> McpServerConfi
 
 def person(server: OAuthServer) -> McpServerConfig:
     return McpServerConfig("guarded", url=server.url, auth=McpOAuth(), startup_timeout=20)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 async def tools_of(source: McpToolSource) -> dict[str, Tool]:
@@ -188,3 +198,34 @@ async def test_a_guarded_sse_server_is_reached_with_oauth_and_refuses_by_name_wi
     assert (who.outcome, who.content) == ("ok", MACHINE_ID)
     assert str(caught.value).startswith(f"MCP server 'legacy' ({legacy.url}) could not be started")
     assert "HTTP 401 Unauthorized" in str(caught.value)
+
+
+async def test_a_sign_in_refused_in_the_browser_is_a_clear_error_naming_the_server(
+    guarded: OAuthServer,
+) -> None:
+    async def refuse(server: str, url: str) -> None:
+        redirect = dict(parse_qsl(urlsplit(url).query))["redirect_uri"]
+        async with httpx2.AsyncClient(timeout=10) as http:
+            stray = await http.get(redirect.replace("/callback", "/favicon.ico"))
+            assert stray.status_code == 404  # not the redirect: still waiting for it
+            await http.get(redirect, params={"error": "access_denied", "error_description": "no"})
+
+    source = McpToolSource([person(guarded)], credentials=MemoryCredentials(), on_authorize=refuse)
+    with pytest.raises(McpServerUnavailable) as caught:
+        await source.list_tools()
+    await source.aclose()
+    assert str(caught.value).startswith(
+        f"MCP server 'guarded' ({guarded.url}) could not be started"
+    )
+    assert "OAuth authorization failed: authorization refused: no" in str(caught.value)
+    assert guarded.state.counts["authorization_code"] == 0
+
+
+async def test_the_loopback_listener_gives_up_when_nobody_comes_back() -> None:
+    callback = LoopbackCallback(free_port(), wait_for=0.2)
+    await callback.start()
+    with pytest.raises(OAuthFlowError, match=r"nobody signed in within 0\.2 s"):
+        await callback.wait()
+    with pytest.raises(httpx2.ConnectError):  # closed once the wait is over
+        async with httpx2.AsyncClient() as http:
+            await http.get(callback.redirect_uri)
