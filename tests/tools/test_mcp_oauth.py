@@ -7,6 +7,7 @@ HTTP+SSE transport."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import time
 from collections.abc import Iterator
@@ -113,10 +114,19 @@ async def test_authorization_code_with_pkce_comes_back_through_the_loopback_list
     assert "/callback?code=" in browser.landed[0]
 
 
-async def test_tokens_kept_in_sqlite_serve_a_second_source_without_signing_in_again(
-    guarded: OAuthServer, tmp_path: Path
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'tether.db'}"
+    url = os.environ.get("TETHER_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip('TETHER_TEST_POSTGRES_URL is not set: eval "$(bash .ci/postgres.sh)"')
+    return url
+
+
+async def test_tokens_kept_in_the_store_serve_a_second_source_without_signing_in_again(
+    guarded: OAuthServer, store_url: str
 ) -> None:
-    store_url = f"sqlite:///{tmp_path / 'tether.db'}"
     async with McpToolSource(
         [person(guarded)], credentials=store_url, on_authorize=Browser()
     ) as first:
@@ -146,6 +156,24 @@ async def test_an_expired_access_token_is_refreshed_not_signed_in_again(
         [person(guarded)], credentials=store_url, on_authorize=nobody
     ) as later:
         assert (await run((await tools_of(later))["echo"], text="fresh")).content == "fresh"
+    assert guarded.state.counts["refresh_token"] == 1
+    assert guarded.state.counts["authorizations"] == 1
+
+
+async def test_a_token_expiring_during_a_session_is_refreshed_before_the_next_call(
+    guarded: OAuthServer,
+) -> None:
+    guarded.state.lifetime = 1
+    source = McpToolSource(
+        [person(guarded)], credentials=MemoryCredentials(), on_authorize=Browser()
+    )
+    async with source:
+        tools = await tools_of(source)
+        assert (await run(tools["echo"], text="before")).content == "before"
+        await asyncio.sleep(1.5)
+        guarded.state.lifetime = 3600
+        assert (await run(tools["echo"], text="after")).content == "after"
+        assert source.connection("guarded").starts == 1  # the same session went on
     assert guarded.state.counts["refresh_token"] == 1
     assert guarded.state.counts["authorizations"] == 1
 
