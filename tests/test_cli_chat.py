@@ -126,7 +126,7 @@ async def test_a_conversation_with_an_approval_an_interrupt_and_a_quit(workdir: 
         await chat.until("Hi! How can I help?")
         await chat.say("pay 5 please")
         await chat.until("/approve call_1_0 or /deny call_1_0")
-        assert "? pay(amount=5) waits for approval [call_1_0]" in chat.out.decode()
+        assert "? pay(amount=5) (write) waits for approval [call_1_0]" in chat.out.decode()
         await chat.say("/approve call_1_0")
         await chat.until("the payment: paid 5")
         assert "→ pay(amount=5)  [call_1_0]" in chat.out.decode()  # the call, as it starts
@@ -220,7 +220,7 @@ async def test_sessions_send_runs_the_next_turn_here_or_only_adds_the_message(
 
     sent = tether("sessions", "send", session_id, "pay 5 please", cwd=workdir)
     assert sent.returncode == 4, sent.stderr  # it ran: the call waits for approval
-    assert "? pay(amount=5) waits for approval [call_1_0]" in sent.stdout
+    assert "? pay(amount=5) (write) waits for approval [call_1_0]" in sent.stdout
     assert tether("sessions", "approve", session_id, "call_1_0", cwd=workdir).returncode == 0
     resumed = tether("sessions", "resume", session_id, cwd=workdir)
     assert resumed.returncode == 0, resumed.stderr

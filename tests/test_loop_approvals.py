@@ -53,8 +53,11 @@ async def test_a_call_that_needs_approval_pauses_the_turn_while_the_others_run(
     assert bank.transfers == [] and bank.balance_reads == 1
     events = await read_checked(store, result.session_id)
     assert payloads(events, ApprovalRequested) == [
-        ApprovalRequested("call_0_0", "transfer", {"amount": 30})
+        ApprovalRequested("call_0_0", "transfer", {"amount": 30}, effect="write")
     ]
+    # The request names what the call would do: its tool's effect class (a sparse field).
+    asked = next(e for e in events if e.type == "approval.requested")
+    assert asked.to_json()["data"]["effect"] == "write"
     assert [s.call_id for s in payloads(events, ToolStarted)] == ["call_0_1"]
     assert [(f.call_id, f.outcome) for f in payloads(events, ToolFinished)] == [("call_0_1", "ok")]
     assert payloads(events, TurnEnded)[-1].stop_reason == "awaiting_approval"

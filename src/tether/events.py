@@ -136,10 +136,15 @@ class ToolFinished:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRequested:
+    """`effect`: the tool's effect class (read, idempotent, write), so whoever decides sees
+    what the call would do; written only when known (logs before it have none)."""
+
     type: ClassVar[str] = "approval.requested"
+    SPARSE: ClassVar[frozenset[str]] = frozenset({"effect"})
     call_id: str
     name: str
     arguments: JSONObject = field(default_factory=dict)
+    effect: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -406,7 +406,8 @@ async def _settle_calls(
             batch.append(d.answer)
             on_threads.append(log.thread)
         elif d.action == "request_approval":
-            batch.append(ApprovalRequested(d.call.id, d.call.name, d.call.arguments))
+            effect = "" if d.tool is None else d.tool.effect
+            batch.append(ApprovalRequested(d.call.id, d.call.name, d.call.arguments, effect))
             on_threads.append(log.thread)
             waiting = True
         else:

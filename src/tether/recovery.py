@@ -138,7 +138,8 @@ def _approval(
     call: ToolCall, tool: Tool, decision: ApprovalDecided | None, requested: bool
 ) -> Decision:
     if decision is None:
-        return Decision(call, "await_approval" if requested else "request_approval")
+        # With its tool, so the request can say what the call would do (its effect class).
+        return Decision(call, "await_approval" if requested else "request_approval", tool=tool)
     if decision.allow:
         return _run(call, tool)
     why = f": {decision.reason}" if decision.reason else ""

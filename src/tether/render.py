@@ -80,7 +80,8 @@ def summarize(event: Event) -> str:
     if isinstance(p, ToolFinished):
         return f"{p.outcome} [{p.call_id}] {clip(p.content, 70)} ({p.duration_ms:.0f} ms)"
     if isinstance(p, ApprovalRequested):
-        return f"{p.name} [{p.call_id}] waits for a decision"
+        effect = f" ({p.effect})" if p.effect else ""
+        return f"{p.name}{effect} [{p.call_id}] waits for a decision"
     if isinstance(p, ApprovalDecided):
         return f"[{p.call_id}] {'allowed' if p.allow else 'denied'}" + (
             f": {p.reason}" if p.reason else ""

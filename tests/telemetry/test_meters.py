@@ -4,6 +4,7 @@ collector), read back here with the SDK's in-memory reader. With none set, nothi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -118,7 +119,13 @@ async def test_worker_gauges_are_read_when_collected(
 ) -> None:
     async with LocalRuntime(MemoryStore(), workers=2, poll_interval=0.02) as rt:
         await Observer(rt, await rt.start(spec("echo hi", end_after_turn=True))).settled()
-        points = _points(reader)
+        # The session's end is visible just before its worker lets the slot and lease go.
+        for _ in range(500):
+            points = _points(reader)
+            slots = dict((a["slot"], v) for a, v in points["tether.worker_slots"])
+            if points["tether.worker_leases_held"] == [({}, 0)] and slots["used"] == 0:
+                break
+            await asyncio.sleep(0.01)
     assert sorted(points["tether.worker_slots"], key=str) == [
         ({"slot": "free"}, 2),
         ({"slot": "used"}, 0),

@@ -113,7 +113,7 @@ class LiveView:
         elif isinstance(p, ToolFinished):
             self._finished(p)
         elif isinstance(p, ApprovalRequested):
-            shown = call_text(p.name, dict(p.arguments))
+            shown = call_text(p.name, dict(p.arguments)) + (f" ({p.effect})" if p.effect else "")
             self._line(self.style(f"? {shown} waits for approval [{p.call_id}]", "yellow", "bold"))
         elif isinstance(p, ApprovalDecided | CancelRequested):
             self._line(self.style(f"· {event.type}: {printable(summarize(event))}", "dim"))

@@ -288,6 +288,8 @@ class SpanBuilder:
         p = event.payload
         assert isinstance(p, ApprovalRequested)
         attributes: Attributes = {c.TOOL_NAME: p.name, c.TOOL_CALL_ID: p.call_id}
+        if p.effect:
+            attributes["tether.tool.effect"] = p.effect
         if self.content:
             attributes[c.TOOL_ARGUMENTS] = json.dumps(p.arguments)
         self._approvals[(event.thread, p.call_id)] = _Open(
