@@ -330,9 +330,10 @@ async def test_an_approval_shows_its_call_and_is_decided_by_keyboard_alone(
             await page.goto(f"{server.url}/ui#/s/{ref.session_id}")
             await give_token(page, ACME)
             box = page.locator('#approvals div[data-call="call_0_0"]')
-            # The tool, its effect class as far as the log knows it, and its full arguments.
+            # The tool, its effect class (approval.requested names it), and its full arguments.
             await expect(box.locator(".tool")).to_have_text("guarded", timeout=WAIT_MS)
-            await expect(box.locator(".effect")).to_have_text("not recorded before the call runs")
+            await expect(box.locator(".effect")).to_have_text("write")
+            await expect(box.locator(".effect")).to_have_attribute("data-effect", "write")
             await expect(box.locator("pre")).to_have_text('{\n  "action": "launch"\n}')
             await expect(box).to_contain_text("call call_0_0 waits for a decision")
 
@@ -354,7 +355,7 @@ async def test_an_approval_shows_its_call_and_is_decided_by_keyboard_alone(
             await expect(decided).to_contain_text("allowed [call_0_0] — checked the target")
             await expect(page.locator("#approvals div")).to_have_count(0)
 
-            # A second call of the same tool: its effect is known from the first one's run,
+            # A second call of the same tool (its effect named again by its request),
             # and arguments this long start folded, opened from the keyboard.
             long_action = " ".join(["land"] * 160)
             await page.locator("#message").focus()
