@@ -9,6 +9,7 @@ streamable HTTP on 127.0.0.1 (a free port when PORT is absent or 0) and prints
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import sys
@@ -112,6 +113,15 @@ def header(name: str, ctx: Context) -> str:
     """The value of an HTTP request header ("" over stdio or when absent)."""
     headers = ctx.headers or {}
     return str(headers.get(name.lower(), headers.get(name, "")))
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def meta(ctx: Context) -> str:
+    """The `_meta` of this call's request, as sorted JSON (without the progress token)."""
+    sent = dict(ctx.request_context.meta or {})
+    sent.pop("progressToken", None)
+    sent.pop("progress_token", None)
+    return json.dumps(sent, sort_keys=True)
 
 
 @server.tool()

@@ -14,7 +14,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TextIO, TypeVar
+from typing import Any, Literal, TextIO, TypeVar, cast
 
 import httpx2
 from mcp import Client, StdioServerParameters
@@ -180,6 +180,7 @@ class McpConnection:
         *,
         effect: Effect = "write",
         call_id: str | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> mcp_types.CallToolResult:
         """One `tools/call`. A cancel (a timeout) sends the SDK's cancel notification and
         does not wait for the server to agree.
@@ -189,9 +190,10 @@ class McpConnection:
         answered 404 for our session), and for a `read` or `idempotent` tool otherwise. A
         `write` that may have run raises `McpEffectUnknown` and is not repeated. `call_id`:
         the session's call this is, which the server's elicitation and sampling requests
-        during it are put to."""
+        during it are put to. `meta`: the request's `_meta` (the call's fence, see
+        `source.call_meta`)."""
         with self.asking.calling(call_id):
-            return await self._call_tool(tool, arguments, progress, effect)
+            return await self._call_tool(tool, arguments, progress, effect, meta)
 
     async def _call_tool(
         self,
@@ -199,13 +201,19 @@ class McpConnection:
         arguments: dict[str, Any],
         progress: ProgressFn | None,
         effect: Effect,
+        meta: dict[str, Any] | None,
     ) -> mcp_types.CallToolResult:
         for attempt in (1, 2):
             live = await self._connect()
             delivery = Delivery()
             token = DELIVERY.set(delivery)
             try:
-                return await _client(live).call_tool(tool, arguments, progress_callback=progress)
+                return await _client(live).call_tool(
+                    tool,
+                    arguments,
+                    progress_callback=progress,
+                    meta=cast("mcp_types.RequestParamsMeta", meta) if meta else None,
+                )
             except Exception as exc:
                 error = await self._translate(live, f"tool {tool!r}", exc, delivery)
                 if not isinstance(error, McpServerUnavailable):

@@ -254,7 +254,12 @@ class McpToolSource:
             progress = self._progress_fn(config.name, name, context)
             call_id = context.call_id if isinstance(context, ToolContext) else None
             result = await connection.call_tool(
-                server_tool, arguments, progress, effect=effect, call_id=call_id
+                server_tool,
+                arguments,
+                progress,
+                effect=effect,
+                call_id=call_id,
+                meta=call_meta(context) if isinstance(context, ToolContext) else None,
             )
             declared = spec.output_schema is not None
             if result.is_error:
@@ -292,6 +297,22 @@ class McpToolSource:
                 logger.exception("MCP progress observer raised")
 
         return report
+
+
+# The keys tether puts in a `tools/call` request's `_meta`. MCP's per-request channel, so a
+# server (or what it writes to) can refuse a write from a worker that lost the session.
+META_IDEMPOTENCY_KEY = "tether/idempotency_key"
+META_FENCE = "tether/fence"
+
+
+def call_meta(context: ToolContext) -> dict[str, Any]:
+    """The call's idempotency key (its call id, the same when a recovered `idempotent` call
+    is sent again) and, when it runs under a lease, the lease's generation: a fencing token
+    that grows with every claim of the session."""
+    meta: dict[str, Any] = {META_IDEMPOTENCY_KEY: context.idempotency_key}
+    if context.fence is not None:
+        meta[META_FENCE] = context.fence
+    return meta
 
 
 def effect_of(annotations: mcp_types.ToolAnnotations | None) -> Effect:
