@@ -7,6 +7,8 @@ connection (reconnect, retry, refuse to repeat a write) is `connection`'s.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -19,6 +21,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 _HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 _SESSION_HEADER = "mcp-session-id"
+# A 400's error message that refuses the session id: "No valid session ID provided" (the
+# TypeScript SDK's examples), "Invalid or expired session ID", "Session not found".
+_NO_SESSION = re.compile(r"(no valid|invalid|unknown|expired).*session|session.*not found", re.I)
+_ERROR_BODY_LIMIT = 64 * 1024
 
 
 @dataclass(eq=False)
@@ -65,8 +71,13 @@ class _WatchedTransport(httpx2.AsyncBaseTransport):
                 delivery.refused = True
             raise
         # A 404 to a request that carries a session id: the server restarted or expired the
-        # session (the spec's signal to start a new one); it ran nothing.
-        if response.status_code == 404 and _SESSION_HEADER in request.headers:
+        # session (the spec's signal to start a new one); it ran nothing. Servers built on the
+        # TypeScript SDK's examples (server-everything among them) answer 400 "No valid
+        # session ID provided" instead.
+        unknown = False
+        if response.status_code == 400 and _SESSION_HEADER in request.headers:
+            response, unknown = await _session_refusal(response)
+        if unknown or (response.status_code == 404 and _SESSION_HEADER in request.headers):
             self._state.session_lost = True
             if delivery is not None:
                 delivery.session_lost = True
@@ -90,6 +101,30 @@ class _WatchedTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+async def _session_refusal(response: httpx2.Response) -> tuple[httpx2.Response, bool]:
+    """Is a 400 a refusal of our session id (its JSON-RPC error says the session is not
+    valid; a body past `_ERROR_BODY_LIMIT` is not parsed)? The response is given back with
+    its body read, for the SDK to read again."""
+    assert isinstance(response.stream, httpx2.AsyncByteStream)  # an async transport's
+    try:
+        body = b"".join([chunk async for chunk in response.stream])
+    finally:
+        await response.stream.aclose()
+    kept = httpx2.Response(
+        response.status_code,
+        headers=response.headers,
+        stream=httpx2.ByteStream(body),
+        extensions=response.extensions,
+    )
+    if len(body) > _ERROR_BODY_LIMIT:
+        return kept, False
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return kept, False
+    return kept, isinstance(message, str) and _NO_SESSION.search(message) is not None
 
 
 class _WatchedStream(httpx2.AsyncByteStream):
