@@ -6,23 +6,35 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tether import Agent
 from tether.events import ToolFinished
 from tether.messages import ToolCall
 from tether.store import MemoryStore
 from tether.testing import ScriptedModel, call
 from tether.tools import tool
-from tether.tools.mcp import McpServerConfig, McpToolSource
+from tether.tools.mcp import McpServerConfig, McpToolSource, parse_mcp_config
 from tether.tools.run import execute
 
 try:
     from .mcp_servers.harness import no_orphan_servers
-    from .mcp_servers.reference import EverythingHttp, everything_http, everything_stdio
+    from .mcp_servers.reference import (
+        EverythingHttp,
+        everything_http,
+        everything_stdio,
+        no_reference_servers_left,
+    )
 except ImportError:
     from mcp_servers.harness import no_orphan_servers
-    from mcp_servers.reference import EverythingHttp, everything_http, everything_stdio
+    from mcp_servers.reference import (
+        EverythingHttp,
+        everything_http,
+        everything_stdio,
+        no_reference_servers_left,
+    )
 
-__all__ = ["everything_http", "no_orphan_servers"]
+__all__ = ["everything_http", "no_orphan_servers", "no_reference_servers_left"]
 
 
 async def finished_calls(store: MemoryStore, session_id: str) -> list[ToolFinished]:
@@ -114,3 +126,18 @@ async def test_a_write_whose_session_the_restarted_server_refuses_with_400_is_se
 def session_of(toggled: str) -> str | None:
     found = re.match(r"Started simulated, random-leveled logging for session (\S+) ", toggled)
     return found[1] if found else None
+
+
+async def test_env_references_with_defaults_in_the_url_reach_the_server(
+    everything_http: EverythingHttp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TETHER_TEST_EVERYTHING_HOST", raising=False)
+    monkeypatch.setenv("TETHER_TEST_EVERYTHING_PORT", str(everything_http.port))
+    # Host unset: its default; port set: the default (9, where nobody listens) is not used.
+    url = "http://${TETHER_TEST_EVERYTHING_HOST:-127.0.0.1}:${TETHER_TEST_EVERYTHING_PORT:-9}/mcp"
+    (config,) = parse_mcp_config({"mcpServers": {"everything": {"url": url}}})
+    assert config.url == everything_http.url
+    async with McpToolSource([config]) as source:
+        tools = {t.name: t for t in await source.list_tools()}
+        echoed = await execute(tools["echo"], ToolCall("c1", "echo", {"message": "over http"}))
+    assert (echoed.outcome, echoed.content) == ("ok", "Echo: over http")

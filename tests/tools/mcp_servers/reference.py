@@ -18,9 +18,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tether.tools.mcp import McpServerConfig
+
+try:
+    from .harness import wait_until
+except ImportError:
+    from mcp_servers.harness import wait_until
 
 HOW = 'install Node 22 and the servers with: eval "$(bash .ci/mcp-conformance.sh)"'
 # Binds a server that names only a port (express's app.listen(PORT)) to 127.0.0.1.
@@ -82,6 +88,29 @@ def group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def reference_children() -> list[str]:
+    """The command lines of live reference servers this test process started (stdio
+    servers are its children; an HTTP server's group is checked by its fixture)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            cmdline = " ".join(child.cmdline())
+        except psutil.NoSuchProcess:
+            continue
+        if "@modelcontextprotocol/server-" in cmdline:
+            found.append(cmdline)
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_reference_servers_left() -> Iterator[None]:
+    """After a module's tests, none of the reference servers they started is alive."""
+    yield
+    assert wait_until(lambda: not reference_children()), reference_children()
 
 
 class EverythingHttp:
