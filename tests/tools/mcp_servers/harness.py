@@ -27,6 +27,7 @@ SERVER_MARKERS = (
     "session_server.py",
     "catalog_server.py",
     "asking_server.py",
+    "links_server.py",
     "mcp-server-time",
     "mcp_server_time",
 )

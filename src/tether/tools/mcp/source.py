@@ -34,6 +34,7 @@ from tether.tools.mcp.config import McpServerConfig, servers_by_name
 from tether.tools.mcp.connection import McpConnection, ProgressFn
 from tether.tools.mcp.content import render_result, result_parts
 from tether.tools.mcp.errors import McpToolFailed, McpUnsupported
+from tether.tools.mcp.links import read_links
 from tether.tools.mcp.logs import LogObserver
 from tether.tools.mcp.oauth import AuthorizeHandler, default_credentials
 from tether.tools.mcp.tokens import StoredTokens
@@ -267,7 +268,8 @@ class McpToolSource:
                 raise McpToolFailed(
                     config.name, text or f"tool {server_tool!r} reported an error with no message"
                 )
-            text, images = result_parts(result, output_schema=declared)
+            links = await read_links(connection, result)  # its server's, never another's
+            text, images = result_parts(result, output_schema=declared, links=links)
             return [text, *images] if images else text
 
         return Tool(

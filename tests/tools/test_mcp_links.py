@@ -1,0 +1,145 @@
+"""Resources in MCP tool results, against a real SDK server over stdio: a `resource_link` is
+read from the server that returned it (its text inlined, an image shown as an image), an
+embedded image resource is an image, and what cannot be read is named in the text without
+failing the call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether import Agent
+from tether.events import ToolFinished
+from tether.messages import ToolCall
+from tether.store import MemoryStore
+from tether.testing import ScriptedModel, call
+from tether.tools import Tool
+from tether.tools.base import DEFAULT_OUTPUT_CAP
+from tether.tools.mcp import McpServerConfig, McpToolSource, links
+from tether.tools.run import CallOutcome, execute
+
+try:
+    from .mcp_servers.harness import PYTHON, no_orphan_servers
+    from .mcp_servers.links_server import GUIDE, PNG
+except ImportError:
+    from mcp_servers.harness import PYTHON, no_orphan_servers
+    from mcp_servers.links_server import GUIDE, PNG
+
+__all__ = ["no_orphan_servers"]
+
+LINKS = Path(__file__).parent / "mcp_servers" / "links_server.py"
+
+
+def links_stdio(*args: str) -> McpServerConfig:
+    return McpServerConfig("links", command=PYTHON, args=(str(LINKS), *args))
+
+
+async def run(tool: Tool, **arguments: Any) -> CallOutcome:
+    outcome = await execute(tool, ToolCall("call_1", tool.name, arguments), "ses_links")
+    assert outcome.outcome == "ok", outcome.content
+    return outcome
+
+
+async def outcomes(*names: str, server: McpServerConfig | None = None) -> list[CallOutcome]:
+    async with McpToolSource([server or links_stdio()]) as source:
+        tools = {t.name: t for t in await source.list_tools()}
+        return [await run(tools[name]) for name in names]
+
+
+async def test_a_link_to_a_text_resource_is_read_and_inlined_under_its_uri() -> None:
+    (linked,) = await outcomes("link_text")
+    assert linked.content == f"see the guide\n[resource memo://guide (guide)]\n{GUIDE}"
+    assert linked.images == ()
+
+
+async def test_a_link_to_an_image_resource_and_an_embedded_image_become_images() -> None:
+    linked, embedded = await outcomes("link_image", "embedded_image")
+    assert [i.data for i in linked.images] == [PNG]
+    assert [i.media_type for i in linked.images] == ["image/png"]
+    assert linked.content == (
+        "[resource memo://chart (chart)]\n[image/png resource memo://chart: shown as an image]"
+    )
+    # the embedded PNG is an image like an image block; the embedded PDF stays named
+    assert [i.data for i in embedded.images] == [PNG]
+    assert embedded.content == "a chart\n[resource memo://report, application/pdf]"
+
+
+async def test_links_that_cannot_be_read_are_named_with_why_and_the_call_succeeds() -> None:
+    (unreadable,) = await outcomes("link_unreadable")
+    unknown = "answered resources/read of {0!r} with error -32602: Unknown resource: {0}"
+    assert unreadable.content.split("\n") == [
+        "[resource memo://missing (missing): not read: MCP server 'links' "
+        + unknown.format("memo://missing")
+        + "]",
+        # another server's scheme is asked of this server only (which has no such resource)
+        "[resource https://example.com/elsewhere (elsewhere): not read: MCP server 'links' "
+        + unknown.format("https://example.com/elsewhere")
+        + "]",
+        # read, but a binary that is no image: named with its type and size
+        "[resource memo://report (report)]",
+        "[application/pdf resource memo://report, 19 bytes, not shown]",
+        # its declared size is over the cap: not even asked for
+        "[resource memo://huge (huge): not read: 1,000,000,000 bytes, over the cap of 5,242,880]",
+    ]
+    assert unreadable.images == ()
+
+
+async def test_a_long_linked_text_is_cut_at_the_output_cap_then_capped_like_any_output() -> None:
+    (big,) = await outcomes("link_big")
+    cap = DEFAULT_OUTPUT_CAP
+    # the read keeps the cap's worth of the resource and says where the rest is
+    assert big.full_output is not None
+    head, _, rest = big.full_output.partition("\n")
+    assert head == "[resource memo://big (big)]"
+    assert rest == "x" * cap + (
+        "\n[resource memo://big cut: 150,000 characters, first 100,000 shown; "
+        "the rest stays on the server]"
+    )
+    # then the whole result is capped as any tool's output is, its full text kept in a blob
+    assert big.content.startswith("[resource memo://big (big)]\nxxx")
+    assert (
+        f"[output truncated: {len(big.full_output):,} characters, first {cap:,} shown"
+        in big.content
+    )
+
+
+async def test_a_link_read_is_bounded_in_time_and_the_links_after_it_are_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(links, "LINKS_READ_TIMEOUT", 0.5)
+    (slow,) = await outcomes("link_slow")
+    assert slow.content == (
+        "[resource memo://slow (slow): not read within the 0.5 s for links]\n"
+        "[resource memo://guide (guide): not read: the 0.5 s for links ran out]"
+    )
+    assert slow.duration_ms < 10_000
+
+
+async def test_a_server_without_resources_leaves_its_link_a_placeholder() -> None:
+    (bare,) = await outcomes("link_text", server=links_stdio("bare"))
+    assert (
+        bare.content == "[resource memo://guide (guide): not read: its server offers no resources]"
+    )
+
+
+async def test_an_agent_sees_the_linked_text_and_records_the_linked_image() -> None:
+    store = MemoryStore()
+    async with McpToolSource([links_stdio()]) as source:
+        agent = Agent(
+            ScriptedModel([call("link_text"), call("link_image"), "done"]),
+            tools=await source.list_tools(),
+            store=store,
+        )
+        result = await agent.run("look")
+    finished = [
+        e.payload
+        for e in await store.read(result.session_id)
+        if isinstance(e.payload, ToolFinished)
+    ]
+    assert [f.content.splitlines()[-1] for f in finished] == [
+        GUIDE.splitlines()[-1],
+        "[image/png resource memo://chart: shown as an image]",
+    ]
+    assert [[i.data for i in f.images] for f in finished] == [[], [PNG]]
