@@ -65,12 +65,15 @@ async def test_a_session_that_keeps_killing_its_workers_is_parked_failed(
     store = PostgresStore(pg_url)
     await _session_with_a_started_call(store, "poison")
     await store.mark_runnable("other")
-    # Three workers take it and die holding it (their leases just run out).
+    # Three workers take it, run its call again and die of it (their leases just run out).
     for attempt in range(1, 4):
         await asyncio.sleep(0.15)
         got = await take_work(store, f"w{attempt}", ttl=0.1, limit=1, alone=True, max_claims=3)
         assert [c.lease.session_id for c in got] == ["poison"], attempt
         assert got[0].claims == attempt
+        log = await SessionLog.load(store, "poison")
+        log.lease = got[0].lease
+        await log.append(ToolStarted("c1", "write"))
     await asyncio.sleep(0.15)
     got = await take_work(store, "w4", ttl=30, limit=5, alone=True, max_claims=3)
     assert [c.lease.session_id for c in got] == ["other"], "the other session was held back"

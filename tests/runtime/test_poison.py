@@ -44,9 +44,20 @@ async def _with_a_started_call(store: Store, sid: str, call: str = "c1") -> Sess
     return log
 
 
-async def _dies(store: Store, worker: str, *, alone: bool = True) -> list[str]:
-    """`worker` takes what it is given and dies holding it: its leases run out."""
+async def _dies(
+    store: Store, worker: str, *, alone: bool = True, rerun: frozenset[str] = frozenset()
+) -> list[str]:
+    """`worker` takes what it is given and dies holding it: its leases run out. For the
+    sessions in `rerun`, it first starts their call in flight again (as a re-run `read`
+    does: the death happens with the call running, which is the evidence)."""
     got = await take_work(store, worker, ttl=TTL, limit=5, alone=alone, max_claims=3)
+    for claimed in got:
+        sid = claimed.lease.session_id
+        if sid in rerun:
+            log = await SessionLog.load(store, sid)
+            log.lease = claimed.lease
+            [call] = [c for c in log.folder.view().open_calls if c.id in log.folder.started]
+            await log.append(ToolStarted(call.id, call.name))
     await asyncio.sleep(TTL * 1.5)
     return [c.lease.session_id for c in got]
 
@@ -68,10 +79,12 @@ async def test_a_session_that_kills_its_workers_with_a_call_is_parked_naming_it(
 ) -> None:
     await _with_a_started_call(store, "poison")
     await _waiting_on_its_model(store, "other")
+    poison = frozenset({"poison"})
     assert sorted(await _dies(store, "w1")) == ["other", "poison"]
-    # Taken over by busy workers, both, twice: "other" is forgiven, "poison" struck.
-    assert sorted(await _dies(store, "w2", alone=False)) == ["other", "poison"]
-    assert sorted(await _dies(store, "w3", alone=False)) == ["other", "poison"]
+    # Taken over by busy workers, both, twice, each running the call again and dying with
+    # it: "other" is forgiven, "poison" struck.
+    assert sorted(await _dies(store, "w2", alone=False, rerun=poison)) == ["other", "poison"]
+    assert sorted(await _dies(store, "w3", alone=False, rerun=poison)) == ["other", "poison"]
     # Struck twice and dead again, it is a suspect: a busy worker is handed only "other".
     [other] = await take_work(store, "busy", ttl=30, limit=5, alone=False, max_claims=3)
     assert other.lease.session_id == "other"
@@ -84,6 +97,20 @@ async def test_a_session_that_kills_its_workers_with_a_call_is_parked_naming_it(
     assert "3 times" in view.stop_detail, view.stop_detail
     assert await store.current_lease("poison") is None
     assert await store.runnable() == []
+
+
+async def test_workers_killed_before_they_run_the_call_again_condemn_nothing(
+    store: Store,
+) -> None:
+    """A `write` cut off by a death is never run again, and a worker killed from outside
+    just after claiming its session ran nothing of it: deaths, however many in a row, with
+    the call started only once are no evidence against the session."""
+    await _with_a_started_call(store, "innocent")
+    for n in range(6):  # twice the limit of workers killed holding it
+        assert await _dies(store, f"w{n}") == ["innocent"], n
+    [taken] = await take_work(store, "last", ttl=30, limit=5, alone=True, max_claims=3)
+    assert taken.lease.session_id == "innocent"
+    assert Folder().apply_all(await store.read("innocent")).view().state != "failed"
 
 
 async def test_poison_after_sets_how_many_strikes_end_a_session(store: Store) -> None:

@@ -59,7 +59,11 @@ async def test_takeovers_are_counted_by_verdict(registry: Registry) -> None:
     await take_work(store, "w1", ttl=TTL, limit=5, alone=True, max_claims=2)
     assert registry.takeovers == {}  # first claims: nobody died yet
     await asyncio.sleep(TTL * 1.5)
-    await take_work(store, "w2", ttl=TTL, limit=5, alone=True, max_claims=2)
+    for claimed in await take_work(store, "w2", ttl=TTL, limit=5, alone=True, max_claims=2):
+        if claimed.lease.session_id == "guilty":  # w2 runs the call again, and dies of it
+            log = await SessionLog.load(store, "guilty")
+            log.lease = claimed.lease
+            await log.append(ToolStarted("c1", "write"))
     await asyncio.sleep(TTL * 1.5)
     await take_work(store, "w3", ttl=30, limit=5, alone=True, max_claims=2)
     assert registry.takeovers == {("forgiven",): 2, ("struck",): 1, ("poisoned",): 1}

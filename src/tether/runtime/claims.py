@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from tether.events import Event, ToolFinished, TurnEnded
+from tether.events import Event, ToolFinished, ToolStarted, TurnEnded
 from tether.recovery import closing
 from tether.session.lease import holding
 from tether.session.log import SessionLog
@@ -116,7 +116,12 @@ async def judge(store: Store, item: Claimed, max_claims: int) -> Claimed | None:
         await store.acquit(item.lease)
         metrics.took_over("forgiven")
         return replace(item, claims=1)
-    verdict = Verdict(item.claims - 1, calls)
+    # A death is evidence against the session only if its call was running then: a call
+    # started (again) by the claim that died. A worker killed before it ran anything of the
+    # session (killed from outside just after claiming it) proves nothing, so the strikes
+    # are at most the times the call was started.
+    starts = await _starts(store, item.lease.session_id, session_log)
+    verdict = Verdict(min(item.claims - 1, starts), calls)
     if verdict.strikes < max_claims:  # on probation: `Probation` forgives it on progress
         metrics.took_over("struck")
         log.warning(
@@ -130,6 +135,18 @@ async def judge(store: Store, item: Claimed, max_claims: int) -> Claimed | None:
     await end_poisoned(store, item, poison_reason(verdict), session_log)
     metrics.took_over("poisoned")
     return None
+
+
+async def _starts(store: Store, session_id: str, session_log: SessionLog) -> int:
+    """The most times any call in flight was started (`tool.started` events for its id)."""
+    folder = session_log.folder
+    open_ids = {c.id for c in folder.view().open_calls if c.id in folder.started}
+    counts = dict.fromkeys(open_ids, 0)
+    for event in await store.read(session_id):  # a takeover with calls in flight: rare
+        payload = event.payload
+        if isinstance(payload, ToolStarted) and payload.call_id in counts:
+            counts[payload.call_id] += 1
+    return max(counts.values(), default=0)
 
 
 async def end_poisoned(
