@@ -10,19 +10,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, get_args
+
+from tether.state import TERMINAL_STATES, State
 
 # Every state a held session can be in, so each series exists from the first scrape; a
 # claimed session not yet in its turn (loading, judged, being settled) is `starting`.
-STATES = (
+STATES: tuple[str, ...] = (
     "starting",
-    "pending",
-    "waiting_model",
-    "waiting_tool",
-    "waiting_approval",
-    "waiting_input",
-    "canceling",
-    "idle",
+    *(s for s in get_args(State) if s not in TERMINAL_STATES),
 )
 
 
