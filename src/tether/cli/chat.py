@@ -85,20 +85,25 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             raise CliError(f"--model {model}: {exc}") from exc
         tools = load_tools(specs or [])
         if mcp is not None:
-            source, mcp_tools = await load_mcp_tools(mcp, [t.name for t in tools])
+            source, mcp_tools = await load_mcp_tools(mcp, [t.name for t in tools], store=args.store)
             tools += mcp_tools
+            args.system = await source.system_prompt(args.system)  # `use_instructions`, as run
     except BaseException:
         await store.close()
+        if source is not None:
+            await source.aclose()
         raise
     args.metadata = {"cli": {"model": model, "tools": list(specs or []), "mcp": mcp}}
     try:
-        return await _chat(args, store, resolved, tools)
+        return await _chat(args, store, resolved, tools, source)
     finally:
         if source is not None:
             await source.aclose()
 
 
-async def _chat(args: argparse.Namespace, store: Any, model: Any, tools: list[Any]) -> int:
+async def _chat(
+    args: argparse.Namespace, store: Any, model: Any, tools: list[Any], source: Any
+) -> int:
 
     view = LiveView(sys.stdout, Style.for_stream(sys.stdout))
     chat = Chat(view, args.session, args.lease_wait, sys.stdin.isatty())
@@ -119,6 +124,8 @@ async def _chat(args: argparse.Namespace, store: Any, model: Any, tools: list[An
         metadata=args.metadata,
         retry=retry_policy(args.retries),
     )
+    if source is not None:  # tools a server adds mid-conversation reach its next step
+        source.keep_current(chat.agent.toolbox)
     try:
         if args.session is not None:
             args.interrupts.session_id = args.session

@@ -158,15 +158,20 @@ def retry_policy(retries: int | None) -> RetryPolicy | None:
     return dataclasses.replace(DEFAULT_RETRY, max_attempts=retries + 1) if retries else None
 
 
+def store_url(url: str | None) -> str:
+    """The URL of the store `--store` names, else `$TETHER_STORE`, else the default."""
+    return url or os.environ.get("TETHER_STORE") or DEFAULT_STORE_URL
+
+
 def store_from(url: str | None) -> Store:
     """The store `--store` names, else `$TETHER_STORE`, else the default (made if new)."""
-    return open_store(url or os.environ.get("TETHER_STORE") or DEFAULT_STORE_URL)
+    return open_store(store_url(url))
 
 
 def existing_store(url: str | None) -> Store:
     """The store of a command that reads or steers sessions already stored: a SQLite file
     that does not exist is an error naming it, never a new empty database."""
-    resolved = url or os.environ.get("TETHER_STORE") or DEFAULT_STORE_URL
+    resolved = store_url(url)
     path = _sqlite_file(resolved)
     if path is not None and not Path(path).exists():
         raise CliError(
@@ -204,14 +209,18 @@ def import_from_cwd() -> None:
         sys.path.insert(0, cwd)
 
 
-async def load_mcp_tools(path: str, taken: Sequence[str]) -> tuple[Any, list[Tool]]:
-    """The tools of the MCP servers in the file, with the source that must be closed."""
+async def load_mcp_tools(
+    path: str, taken: Sequence[str], *, store: str | None
+) -> tuple[Any, list[Tool]]:
+    """The tools of the MCP servers in the file, with the source that must be closed.
+    `store`: the command's `--store`; its database (or `$TETHER_STORE`'s, or the default's,
+    as the command's own store) keeps the servers' OAuth tokens."""
     try:
         from tether.tools.mcp import McpToolSource, load_mcp_config
     except ImportError as exc:
         raise CliError(f"--mcp {path}: {exc}") from exc
     try:
-        source = McpToolSource(load_mcp_config(path))
+        source = McpToolSource(load_mcp_config(path), credentials=store_url(store))
     except TetherError as exc:
         raise CliError(f"--mcp {path}: {exc}") from exc
     try:

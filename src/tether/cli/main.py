@@ -105,7 +105,7 @@ async def cmd_run(
     if not getattr(args, "mcp", None):
         return await _run_agent(args, task, resolved, tools)
     # MCP servers start and list their tools here, before the store is touched.
-    source, mcp_tools = await load_mcp_tools(args.mcp, [t.name for t in tools])
+    source, mcp_tools = await load_mcp_tools(args.mcp, [t.name for t in tools], store=args.store)
     try:
         args.system = await source.system_prompt(args.system)  # servers' `use_instructions`
         args.mcp_source = source
