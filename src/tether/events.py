@@ -18,6 +18,7 @@ Schema changelog (one line per version; older logs must still fold to the same t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -68,14 +69,29 @@ class UserMessage:
 @dataclass(frozen=True, slots=True)
 class ModelRequested:
     """`dropped_reasoning`: thinking blocks of another provider left out of the request
-    (only that provider can read them); written only when there are some."""
+    (only that provider can read them); written only when there are some.
+
+    `tools` and `tools_digest`: the tools this request offered (their names, sorted, and the
+    `offered_digest` of their names and schema hashes), written only when they differ from
+    what the thread's log last said it offered (its last request that recorded them, else
+    `session.created`'s `tools`): a session whose tools never change carries neither. A
+    digest with no names recorded is a request that offered no tools."""
 
     type: ClassVar[str] = "model.requested"
-    SPARSE: ClassVar[frozenset[str]] = frozenset({"dropped_reasoning"})
+    SPARSE: ClassVar[frozenset[str]] = frozenset({"dropped_reasoning", "tools", "tools_digest"})
     model: str
     request_hash: str
     input_tokens_estimate: int
     dropped_reasoning: int = 0
+    tools: tuple[str, ...] = ()
+    tools_digest: str = ""
+
+
+def offered_digest(schema_hashes: Mapping[str, object]) -> str:
+    """What names an offered tool set: a hash of `{name: schema hash}` (`Tool.schema_hash`,
+    as `session.created` records them), so the fold finds a session's first set from
+    `session.created` alone, and the order the tools are offered in does not count."""
+    return hashlib.sha256(canonical_json(dict(schema_hashes)).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from tether.events import (
     ToolStarted,
     TurnEnded,
     UserMessage,
+    offered_digest,
 )
 from tether.events import payload_to_json as payload_json
 from tether.messages import (
@@ -97,6 +98,10 @@ class Folder:
         self.model = ""
         self.system: str | None = None
         self.tools: JSONObject = {}
+        # The tools this thread's requests offer as the log last said (`offered`): set by a
+        # model.requested that records them; else worked out from session.created when read.
+        self._offered: tuple[tuple[str, ...], str] | None = None
+        self._created = False
         self.limits: JSONObject = {}
         self.metadata: JSONObject = {}
         self.messages: list[Message] = []
@@ -201,6 +206,16 @@ class Folder:
     def cost_known(self) -> bool:
         return not self._cost_unknown
 
+    @property
+    def offered(self) -> tuple[tuple[str, ...], str] | None:
+        """The tools this thread's requests offer, as its log last said: their names (sorted)
+        and `offered_digest`, from its last `model.requested` that recorded them, else from
+        `session.created`. None for a thread whose log names none (a sub-agent's:
+        `thread.started` does not list its tools)."""
+        if self._offered is None and self._created:
+            self._offered = (tuple(sorted(self.tools)), offered_digest(self.tools))
+        return self._offered
+
     # -- applying ---------------------------------------------------------------------------
     def apply_all(self, events: Iterable[Event]) -> Folder:
         for event in events:
@@ -228,6 +243,7 @@ class Folder:
     def _apply_created(self, p: SessionCreated) -> None:
         self.model, self.system = p.model, p.system
         self.tools, self.limits, self.metadata = p.tools, p.limits, p.metadata
+        self._created = True
 
     def _apply_user(self, p: UserMessage) -> None:
         self._add_message(p.message)
@@ -256,6 +272,8 @@ class Folder:
         self.finished = p
 
     def _apply_request(self, p: ModelRequested) -> None:
+        if p.tools_digest:  # the request offered other tools than the one before it
+            self._offered = (p.tools, p.tools_digest)
         self._request_chars = self.transcript_chars
         self.model_request_open = True
         self._set_running("waiting_model")

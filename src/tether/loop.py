@@ -255,6 +255,25 @@ def _request_hash(ctx: TurnContext, max_output: int | None) -> str:
     return hashlib.sha256(f"{head}\x00{folder.transcript_hash}".encode()).hexdigest()
 
 
+_SAME_TOOLS: tuple[tuple[str, ...], str] = ((), "")
+
+
+def _offered(ctx: TurnContext) -> tuple[tuple[str, ...], str]:
+    """The tools this request offers, for its `model.requested` to record when they differ
+    from what the thread's log last said (a server changed its list; a resumed session runs
+    with other tools than it had); `_SAME_TOOLS`, which writes nothing, when they do not.
+    A sub-agent's log names no tools to start with: its set is recorded only when it may
+    change (a toolbox with followers), from its first request on."""
+    recorded = ctx.log.folder.offered
+    toolbox = ctx.engine.toolbox
+    if recorded is None and not toolbox.followers:
+        return _SAME_TOOLS
+    offered = toolbox.offered
+    if recorded is not None and recorded[1] == offered[1]:
+        return _SAME_TOOLS
+    return offered
+
+
 async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     """One model call and its commit. False when the turn ended here."""
     folder = ctx.log.folder
@@ -277,7 +296,9 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
         foreign_thinking(folder.messages, name.partition(":")[0]) if folder.has_thinking else 0
     )
     await ctx.log.append(
-        ModelRequested(name, _request_hash(ctx, max_output), _input_estimate(ctx), dropped)
+        ModelRequested(
+            name, _request_hash(ctx, max_output), _input_estimate(ctx), dropped, *_offered(ctx)
+        )
     )
     started = time.perf_counter()
     first = FirstDelta(ctx.on_delta, started) if ctx.on_delta is not None else None

@@ -137,19 +137,34 @@ def _seconds(time_text: str) -> float:
 
 
 class Timeline:
-    """Formats events one line each, with the time since the first event it saw."""
+    """Formats events one line each, with the time since the first event it saw, and on a
+    request that offered other tools than its thread's last, what changed."""
 
     def __init__(self) -> None:
         self._start: float | None = None
+        self._offered: dict[str, tuple[str, ...]] = {}  # per thread, the last set it saw
 
     def line(self, event: Event) -> str:
         t = _seconds(event.time)
         if self._start is None:
             self._start = t
         indent = thread_label(event.thread) + ("  " if event.type.startswith("tool.") else "")
-        return (
-            f"{event.seq:>5}  +{t - self._start:7.3f}s  {indent}{event.type:<17} {summarize(event)}"
-        )
+        said = summarize(event)
+        p = event.payload
+        if isinstance(p, SessionCreated):
+            self._offered[event.thread] = tuple(p.tools)
+        elif isinstance(p, ModelRequested) and p.tools_digest:
+            said += f"; {self._tools_changed(event.thread, p.tools)}"
+        return f"{event.seq:>5}  +{t - self._start:7.3f}s  {indent}{event.type:<17} {said}"
+
+    def _tools_changed(self, thread: str, tools: tuple[str, ...]) -> str:
+        before = self._offered.get(thread)
+        self._offered[thread] = tools
+        if before is None:  # a sub-agent's first record: its thread named none before
+            return f"tools offered: {', '.join(tools) or 'none'}"
+        added = [f"+{name}" for name in tools if name not in before]
+        removed = [f"−{name}" for name in sorted(before) if name not in tools]
+        return f"tools changed: {' '.join([*added, *removed]) or 'same names, other schemas'}"
 
 
 def render_transcript(transcript: Transcript) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, overload
 from pydantic import BaseModel
 
 from tether.errors import UsageError
-from tether.events import Effect
+from tether.events import Effect, offered_digest
 from tether.messages import canonical_json
 from tether.providers.base import ToolSpec
 from tether.tools.schema import build_validator, json_schema, parse_docstring
@@ -158,6 +158,17 @@ class Toolbox:
         self._tools = by_name
         self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self._tools.values())
         self.schema_chars = len(canonical_json([s.parameters for s in self.specs]))
+        self._offered: tuple[tuple[str, ...], str] | None = None
+
+    @property
+    def offered(self) -> tuple[tuple[str, ...], str]:
+        """The tools' names, sorted, and their `offered_digest`: what a `model.requested`
+        records when the set differs from the one the log last named. Worked out once per
+        `replace`, when first asked."""
+        if self._offered is None:
+            hashes = {t.name: t.schema_hash for t in self._tools.values()}
+            self._offered = (tuple(sorted(hashes)), offered_digest(hashes))
+        return self._offered
 
     def follow(self, refresh: Callable[[Toolbox], Awaitable[None]]) -> None:
         """Have `refresh(toolbox)` called before each model request."""
