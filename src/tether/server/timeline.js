@@ -51,7 +51,9 @@ function describe(event) {
       return d.model + (tools.length ? " · tools " + tools.join(", ") : " · no tools") + (d.system ? " · system: " + clip(d.system, 80) : "");
     }
     case "user.message": return "user: " + clip(text(d.message), 200);
-    case "model.requested": return d.model + ", ~" + d.input_tokens_estimate + " input tokens";
+    case "model.requested": // tools_digest: the request offered other tools than the one before it
+      return d.model + ", ~" + d.input_tokens_estimate + " input tokens"
+        + (d.tools_digest ? " · tools now: " + ((d.tools || []).join(", ") || "none") : "");
     case "model.responded": {
       const calls = ((d.message || {}).parts || []).filter((p) => p && p.type === "tool_call");
       const said = text(d.message);
