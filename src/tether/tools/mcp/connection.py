@@ -446,8 +446,9 @@ class McpConnection:
             await self._retire(live)
             return McpServerUnavailable(
                 name,
-                f"MCP server {name!r} no longer knows this session (HTTP 404 during {what}: it "
-                "restarted or expired the session); a new session is started at the next call",
+                f"MCP server {name!r} no longer knows this session ({status or 'HTTP 404'} "
+                f"during {what}: it restarted or expired the session); a new session is "
+                "started at the next call",
             )
         if isinstance(exc, MCPError) and not (broken or _lost(live, exc)):
             answer = f"error {exc.code}: {exc.message}"

@@ -79,8 +79,10 @@ class _WatchedTransport(httpx2.AsyncBaseTransport):
             response, unknown = await _session_refusal(response)
         if unknown or (response.status_code == 404 and _SESSION_HEADER in request.headers):
             self._state.session_lost = True
+            self._state.status = f"HTTP {response.status_code}"
             if delivery is not None:
                 delivery.session_lost = True
+                delivery.status = self._state.status
             return response
         if response.status_code >= 400:
             # The SDK reports most of these as "Server returned an error response".
