@@ -1,6 +1,9 @@
 """Throughput of real `tether worker` processes: sessions completed and events appended per
-second with 1, 2 and 4 workers on PostgreSQL, beside one worker on the embedded SQLite store
-doing the same sessions.
+second with 1, 2, 4 and 8 workers on PostgreSQL, beside one worker on the embedded SQLite
+store doing the same sessions, and what each session cost in CPU: the workers' (all their
+processes), the database server's, and its commits. The wall clock depends on what else the
+machine runs; the CPU per session much less, which is what tells a cost of ours (more
+commits or more work per session as workers are added) from a machine with too few cores.
 
 Each session is the runtime fixtures' `note 2` turn (two tool steps, then an answer: 11
 events after its two creation events), started as `LocalRuntime.start` would start it. The
@@ -11,6 +14,7 @@ and never fails on time. The bare loop (no store, no runtime) doing the same tur
 printed beside.
 
     .venv/bin/python bench/bench_postgres.py        (BENCH_SESSIONS=400 by default)
+    BENCH_WORKERS=1,2 BENCH_CONCURRENCY=8 .venv/bin/python bench/bench_postgres.py
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -35,7 +40,8 @@ from tether.store.sqlite import SQLiteStore
 from tether.testing.runtime_fixtures import MODEL, TOOLS
 
 SESSIONS = int(os.environ.get("BENCH_SESSIONS", "400"))
-CONCURRENCY = 16  # sessions each worker runs at once
+CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "16"))  # sessions each worker runs at once
+WORKERS = tuple(int(n) for n in os.environ.get("BENCH_WORKERS", "1,2,4,8").split(","))
 SPEC = SessionSpec(MODEL, "note 2", tools=TOOLS)
 LAST_SEQ = 13  # session.created, the task, 3 model calls (2 with a tool step), turn.ended
 
@@ -66,17 +72,56 @@ async def start_workers(url: str, count: int) -> list[asyncio.subprocess.Process
     return procs
 
 
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User and system CPU the processes have used, from /proc (0 for one that is gone)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_pids() -> list[int]:
+    """Every PostgreSQL server process on this machine (the server and its backends)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "postgres":
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@dataclass
+class Run:
+    took: float
+    events: int
+    worker_cpu: float  # seconds, all worker processes
+    server_cpu: float | None  # seconds, the PostgreSQL server's processes (None: SQLite)
+    commits: int | None  # transactions the database committed meanwhile (PostgreSQL)
+
+
 async def timed_run(
     store: Store,
     url: str,
     workers: int,
     unmark: Callable[[], Awaitable[None]],
     mark_all: Callable[[Sequence[str]], Awaitable[None]],
-) -> tuple[float, int]:
+    commits: Callable[[], Awaitable[int]] | None = None,
+) -> Run:
     ids = await create_sessions(store, SESSIONS)
     await unmark()  # marked again below, timed
     procs = await start_workers(url, workers)
+    pids = [p.pid for p in procs]
     try:
+        servers = postgres_pids() if commits is not None else []
+        cpu_before = cpu_seconds(pids), cpu_seconds(servers)
+        commits_before = await commits() if commits is not None else 0
         started = time.perf_counter()
         await mark_all(ids)
         while True:
@@ -85,14 +130,18 @@ async def timed_run(
                 break
             await asyncio.sleep(0.01)
         took = time.perf_counter() - started
+        worker_cpu = cpu_seconds(pids) - cpu_before[0]
+        # Backends that started meanwhile are counted from zero.
+        server_cpu = cpu_seconds(postgres_pids()) - cpu_before[1] if commits else None
+        committed = await commits() - commits_before if commits is not None else None
     finally:
         for proc in procs:
             proc.terminate()
             await proc.wait()
-    return took, sum(seqs.values()) - 2 * len(ids)
+    return Run(took, sum(seqs.values()) - 2 * len(ids), worker_cpu, server_cpu, committed)
 
 
-async def run_sqlite(path: str) -> tuple[float, int]:
+async def run_sqlite(path: str) -> Run:
     store = SQLiteStore(path)
 
     async def unmark() -> None:
@@ -102,7 +151,10 @@ async def run_sqlite(path: str) -> tuple[float, int]:
     async def mark_all(ids: Sequence[str]) -> None:
         with sqlite3.connect(path, timeout=10) as conn:  # one transaction for all
             now = time.time()
-            conn.executemany("INSERT INTO wakeups VALUES (?, 1, ?)", [(s, now) for s in ids])
+            conn.executemany(
+                "INSERT INTO wakeups (session_id, token, marked) VALUES (?, 1, ?)",
+                [(s, now) for s in ids],
+            )
 
     try:
         return await timed_run(store, f"sqlite:///{path}", 1, unmark, mark_all)
@@ -110,7 +162,7 @@ async def run_sqlite(path: str) -> tuple[float, int]:
         await store.close()
 
 
-async def run_postgres(base: str, workers: int) -> tuple[float, int]:
+async def run_postgres(base: str, workers: int) -> Run:
     from psycopg import AsyncConnection
 
     from tether.store.postgres import PostgresStore
@@ -129,17 +181,30 @@ async def run_postgres(base: str, workers: int) -> tuple[float, int]:
             "SELECT tether_mark(session_id) FROM tether_sessions ORDER BY created", ()
         )
 
+    async def commits() -> int:
+        rows = await store.fetch_all(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()", ()
+        )
+        return int(rows[0][0])
+
     try:
-        return await timed_run(store, url, workers, unmark, mark_all)
+        return await timed_run(store, url, workers, unmark, mark_all, commits)
     finally:
         await store.close()
         async with await AsyncConnection.connect(base, autocommit=True) as conn:
             await conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-def row(label: str, took: float, events: int | None) -> None:
-    rate = "" if events is None else f"{events / took:.0f}"
-    print(f"{label:<24}{took:>9.2f}{rate:>11}{SESSIONS / took:>12.1f}")
+def row(label: str, run: Run | float) -> None:
+    if isinstance(run, float):  # the bare loop: no events, no processes
+        print(f"{label:<24}{run:>9.2f}{'':>11}{SESSIONS / run:>12.1f}")
+        return
+    server = "" if run.server_cpu is None else f"{run.server_cpu / SESSIONS * 1000:.2f}"
+    commits = "" if run.commits is None else f"{run.commits / SESSIONS:.1f}"
+    print(
+        f"{label:<24}{run.took:>9.2f}{run.events / run.took:>11.0f}{SESSIONS / run.took:>12.1f}"
+        f"{run.worker_cpu / SESSIONS * 1000:>14.2f}{server:>14}{commits:>13}"
+    )
 
 
 async def main() -> None:
@@ -147,20 +212,27 @@ async def main() -> None:
         f"{SESSIONS} sessions of one turn (2 tool steps, 11 events each); "
         f"real `tether worker` processes, {CONCURRENCY} sessions at once each"
     )
-    print(f"{'backend':<24}{'seconds':>9}{'events/s':>11}{'sessions/s':>12}")
+    print(
+        "CPU per session is load-independent where the wall clock is not: workers' CPU (all\n"
+        "processes), the database server's CPU and its commits per session (PostgreSQL only)."
+    )
+    print(
+        f"{'backend':<24}{'seconds':>9}{'events/s':>11}{'sessions/s':>12}"
+        f"{'worker ms/ses':>14}{'server ms/ses':>14}{'commits/ses':>13}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        row("sqlite, 1 worker", *await run_sqlite(str(Path(tmp) / "bench.db")))
+        row("sqlite, 1 worker", await run_sqlite(str(Path(tmp) / "bench.db")))
     base = os.environ.get("TETHER_TEST_POSTGRES_URL")
     if not base:
         print('postgresql: skipped: set TETHER_TEST_POSTGRES_URL (eval "$(bash .ci/postgres.sh)")')
     else:
-        for workers in (1, 2, 4):
+        for workers in WORKERS:
             label = f"postgresql, {workers} worker{'s' if workers > 1 else ''}"
-            row(label, *await run_postgres(base, workers))
+            row(label, await run_postgres(base, workers))
     started = time.perf_counter()
     for _ in range(SESSIONS):
         await bare_loop(2)
-    row("bare loop (no store)", time.perf_counter() - started, None)
+    row("bare loop (no store)", time.perf_counter() - started)
 
 
 if __name__ == "__main__":
