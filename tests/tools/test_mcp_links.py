@@ -18,7 +18,7 @@ from tether.testing import ScriptedModel, call
 from tether.tools import Tool
 from tether.tools.base import DEFAULT_OUTPUT_CAP
 from tether.tools.mcp import McpServerConfig, McpToolSource, links
-from tether.tools.run import CallOutcome, execute
+from tether.tools.run import MAX_RESULT_IMAGES, CallOutcome, execute
 
 try:
     from .mcp_servers.harness import PYTHON, no_orphan_servers
@@ -79,7 +79,12 @@ async def test_links_that_cannot_be_read_are_named_with_why_and_the_call_succeed
         + "]",
         # read, but a binary that is no image: named with its type and size
         "[resource memo://report (report)]",
-        "[application/pdf resource memo://report, 19 bytes, not shown]",
+        "[application/pdf resource memo://report, 19 bytes, not shown: "
+        "not an image type a model takes]",
+        # read, but an image too big to show
+        "[resource memo://poster (poster)]",
+        "[image/png resource memo://poster, 6,291,488 bytes, not shown: "
+        "over the image cap of 5,242,880 bytes]",
         # its declared size is over the cap: not even asked for
         "[resource memo://huge (huge): not read: 1,000,000,000 bytes, over the cap of 5,242,880]",
     ]
@@ -115,6 +120,29 @@ async def test_a_link_read_is_bounded_in_time_and_the_links_after_it_are_named(
         "[resource memo://guide (guide): not read: the 0.5 s for links ran out]"
     )
     assert slow.duration_ms < 10_000
+
+
+async def test_past_the_links_read_per_result_the_rest_are_named() -> None:
+    async with McpToolSource([links_stdio()]) as source:
+        tools = {t.name: t for t in await source.list_tools()}
+        many = await run(tools["many_links"], count=links.MAX_LINKS_READ + 2)
+    read = [f"[resource memo://notes/{n} (note {n})]\nnote {n}" for n in range(1, 9)]
+    named = [
+        f"[resource memo://notes/{n} (note {n}): not read: only 8 links are read]" for n in (9, 10)
+    ]
+    assert many.content == "\n".join([*read, *named])
+
+
+async def test_embedded_and_linked_images_share_the_cap_on_images_per_result() -> None:
+    async with McpToolSource([links_stdio()]) as source:
+        tools = {t.name: t for t in await source.list_tools()}
+        full = await run(tools["many_images"], count=MAX_RESULT_IMAGES)
+    assert len(full.images) == MAX_RESULT_IMAGES
+    # the linked image came past the cap: read, but named instead of shown
+    assert full.content == (
+        "[resource memo://chart (chart)]\n"
+        "[image/png resource memo://chart, 32 bytes, not shown: past the 8 images a result shows]"
+    )
 
 
 async def test_a_server_without_resources_leaves_its_link_a_placeholder() -> None:

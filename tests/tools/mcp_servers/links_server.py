@@ -1,5 +1,5 @@
 """An MCP server whose tools answer with resources: links to a text, an image, a binary, a
-large, a slow and a missing resource, and an embedded image.
+large, a slow and a missing resource, many links, and embedded images.
 
 `python links_server.py` serves the SDK's `MCPServer` over stdio; `python links_server.py
 bare` serves a low-level `Server` with tools only (no resources capability) whose one tool
@@ -43,6 +43,11 @@ def report() -> bytes:
     return PDF
 
 
+@server.resource("memo://poster", name="poster", mime_type="image/png")
+def poster() -> bytes:
+    return PNG + b"\x00" * 6 * 1024 * 1024  # past the image cap (5 MiB)
+
+
 @server.resource("memo://big", name="big", mime_type="text/plain")
 def big() -> str:
     return BIG
@@ -52,6 +57,11 @@ def big() -> str:
 async def slow() -> str:
     await anyio.sleep(30)
     return "too late"
+
+
+@server.resource("memo://notes/{number}", name="note")
+def note(number: str) -> str:
+    return f"note {number}"
 
 
 def link(uri: str, name: str, **fields: Any) -> ResourceLink:
@@ -73,11 +83,12 @@ def link_image() -> list[Block]:
 @server.tool(annotations=READ)
 def link_unreadable() -> list[Block]:
     """Links that cannot be shown: a missing resource, another server's URI, a binary that is
-    no image, and one whose declared size is too big to read."""
+    no image, an image past the cap, and one whose declared size is too big to read."""
     return [
         link("memo://missing", "missing"),
         link("https://example.com/elsewhere", "elsewhere"),
         link("memo://report", "report"),
+        link("memo://poster", "poster"),
         link("memo://huge", "huge", size=10**9),
     ]
 
@@ -108,6 +119,22 @@ def embedded_image() -> list[Block]:
         EmbeddedResource(type="resource", resource=blob),
         EmbeddedResource(type="resource", resource=pdf),
     ]
+
+
+@server.tool(annotations=READ)
+def many_links(count: int) -> list[Block]:
+    """Links to `count` distinct notes."""
+    return [link(f"memo://notes/{n}", f"note {n}") for n in range(1, count + 1)]
+
+
+@server.tool(annotations=READ)
+def many_images(count: int) -> list[Block]:
+    """`count` embedded PNGs, then a link to the PNG resource."""
+    blob = types.BlobResourceContents(
+        uri="memo://chart", mime_type="image/png", blob=base64.b64encode(PNG).decode()
+    )
+    embedded = EmbeddedResource(type="resource", resource=blob)
+    return [*[embedded] * count, link("memo://chart", "chart")]
 
 
 async def _bare_tools(

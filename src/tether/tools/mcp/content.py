@@ -39,19 +39,24 @@ def result_parts(
     other image, audio or binary resource stays a placeholder in the text."""
     images: list[Image] = []
 
-    def take(data: str, mime_type: str | None) -> bool:
-        image = _image(data, mime_type) if len(images) < MAX_RESULT_IMAGES else None
-        if image is not None:
+    def take(data: str, mime_type: str | None) -> str | None:
+        """None when the image was taken out, else why it was not."""
+        if len(images) >= MAX_RESULT_IMAGES:
+            return f"past the {MAX_RESULT_IMAGES} images a result shows"
+        image = _image(data, mime_type)
+        if isinstance(image, Image):
             images.append(image)
-        return image is not None
+            return None
+        return image
 
     def show(block: mcp_types.ContentBlock) -> str:
-        if isinstance(block, mcp_types.ImageContent) and take(block.data, None):
+        if isinstance(block, mcp_types.ImageContent) and take(block.data, None) is None:
             return ""
         if isinstance(block, mcp_types.EmbeddedResource):
             embedded = block.resource
-            if isinstance(embedded, mcp_types.BlobResourceContents) and take(
-                embedded.blob, embedded.mime_type
+            if (
+                isinstance(embedded, mcp_types.BlobResourceContents)
+                and take(embedded.blob, embedded.mime_type) is None
             ):
                 return ""
         if isinstance(block, mcp_types.ResourceLink) and links and str(block.uri) in links:
@@ -110,11 +115,11 @@ def render_block(block: mcp_types.ContentBlock) -> str:
 def _render_link(
     link: mcp_types.ResourceLink,
     read: LinkRead,
-    take: Callable[[str, str | None], bool],
+    take: Callable[[str, str | None], str | None],
     cap: int,
 ) -> str:
     """A read link as the model sees it: a line naming it, then its text (cut at `cap`, the
-    rest left on the server), an image taken out, or a binary part named."""
+    rest left on the server), an image taken out, or a binary part named with why."""
     head = f"[resource {link.uri}{f' ({link.name})' if link.name else ''}"
     if read.problem is not None:
         return f"{head}: {read.problem}]"
@@ -122,10 +127,10 @@ def _render_link(
     for content in read.contents:
         if isinstance(content, mcp_types.TextResourceContents):
             parts.append(content.text)
-        elif take(content.blob, content.mime_type):
+        elif (why := take(content.blob, content.mime_type)) is None:
             parts.append(f"[{content.mime_type} resource {content.uri}: shown as an image]")
         else:
-            parts.append(f"[{_blob_text(content)}, not shown]")
+            parts.append(f"[{_blob_text(content)}, not shown: {why}]")
     text = "\n".join(parts)
     if len(text) > cap:
         text = (
@@ -140,15 +145,15 @@ def _blob_text(content: mcp_types.BlobResourceContents) -> str:
     return f"{content.mime_type or 'binary'} resource {content.uri}, {size:,} bytes"
 
 
-def _image(data: str, mime_type: str | None) -> Image | None:
-    """An `Image` of base64 `data`, or None when it is not one the model can be shown.
+def _image(data: str, mime_type: str | None) -> Image | str:
+    """An `Image` of base64 `data`, or why it is not one the model can be shown.
     `mime_type`: a resource's declared type, which must be an image type (an image block's
     is checked against its bytes by `Image`)."""
     if mime_type is not None and mime_type not in IMAGE_TYPES:
-        return None
+        return "not an image type a model takes"
     if len(data) * 3 // 4 > MAX_IMAGE_BYTES + 2:  # too big: not worth decoding
-        return None
+        return f"over the image cap of {MAX_IMAGE_BYTES:,} bytes"
     try:
         return Image(base64.b64decode(data, validate=True))
     except (binascii.Error, ValueError, UsageError):  # not base64, or not an image we can send
-        return None
+        return "not a PNG, JPEG, GIF or WebP image"
