@@ -5,6 +5,7 @@ failing the call."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,8 @@ __all__ = ["no_orphan_servers"]
 LINKS = Path(__file__).parent / "mcp_servers" / "links_server.py"
 
 
-def links_stdio(*args: str) -> McpServerConfig:
-    return McpServerConfig("links", command=PYTHON, args=(str(LINKS), *args))
+def links_stdio(*args: str, timeout: float | None = 60.0) -> McpServerConfig:
+    return McpServerConfig("links", command=PYTHON, args=(str(LINKS), *args), timeout=timeout)
 
 
 async def run(tool: Tool, **arguments: Any) -> CallOutcome:
@@ -120,6 +121,16 @@ async def test_a_link_read_is_bounded_in_time_and_the_links_after_it_are_named(
         "[resource memo://guide (guide): not read: the 0.5 s for links ran out]"
     )
     assert slow.duration_ms < 10_000
+
+
+async def test_link_reads_stop_short_of_the_calls_timeout_so_the_call_is_answered() -> None:
+    (slow,) = await outcomes("link_slow", server=links_stdio(timeout=2.0))
+    first, second = slow.content.split("\n")
+    assert re.fullmatch(
+        r"\[resource memo://slow \(slow\): not read within the 1\.\d+ s for links\]", first
+    )
+    assert second.startswith("[resource memo://guide (guide): not read: the 1.")
+    assert slow.duration_ms < 2_000  # answered `ok`, within the call's 2 s
 
 
 async def test_past_the_links_read_per_result_the_rest_are_named() -> None:

@@ -21,8 +21,10 @@ from tether.tools.mcp.errors import McpError, McpUnsupported
 
 # More links than this in one result are named, not read: each is a round trip to the server.
 MAX_LINKS_READ = 8
-# All the reads of one result together; the call's own timeout still bounds the whole call.
+# All the reads of one result together, and never past the call's own timeout less this
+# margin: a call whose effect happened must not be answered `timeout` for reading its links.
 LINKS_READ_TIMEOUT = 10.0
+TIMEOUT_MARGIN = 0.5
 # A link whose server declares a larger `size` is not read; an image is capped by the same.
 MAX_LINK_BYTES = MAX_IMAGE_BYTES
 
@@ -38,13 +40,21 @@ class LinkRead:
 
 
 async def read_links(
-    connection: McpConnection, result: mcp_types.CallToolResult
+    connection: McpConnection,
+    result: mcp_types.CallToolResult,
+    *,
+    call_ends: float | None = None,
 ) -> dict[str, LinkRead]:
     """Each distinct link URI of `result`'s content, read in order until `MAX_LINKS_READ`
-    links or `LINKS_READ_TIMEOUT` seconds are spent; the rest carry the reason they were not."""
+    links or `LINKS_READ_TIMEOUT` seconds are spent; the rest carry the reason they were not.
+    `call_ends`: when the call's timeout strikes (`time.monotonic()`; None: never), which
+    the reads stop `TIMEOUT_MARGIN` short of."""
     sizes = _declared_sizes(result)
     reads: dict[str, LinkRead] = {}
     deadline = time.monotonic() + LINKS_READ_TIMEOUT
+    if call_ends is not None:
+        deadline = min(deadline, call_ends - TIMEOUT_MARGIN)
+    seconds = max(0.0, deadline - time.monotonic())
     for index, uri in enumerate(sizes):
         if index >= MAX_LINKS_READ:
             reads[uri] = LinkRead(problem=f"not read: only {MAX_LINKS_READ} links are read")
@@ -53,18 +63,18 @@ async def read_links(
                 problem=f"not read: {size:,} bytes, over the cap of {MAX_LINK_BYTES:,}"
             )
         else:
-            reads[uri] = await _read(connection, uri, deadline - time.monotonic())
+            reads[uri] = await _read(connection, uri, deadline, seconds)
     return reads
 
 
-async def _read(connection: McpConnection, uri: str, budget: float) -> LinkRead:
-    if budget <= 0:
-        return LinkRead(problem=f"not read: the {LINKS_READ_TIMEOUT:g} s for links ran out")
+async def _read(connection: McpConnection, uri: str, deadline: float, seconds: float) -> LinkRead:
+    if deadline <= time.monotonic():
+        return LinkRead(problem=f"not read: the {seconds:.3g} s for links ran out")
     try:
-        async with asyncio.timeout(budget):
+        async with asyncio.timeout(deadline - time.monotonic()):
             read = await catalog.read_resource(connection, uri)
     except TimeoutError:
-        return LinkRead(problem=f"not read within the {LINKS_READ_TIMEOUT:g} s for links")
+        return LinkRead(problem=f"not read within the {seconds:.3g} s for links")
     except McpUnsupported:
         return LinkRead(problem="not read: its server offers no resources")
     except McpError as exc:  # the server's own words; the call itself went well

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -251,6 +252,7 @@ class McpToolSource:
         effect = effect_of(spec.annotations)
 
         async def call(**arguments: Any) -> str | list[str | Image]:
+            ends = None if config.timeout is None else time.monotonic() + config.timeout
             context = arguments.pop(_CONTEXT_PARAM, None)
             progress = self._progress_fn(config.name, name, context)
             call_id = context.call_id if isinstance(context, ToolContext) else None
@@ -268,7 +270,7 @@ class McpToolSource:
                 raise McpToolFailed(
                     config.name, text or f"tool {server_tool!r} reported an error with no message"
                 )
-            links = await read_links(connection, result)  # its server's, never another's
+            links = await read_links(connection, result, call_ends=ends)  # never another's
             text, images = result_parts(result, output_schema=declared, links=links)
             return [text, *images] if images else text
 
