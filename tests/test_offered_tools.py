@@ -249,3 +249,29 @@ async def test_an_mcp_server_that_grows_a_tool_has_the_new_set_recorded(protocol
     timeline = Timeline()
     lines = [timeline.line(e) for e in events]
     assert any(line.endswith("tools changed: +shiny") for line in lines)
+
+
+@pytest.mark.parametrize("followed", [False, True])
+async def test_a_sub_agents_set_is_recorded_only_when_its_tools_may_change(followed: bool) -> None:
+    """`thread.started` names no tools: a static child records none; a child whose toolbox
+    has followers records its set on its first request, then only changes."""
+    helper = Agent(ScriptedModel([call("alpha"), "helped"]), name="helper", tools=[alpha])
+    if followed:
+
+        async def unchanged(toolbox: Toolbox) -> None:
+            return None
+
+        helper.toolbox.follow(unchanged)
+    store = MemoryStore()
+    parent = Agent(
+        ScriptedModel([call("helper", task="help"), "done"]),
+        tools=[helper.as_tool()],
+        store=store,
+    )
+    result = await parent.run("go")
+    events = await store.read(result.session_id)
+    child = next(e.thread for e in events if e.thread)
+    in_child = [(r.tools, r.tools_digest) for r in requests(events, child)]
+    first = offered_of(alpha) if followed else ((), "")
+    assert in_child == [first, ((), "")]
+    assert all(not r.tools_digest for r in requests(events))
