@@ -29,11 +29,7 @@ from tether.session.log import SessionLog
 from tether.store import MemoryStore, SQLiteStore
 from tether.testing import ScriptedModel, call
 from tether.tools import Tool, Toolbox, tool
-
-try:
-    from .tools.mcp_servers.harness import catalog_stdio, no_orphan_servers
-except ImportError:
-    from tools.mcp_servers.harness import catalog_stdio, no_orphan_servers
+from tools.mcp_servers.harness import catalog_stdio, no_orphan_servers
 
 __all__ = ["no_orphan_servers"]
 
