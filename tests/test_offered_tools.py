@@ -271,3 +271,21 @@ async def test_a_sub_agents_set_is_recorded_only_when_its_tools_may_change(follo
     first = offered_of(alpha) if followed else ((), "")
     assert in_child == [first, ((), "")]
     assert all(not r.tools_digest for r in requests(events))
+
+
+async def test_tools_replaced_without_followers_are_recorded_at_the_next_request() -> None:
+    """The loop looks again whenever the toolbox was replaced, whoever replaced it."""
+    store = MemoryStore()
+    box: list[Toolbox] = []
+
+    @tool(effect="read")
+    def swap() -> str:
+        """Offer gamma from now on."""
+        box[0].replace([swap, gamma])
+        return "swapped"
+
+    agent = Agent(ScriptedModel([call("swap"), call("gamma"), "done"]), tools=[swap], store=store)
+    box.append(agent.toolbox)
+    result = await agent.run("go")
+    recorded = [(r.tools, r.tools_digest) for r in requests(await store.read(result.session_id))]
+    assert recorded == [((), ""), offered_of(swap, gamma), ((), "")]

@@ -108,6 +108,9 @@ class TurnContext:
     started_before: frozenset[str] = frozenset()
     # The lease the run holds, as its tools see it (`ToolContext.fence`); on the root only.
     fence: LeaseHolder | None = None
+    # The toolbox version whose set this run's log already names (`_offered`): a toolbox
+    # that was not replaced since needs no look, so a plain step pays one comparison.
+    tools_checked: int = -1
 
     def __post_init__(self) -> None:
         if self.turns_before is None:
@@ -262,6 +265,7 @@ def _offered(ctx: TurnContext) -> tuple[tuple[str, ...], str]:
     """The tools this request offers, for its `model.requested` to record when they differ
     from what the thread's log last said (a server changed its list; a resumed session runs
     with other tools than it had); `_SAME_TOOLS`, which writes nothing, when they do not.
+    Asked at a run's first request and after the toolbox is replaced (`tools_checked`).
     A sub-agent's log names no tools to start with: its set is recorded only when it may
     change (a toolbox with followers), from its first request on."""
     recorded = ctx.log.folder.offered
@@ -295,11 +299,15 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     dropped = (
         foreign_thinking(folder.messages, name.partition(":")[0]) if folder.has_thinking else 0
     )
+    toolbox = ctx.engine.toolbox
+    version = toolbox.version
+    tools, digest = _SAME_TOOLS if version == ctx.tools_checked else _offered(ctx)
     await ctx.log.append(
         ModelRequested(
-            name, _request_hash(ctx, max_output), _input_estimate(ctx), dropped, *_offered(ctx)
+            name, _request_hash(ctx, max_output), _input_estimate(ctx), dropped, tools, digest
         )
     )
+    ctx.tools_checked = version  # the log names this version's set now
     started = time.perf_counter()
     first = FirstDelta(ctx.on_delta, started) if ctx.on_delta is not None else None
     request = ModelRequest(

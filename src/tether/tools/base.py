@@ -146,6 +146,7 @@ class Toolbox:
 
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
         self.followers: list[Callable[[Toolbox], Awaitable[None]]] = []
+        self.version = -1  # counts `replace`s: a loop that checked this version needs no more
         self.replace(tools)
 
     def replace(self, tools: Iterable[Tool | Callable[..., Any]]) -> None:
@@ -159,6 +160,7 @@ class Toolbox:
         self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self._tools.values())
         self.schema_chars = len(canonical_json([s.parameters for s in self.specs]))
         self._offered: tuple[tuple[str, ...], str] | None = None
+        self.version += 1
 
     @property
     def offered(self) -> tuple[tuple[str, ...], str]:
