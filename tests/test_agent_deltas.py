@@ -63,8 +63,8 @@ async def test_a_streamed_answer_records_its_time_to_first_token_and_an_unstream
 
     timed = [e for e in await store.read(with_deltas.session_id) if e.type == "model.responded"]
     first_token = timed[0].payload.first_token_ms  # type: ignore[attr-defined]
-    assert first_token is not None and 0 < first_token <= timed[0].payload.latency_ms  # type: ignore[attr-defined]
+    assert 0 < first_token <= timed[0].payload.latency_ms  # type: ignore[attr-defined]
     untimed = [e for e in await store.read(without.session_id) if e.type == "model.responded"]
-    assert untimed[0].payload.first_token_ms is None  # type: ignore[attr-defined]
+    assert untimed[0].payload.first_token_ms == 0.0  # type: ignore[attr-defined]
     # A sparse field: an unstreamed answer's stored bytes carry no trace of it.
     assert "first_token_ms" not in untimed[0].to_json()["data"]

@@ -98,7 +98,8 @@ def offered_digest(schema_hashes: Mapping[str, object]) -> str:
 class ModelResponded:
     """`latency_ms`: from the request handed to the gateway to the whole answer, queue waits
     and retries included. `first_token_ms`: the same clock to the first streamed delta;
-    written only when the answer was streamed (a run with a delta observer)."""
+    written only when the answer was streamed (a run with a delta observer), 0 otherwise
+    (a sparse field's default is what is left out, so that a row gives back the event)."""
 
     type: ClassVar[str] = "model.responded"
     SPARSE: ClassVar[frozenset[str]] = frozenset({"first_token_ms"})
@@ -110,7 +111,7 @@ class ModelResponded:
     latency_ms: float = 0.0
     incomplete: bool = False
     response_hash: str | None = None
-    first_token_ms: float | None = None
+    first_token_ms: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -361,7 +361,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
         latency_ms=round((time.perf_counter() - started) * 1000, 3),
         incomplete=response.incomplete,
         response_hash=response.response_hash,
-        first_token_ms=None if first is None else first.elapsed_ms,
+        first_token_ms=(first.elapsed_ms or 0.0) if first is not None else 0.0,
     )
     calls = response.message.tool_calls
     if response.incomplete:

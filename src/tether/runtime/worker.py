@@ -231,8 +231,8 @@ class Worker:
             pass  # another worker took it over: the mark is its business
         except asyncio.CancelledError:
             raise
-        except Exception:
-            defer = (self._failed(sid), "backoff")
+        except Exception as exc:
+            defer = (self._failed(sid, exc), "backoff")
         finally:
             # `run_session` releases the lease it is given; this covers the paths that never
             # got there. A second release is harmless: it matches only its own generation.
@@ -244,16 +244,29 @@ class Worker:
                 await self.store.defer(sid, *defer)
                 metrics.parked(defer[1])
 
-    def _failed(self, session_id: str) -> float:
+    def _failed(self, session_id: str, exc: Exception) -> float:
         """Note a failed run (a store hiccup or a bug); the delay before the next try, longer
-        each time."""
+        each time. A store that cannot be reached is said in a line; a bug with its trace."""
         self.failures += 1
         attempts = self._attempts.get(session_id, 0)
         delay = min(60.0, self.poll_interval * 2.0 ** (attempts + 1))
         self._attempts[session_id] = attempts + 1
-        log.exception(
-            "worker %s: session %s failed; retrying in %.1f s", self.owner, session_id, delay
-        )
+        if isinstance(exc, StoreError):
+            log.warning(
+                "worker %s: session %s failed: %s; retrying in %.1f s",
+                self.owner,
+                session_id,
+                exc,
+                delay,
+            )
+        else:
+            log.error(
+                "worker %s: session %s failed; retrying in %.1f s",
+                self.owner,
+                session_id,
+                delay,
+                exc_info=exc,
+            )
         return delay
 
     def _acquit(self, lease: Lease) -> None:

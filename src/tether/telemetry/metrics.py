@@ -170,7 +170,7 @@ class SessionMetrics:
     def _responded(self, p: ModelResponded) -> None:
         r, model = self.registry, (self.model,)
         r.model_seconds.observe(model, p.latency_ms / 1000)
-        if p.first_token_ms is not None:  # only a streamed answer has a first token
+        if p.first_token_ms:  # only a streamed answer has a first token (0: none)
             r.first_token_seconds.observe(model, p.first_token_ms / 1000)
         usage = p.usage
         for kind, count in (
