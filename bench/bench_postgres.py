@@ -14,7 +14,7 @@ and never fails on time. The bare loop (no store, no runtime) doing the same tur
 printed beside.
 
     .venv/bin/python bench/bench_postgres.py        (BENCH_SESSIONS=400 by default)
-    BENCH_WORKERS=1,2 BENCH_CONCURRENCY=8 .venv/bin/python bench/bench_postgres.py
+    BENCH_WORKERS=1,2 BENCH_CONCURRENCY=8 BENCH_POLL=0.5 .venv/bin/python bench/bench_postgres.py
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ async def start_workers(url: str, count: int) -> list[asyncio.subprocess.Process
     for _ in range(count):
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tether", "worker", "--store", url,
-            "--concurrency", str(CONCURRENCY), "--lease-ttl", "30", "--poll-interval", "0.05",
+            "--concurrency", str(CONCURRENCY), "--lease-ttl", "30", "--poll-interval", os.environ.get("BENCH_POLL", "0.05"),
             "--drain", "0", "--log-level", "error",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
