@@ -23,6 +23,7 @@ from psycopg import AsyncConnection
 
 from invariants import assert_log_invariants
 from postgres.chaos_fixtures import EFFECTS, MODEL, TOOLS
+from postgres.fleet_queries import ended, holders
 from tether.events import ToolFinished, ToolStarted
 from tether.fold import Folder
 from tether.runtime import LocalRuntime
@@ -148,23 +149,6 @@ async def _start_sessions(store: PostgresStore, tasks: list[str]) -> list[str]:
     return [ref.session_id for ref in refs]
 
 
-async def _holders(store: PostgresStore) -> set[int]:
-    """The pids of the workers holding an unexpired lease (an owner is host:pid:random)."""
-    rows = await store.fetch_all(
-        "SELECT DISTINCT owner FROM tether_leases WHERE expires > extract(epoch FROM now())", ()
-    )
-    return {int(str(o).rsplit(":", 2)[1]) for (o,) in rows if str(o).count(":") >= 2}
-
-
-async def _settled(store: PostgresStore, ids: list[str]) -> bool:
-    rows = await store.fetch_all(
-        "SELECT count(*) FROM tether_sessions WHERE session_id = ANY(%s) "
-        "AND last_type = 'session.ended'",
-        (ids,),
-    )
-    return int(rows[0][0]) == len(ids)
-
-
 async def test_workers_killed_and_stopped_at_random_lose_and_repeat_nothing(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -181,9 +165,9 @@ async def test_workers_killed_and_stopped_at_random_lose_and_repeat_nothing(
         ids = await _start_sessions(store, tasks)
         poisoned, normal = set(ids[:POISONED]), ids[POISONED:]
         started = time.monotonic()
-        while not await _settled(store, ids):
+        while await ended(store, ids) < len(ids):
             assert time.monotonic() - started < DEADLINE, "sessions did not settle in time"
-            await fleet.tend(rng, chaos=True, busy=await _holders(store))
+            await fleet.tend(rng, chaos=True, busy=await holders(store))
             await asyncio.sleep(CHAOS_EVERY)
     finally:
         await fleet.close()

@@ -23,6 +23,7 @@ from typing import IO
 
 from invariants import assert_log_invariants
 from postgres.chaos_fixtures import EFFECTS, MODEL, TOOLS
+from postgres.fleet_queries import ended, holders
 from tether.fold import Folder
 from tether.runtime import LocalRuntime
 from tether.runtime.base import SessionSpec
@@ -88,22 +89,6 @@ class Fleet:
             log.close()
 
 
-async def _holders(store: PostgresStore) -> set[int]:
-    rows = await store.fetch_all(
-        "SELECT DISTINCT owner FROM tether_leases WHERE expires > extract(epoch FROM now())", ()
-    )
-    return {int(str(o).rsplit(":", 2)[1]) for (o,) in rows if str(o).count(":") >= 2}
-
-
-async def _unended(store: PostgresStore, ids: list[str]) -> int:
-    rows = await store.fetch_all(
-        "SELECT count(*) FROM tether_sessions WHERE session_id = ANY(%s) "
-        "AND last_type = 'session.ended'",
-        (ids,),
-    )
-    return len(ids) - int(rows[0][0])
-
-
 async def test_workers_killed_every_second_for_30_s_condemn_only_the_guilty(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -128,12 +113,12 @@ async def test_workers_killed_every_second_for_30_s_condemn_only_the_guilty(
             next_kill = began + KILL_EVERY
             while time.monotonic() - began < CHAOS_SECONDS:
                 await fleet.replace_dead()
-                await start("write twice", max(0, BACKLOG - await _unended(store, ids)))
+                await start("write twice", max(0, BACKLOG - len(ids) + await ended(store, ids)))
                 # Due and nobody holds work yet (workers still starting): try at the next look.
-                if time.monotonic() >= next_kill and fleet.kill_one(rng, await _holders(store)):
+                if time.monotonic() >= next_kill and fleet.kill_one(rng, await holders(store)):
                     next_kill = max(next_kill + KILL_EVERY, time.monotonic() + KILL_EVERY / 2)
                 await asyncio.sleep(0.1)
-            while await _unended(store, ids):
+            while await ended(store, ids) < len(ids):
                 assert time.monotonic() - began < DEADLINE, "sessions did not end in time"
                 await fleet.replace_dead()
                 await asyncio.sleep(0.2)

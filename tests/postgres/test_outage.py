@@ -25,6 +25,7 @@ import pytest
 from invariants import assert_log_invariants
 from postgres.chaos_fixtures import EFFECTS, MODEL, TOOLS
 from postgres.conftest import BASE_URL, HOW
+from postgres.fleet_queries import ended
 from tether.events import ToolFinished
 from tether.fold import Folder
 from tether.runtime import LocalRuntime
@@ -99,15 +100,6 @@ def _effects(tmp: Path) -> list[tuple[str, str]]:
     return [tuple(line.split()[:2]) for line in path.read_text().splitlines() if line]  # type: ignore[misc]
 
 
-async def _ended(store: PostgresStore, ids: list[str]) -> int:
-    rows = await store.fetch_all(
-        "SELECT count(*) FROM tether_sessions WHERE session_id = ANY(%s) "
-        "AND last_type = 'session.ended'",
-        (ids,),
-    )
-    return int(rows[0][0])
-
-
 async def test_a_database_stopped_for_ten_seconds_loses_no_finished_result(
     own_server: tuple[str, str, int], tmp_path: Path
 ) -> None:
@@ -134,7 +126,7 @@ async def test_a_database_stopped_for_ten_seconds_loses_no_finished_result(
         await asyncio.to_thread(_server, "start", folder, port)
         down_for = time.monotonic() - stopped_at
         store = PostgresStore(url)
-        while await _ended(store, ids) < len(ids):
+        while await ended(store, ids) < len(ids):
             assert time.monotonic() - started < DEADLINE, "sessions did not end in time"
             await asyncio.sleep(0.2)
     finally:
