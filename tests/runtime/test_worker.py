@@ -13,6 +13,7 @@ from invariants import assert_log_invariants
 from tether import Agent
 from tether.errors import SessionNotFound
 from tether.events import SessionEnded
+from tether.fold import Folder
 from tether.runtime import (
     Capabilities,
     CapabilityRefused,
@@ -52,7 +53,12 @@ async def test_sessions_shared_by_two_runtimes_on_one_store_each_run_exactly_onc
             if not await one.runnable():
                 break
             await asyncio.sleep(0.02)
-        assert await one.runnable() == []
+        # Now and then (2 full runs in about 8) a finished session's mark stays behind with
+        # two runtimes on one file (architecture §11, "Leftover wakeups"): harmless, as a
+        # worker that takes it finds the session ended, but no unfinished one may be left.
+        for wakeup in await one.runnable():
+            events = await one.read(wakeup.session_id)
+            assert Folder().apply_all(events).view().terminal, wakeup
         assert a.worker is not None and b.worker is not None
         assert a.worker.turns_run + b.worker.turns_run >= len(refs)
     await one.close()
