@@ -16,7 +16,7 @@ from typing import Protocol
 
 from tether.errors import ConfigError, StoreError
 from tether.store.base import redact_url
-from tether.store.open import sqlite_path
+from tether.store.open import backend_of, require_postgres, sqlite_path
 
 TABLE = "tether_credentials"
 _CREATE = (
@@ -133,15 +133,11 @@ class PostgresCredentials:
 
 def open_credentials(url: str) -> Credentials:
     """The credentials table in the database of a store URL (as `open_store` takes it)."""
-    if url in ("memory:", "memory://"):
+    backend = backend_of(url)
+    if backend == "memory":
         return MemoryCredentials()
-    if url.startswith(("postgresql://", "postgres://")):
-        try:
-            import psycopg  # noqa: F401
-        except ImportError as exc:
-            raise ConfigError(
-                f"{url.split(':')[0]} stores need: pip install 'tether[postgres]'"
-            ) from exc
+    if backend == "postgres":
+        require_postgres(url)
         return PostgresCredentials(url)
     path = sqlite_path(url)
     if path:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from typing import Literal
 from urllib.parse import parse_qsl
 
 from tether.errors import ConfigError
@@ -17,15 +18,13 @@ def open_store(url: str) -> Store:
     """`memory:` (tests), `sqlite:///PATH[?synchronous=normal|full]` or a path ending in
     .db/.sqlite (the default), `postgresql://…[?synchronous_commit=…]` (many workers on many
     machines)."""
-    if url in ("memory:", "memory://"):
+    backend = backend_of(url)
+    if backend == "memory":
         return MemoryStore()
-    if url.startswith(("postgresql://", "postgres://")):
-        try:
-            from tether.store.postgres import PostgresStore
-        except ImportError as exc:
-            raise ConfigError(
-                f"{url.split(':')[0]} stores need: pip install 'tether[postgres]'"
-            ) from exc
+    if backend == "postgres":
+        require_postgres(url)
+        from tether.store.postgres import PostgresStore
+
         return PostgresStore(url)
     path = sqlite_path(url)
     if path is not None:
@@ -36,6 +35,27 @@ def open_store(url: str) -> Store:
         f"cannot open store {url!r}: use memory:, sqlite:///PATH, a path ending in .db "
         "or postgresql://USER:PASSWORD@HOST/DB"
     )
+
+
+def backend_of(url: str) -> Literal["memory", "postgres"] | None:
+    """Whether a store URL names the memory store or PostgreSQL; None for anything else (a
+    SQLite file: see `sqlite_path`). What is kept in a store's database (events,
+    credentials) is told apart by this and `sqlite_path`, nowhere else."""
+    if url in ("memory:", "memory://"):
+        return "memory"
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgres"
+    return None
+
+
+def require_postgres(url: str) -> None:
+    """A `ConfigError` saying which extra to install when the PostgreSQL driver is missing."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            f"{url.split(':')[0]} stores need: pip install 'tether[postgres]'"
+        ) from exc
 
 
 def sqlite_path(url: str) -> str | None:
