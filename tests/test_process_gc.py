@@ -15,12 +15,19 @@ from tether.store import MemoryStore
 from tether.testing import ScriptedModel, call
 
 seen: list[tuple[int, int, int]] = []
+inside: list[int] = []  # how many sessions are inside their call; the barrier below waits on it
+expected = [0]
 
 
 @tool(effect="read")
 async def look() -> str:
-    """Note the collector's thresholds while many sessions run."""
-    await asyncio.sleep(0.05)  # all sessions are inside their call at once
+    """Note the collector's thresholds once every session is inside its call, so a loaded
+    machine that starts the sessions slowly cannot let an early one look before the last starts."""
+    inside.append(1)
+    for _ in range(2_000):
+        if len(inside) >= expected[0]:
+            break
+        await asyncio.sleep(0.005)
     seen.append(gc.get_threshold())
     return "ok"
 
@@ -32,11 +39,13 @@ def _thresholds(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(process, "MANY_SESSIONS", 4)
     monkeypatch.delenv("TETHER_GC", raising=False)
     seen.clear()
+    inside.clear()
     yield
     gc.set_threshold(*saved)
 
 
 async def _run_many(n: int) -> None:
+    expected[0] = n
     agent = Agent(ScriptedModel([call("look"), "done"]), tools=[look], store=MemoryStore())
     results = await asyncio.gather(*(agent.run("go") for _ in range(n)))
     assert all(r.stop_reason == "end_turn" for r in results)
