@@ -454,16 +454,24 @@ async def _settle_calls(
     elif batch:
         await log.append(*batch)
 
+    unfinished = len(to_run)
+    may_hold = _may_hold(ctx)
+
     async def on_finish(call: ToolCall, outcome: CallOutcome) -> None:
+        nonlocal unfinished
         if ctx.writes_nothing:  # a call answered as its run hands over or loses the lease
             return
         if outcome.full_output is not None:  # cut at the cap: kept whole, the marker names it
             await keep_output(log.store, outcome.full_output)
-        await log.append_shielded(
-            ToolFinished(
-                call.id, outcome.outcome, outcome.content, outcome.duration_ms, outcome.images
-            )
+        unfinished -= 1
+        finished = ToolFinished(
+            call.id, outcome.outcome, outcome.content, outcome.duration_ms, outcome.images
         )
+        # The step's last result rides with the next commit (the next request, or the
+        # turn's end), which follows with no wait between.
+        if unfinished == 0 and may_hold and outcome.outcome != "canceled" and log.hold(finished):
+            return
+        await log.append_shielded(finished)
 
     if to_run:
         # The calls' servers may ask this session for input, or for its model (MCP).
@@ -482,6 +490,15 @@ async def _settle_calls(
     if waiting:
         await _end(ctx, Stop("awaiting_approval", "a call waits for a decision"))
     return not waiting
+
+
+def _may_hold(ctx: TurnContext) -> bool:
+    """Whether a step's last tool result may wait for the next commit (`SessionLog.hold`):
+    only when nothing between the result and the next append waits on anything (a context
+    policy that would wait commits it first: `ContextManager.decide`; a toolbox that
+    refreshes its tools from a server waits on it), on the session's own turn (a sub-agent's
+    results fold into open threads)."""
+    return ctx.parent is None and not ctx.engine.toolbox.followers
 
 
 async def _end(ctx: TurnContext, stop: Stop) -> None:

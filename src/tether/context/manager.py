@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-from collections.abc import Sequence
 
+from tether import eager
 from tether.context.policy import DefaultPolicy
 from tether.context.tokens import (
     RequestEstimator,
@@ -101,10 +101,26 @@ class ContextManager:
             caller=caller,
         )
 
-    async def decide(self, view: ContextView) -> list[ContextCompacted]:
+    async def decide(
+        self, view: ContextView, log: SessionLog | None = None
+    ) -> list[ContextCompacted]:
+        """The policy's events for `view`. A policy that waits (a summary's model call) first
+        has `log` commit what it holds (`SessionLog.hold`), so a finished tool's result never
+        waits on a model; most decisions wait on nothing and keep it for the request's commit."""
         result = self.policy(view)
-        events: Sequence[ContextCompacted] = await result if inspect.isawaitable(result) else result
-        events = list(events)
+        if inspect.iscoroutine(result):
+            started = eager.start(result)
+            if isinstance(started, eager.Suspended):
+                if log is not None:
+                    await log.flush()
+                result = await started.rest()
+            else:
+                result = started
+        elif inspect.isawaitable(result):
+            if log is not None:
+                await log.flush()
+            result = await result
+        events = list(result)
         check_events(view, events)
         return events
 
@@ -120,8 +136,11 @@ class ContextManager:
         by name (a bug in a custom policy must still end the turn, never the loop)."""
         if self._idle:
             return None
+        if self._estimator is None:
+            await log.flush()  # the first request may load an encoding: nothing held waits on it
         try:
-            events = await self.decide(await self.view(log, toolbox, max_output, caller=caller))
+            view = await self.view(log, toolbox, max_output, caller=caller)
+            events = await self.decide(view, log)
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:

@@ -131,6 +131,10 @@ class SessionLog:
         self._turns = Turnstile()
         self.root = self
         self._branches: dict[str, SessionLog] = {}  # open sub-agent threads (on the root)
+        # Events folded but not committed yet (`hold`): the next commit carries them first.
+        self._held: list[Event] = []
+        # The fold holds events a failed commit never stored: rebuilt from the store first.
+        self._stale = False
 
     @classmethod
     async def load(
@@ -194,6 +198,10 @@ class SessionLog:
         if not self._turns.enter():
             await self._turns.wait()
         try:
+            if self._stale:
+                await self._rebuild()
+            if not payloads and not self._held:
+                return []  # a `flush` that found nothing left to commit
             while True:
                 base = self.folder.last_seq
                 stamp = format_time(self.clock.time())
@@ -213,15 +221,31 @@ class SessionLog:
                     ]
                 if ids is not None:
                     events = [replace(e, id=i) for e, i in zip(events, ids, strict=True)]
+                held = self._held
                 try:
-                    await self._commit(events, base)
+                    if held:  # a tool's result is in it: it lands even if the caller is cancelled
+                        commit = eager.start(self._commit(held + events, base - len(held)))
+                        if isinstance(commit, eager.Suspended):
+                            await blips.shielded(commit.rest(), f"session {sid}: a commit")
+                    else:
+                        await self._commit(events, base)
                 except Conflict:
-                    await self._catch_up()
+                    if held:
+                        await self._rehold()
+                    else:
+                        await self._catch_up()
                     if self.lease is None:
                         raise
                     continue
+                except BaseException:
+                    if held:
+                        self._drop_held()
+                    raise
+                if held:
+                    self._held = []
+                    self._observe(held)
                 self._apply(events)
-                note_log(self, events[-1].thread)  # for the task's log records
+                note_log(self, (events or held)[-1].thread)  # for the task's log records
                 return events
         finally:
             self._turns.leave()
@@ -258,13 +282,58 @@ class SessionLog:
         if isinstance(started, eager.Suspended):
             await blips.shielded(started.rest(), f"session {self.session_id}: a commit")
 
+    def hold(self, payload: Payload) -> bool:
+        """Fold `payload` now and commit it with this log's next append, in one batch (a
+        step's last tool result rides with the next `model.requested`: one commit less per
+        step). The caller goes on to that append with no wait between, so the result is
+        durable as it would have been but for the CPU time of building the next request;
+        `refresh` and `flush` commit it too. Observers see it once committed. False, and
+        nothing done, when it cannot be held: the caller appends it itself. Only a runner
+        under a lease with no sub-agent thread open holds (their folds would need it)."""
+        if (
+            self.root is not self
+            or self.lease is None
+            or self._branches
+            or self._stale
+            or not self._turns.enter()
+        ):
+            return False
+        try:
+            event = Event(
+                self.session_id,
+                self.folder.last_seq + 1,
+                new_event_id(),
+                format_time(self.clock.time()),
+                payload,
+                self.thread,
+            )
+            self.folder.apply(event)
+            self._held.append(event)
+        finally:
+            self._turns.leave()
+        return True
+
+    @property
+    def held(self) -> bool:
+        return bool(self.root._held)
+
+    async def flush(self) -> None:
+        """Commit what `hold` holds, alone."""
+        if self.held:
+            await self.append()
+
     async def refresh(self) -> list[Event]:
-        """Fold in whatever other processes appended since this log last looked."""
+        """Fold in whatever other processes appended since this log last looked (committing
+        first what this log holds)."""
         if self.root is not self:
             return await self.root.refresh()
+        if self._held:
+            await self.append()
         if not self._turns.enter():
             await self._turns.wait()
         try:
+            if self._stale:
+                return await self._rebuild()
             return await self._catch_up()
         finally:
             self._turns.leave()
@@ -273,6 +342,50 @@ class SessionLog:
         events = await self.store.read(self.session_id, after_seq=self.folder.last_seq)
         self._apply(events)
         return events
+
+    async def _rebuild(self) -> list[Event]:
+        """Fold the log again from the store, in place (whoever holds this folder sees the
+        new one), after a commit of held events failed: the fold had them, the store has
+        not. Observers are told of the events they have not seen."""
+        committed = self.folder.last_seq - len(self._held)
+        events = await self.store.read(self.session_id)
+        fresh = Folder(self.folder.thread).apply_all(events)
+        vars(self.folder).clear()
+        vars(self.folder).update(vars(fresh))
+        self._held = []
+        self._stale = False
+        news = [e for e in events if e.seq > committed]
+        self._observe(news)
+        return news
+
+    async def _rehold(self) -> None:
+        """Another process appended first: fold its events, then the held ones after them,
+        still held (the append that met the conflict tries again with them)."""
+        held = [e.payload for e in self._held]
+        self._stale = True
+        await self._rebuild()
+        for payload in held:
+            event = Event(
+                self.session_id,
+                self.folder.last_seq + 1,
+                new_event_id(),
+                format_time(self.clock.time()),
+                payload,
+                self.thread,
+            )
+            self.folder.apply(event)
+            self._held.append(event)
+
+    def _drop_held(self) -> None:
+        """A commit carrying held events failed for good (a lost lease, a store that stays
+        down, a cancel): they are gone, as a lone result's failed commit is, and the fold
+        that has them is rebuilt before this log is used again."""
+        self._stale = True
+
+    def _observe(self, events: list[Event]) -> None:
+        for event in events:
+            for observer in self.observers:
+                observer(event)
 
     def _apply(self, events: list[Event]) -> None:
         branches = self._branches

@@ -11,6 +11,7 @@ from outside its turn (`loop.StopCause`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterator, Sequence
 
@@ -34,6 +35,8 @@ from tether.session.tail import Tail
 from tether.session.watch import Watched, Watcher
 from tether.state import SessionView
 from tether.store.base import Lease, Store
+
+_log = logging.getLogger("tether.session")
 
 
 class Runs:
@@ -221,6 +224,11 @@ async def run_session(
         # from here on: its flag tells it so.
         fence.lose()
         process.session_finished()
+        if log.held and log.lease is not None:  # a result waiting for a commit that never came
+            try:
+                await blips.shielded(log.flush(), f"session {sid}: a held result")
+            except Exception as exc:  # lost with the lease, as an unheld one would be
+                _log.warning("session %s: a held tool result was not committed: %s", sid, exc)
         if log.lease is not None:
             await blips.shielded(blips.release(store, log.lease), f"session {sid}: a release")
     if ctx.stop_cause == "handed_over":

@@ -166,7 +166,8 @@ class SQLiteStore:
     and may be lost with the last moments before an OS crash or power loss) or FULL (each
     commit is synced to the disk first, so it survives those too)."""
 
-    def __init__(self, path: str, *, synchronous: str = "NORMAL") -> None:
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> None:
+        path = os.fspath(path)  # a `pathlib.Path` as well as a string
         if synchronous.upper() not in SQLITE_SYNCHRONOUS:
             raise ConfigError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
         self._synchronous = synchronous.upper()
