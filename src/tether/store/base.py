@@ -282,6 +282,9 @@ def _make_encoder() -> Callable[[object, int], Any] | None:
 _ENCODER = _make_encoder()
 
 
+_NESTED = frozenset({Message, Usage})  # the field values that are objects with `to_json`
+
+
 def _fast_canonical(payload: Payload) -> str:
     known = _FIELDS.get(type(payload))
     if _ENCODER is not None and known is not None:
@@ -289,7 +292,9 @@ def _fast_canonical(payload: Payload) -> str:
         fields: dict[str, object] = {}
         for name in names:
             value = getattr(payload, name)
-            fields[name] = value.to_json() if isinstance(value, Message | Usage) else value
+            # A class check, not `isinstance(value, Message | Usage)`: that builds the union
+            # anew for every field of every event.
+            fields[name] = value.to_json() if value.__class__ in _NESTED else value
         if sparse:
             for name in sparse:
                 if not fields[name]:
