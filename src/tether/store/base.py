@@ -282,7 +282,8 @@ def _make_encoder() -> Callable[[object, int], Any] | None:
 _ENCODER = _make_encoder()
 
 
-_NESTED = frozenset({Message, Usage})  # the field values that are objects with `to_json`
+# The field values that are objects with `to_json` (typed: mypy narrows by the class check).
+_NESTED: frozenset[type[Message | Usage]] = frozenset({Message, Usage})
 
 
 def _fast_canonical(payload: Payload) -> str:
