@@ -438,9 +438,9 @@ class Folder:
         self.started.discard(p.call_id)
         if self.pending_inputs and self.pending_inputs.pop(p.call_id, None) is not None:
             self._inputs_settled()  # the call ended without its answer (a timeout, a cancel)
-        if self.open_calls and all(c.id in self.results for c in self.open_calls):
-            ordered = tuple(self.results[c.id] for c in self.open_calls)
-            self._add_message(Message("tool", ordered))
+        calls, results = self.open_calls, self.results
+        if calls and all([c.id in results for c in calls]):
+            self._add_message(Message("tool", tuple([results[c.id] for c in calls])))
             self.open_calls, self.results = [], {}
             self._set_running("pending")
 

@@ -39,8 +39,9 @@ def _canonical_value(value: Any) -> str:
     if kind is str:
         return _string(value)
     if kind is dict:
-        if not all(type(k) is str for k in value):
-            return canonical_json(value)
+        for k in value:  # a loop, not `all(...)`: no generator for the usual one or two keys
+            if type(k) is not str:
+                return canonical_json(value)
         body = ",".join([f"{_string(k)}:{_canonical_value(value[k])}" for k in sorted(value)])
         return f"{{{body}}}"
     if kind is list or kind is tuple:
@@ -245,25 +246,27 @@ class Message:
     role: Role
     parts: tuple[Part, ...]
 
+    # List comprehensions, not generators: the loop and the fold read these a few times a
+    # step, and a generator's frame cost more than the filter itself.
     @property
     def text(self) -> str:
-        return "".join(p.text for p in self.parts if isinstance(p, Text))
+        return "".join([p.text for p in self.parts if isinstance(p, Text)])
 
     @property
     def images(self) -> tuple[Image, ...]:
-        return tuple(p for p in self.parts if isinstance(p, Image))
+        return tuple([p for p in self.parts if isinstance(p, Image)])
 
     @property
     def thinking(self) -> tuple[Thinking, ...]:
-        return tuple(p for p in self.parts if isinstance(p, Thinking))
+        return tuple([p for p in self.parts if isinstance(p, Thinking)])
 
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
-        return tuple(p for p in self.parts if isinstance(p, ToolCall))
+        return tuple([p for p in self.parts if isinstance(p, ToolCall)])
 
     @property
     def tool_results(self) -> tuple[ToolResult, ...]:
-        return tuple(p for p in self.parts if isinstance(p, ToolResult))
+        return tuple([p for p in self.parts if isinstance(p, ToolResult)])
 
     def to_json(self) -> JSONObject:
         return {"role": self.role, "parts": [p.to_json() for p in self.parts]}
@@ -289,23 +292,22 @@ class Message:
 
 
 def _canonical_part(part: Part) -> str:
-    if isinstance(part, Text):
-        return f'{{"text":{_string(part.text)},"type":"text"}}'
-    if isinstance(part, ToolResult):
-        if part.images:
-            return canonical_json(part.to_json())
+    if isinstance(part, ToolCall):
+        raw = part.raw_arguments
+        tail = "" if raw is None else f',"raw_arguments":{_string(raw)}'
+        return (
+            f'{{"arguments":{_canonical_value(part.arguments)},"id":{_string(part.id)},'
+            f'"name":{_string(part.name)}{tail},"type":"tool_call"}}'
+        )
+    if isinstance(part, ToolResult) and not part.images:
         error = "true" if part.is_error else "false"
         return (
             f'{{"call_id":{_string(part.call_id)},"content":{_string(part.content)},'
             f'"is_error":{error},"type":"tool_result"}}'
         )
-    if isinstance(part, Image | Thinking):
-        return canonical_json(part.to_json())
-    raw = "" if part.raw_arguments is None else f',"raw_arguments":{_string(part.raw_arguments)}'
-    return (
-        f'{{"arguments":{_canonical_value(part.arguments)},"id":{_string(part.id)},'
-        f'"name":{_string(part.name)}{raw},"type":"tool_call"}}'
-    )
+    if isinstance(part, Text):
+        return f'{{"text":{_string(part.text)},"type":"text"}}'
+    return canonical_json(part.to_json())  # images, thinking: the long way, the same bytes
 
 
 def part_from_json(data: object) -> Part:

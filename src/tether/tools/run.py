@@ -198,7 +198,8 @@ def _split_images(value: object) -> tuple[object, tuple[Image, ...]]:
     that holds some (its other items, joined, are the text)."""
     if isinstance(value, Image):
         return "", (value,)
-    if isinstance(value, list | tuple) and any(isinstance(v, Image) for v in value):
+    # A tuple of types, not `list | tuple`: that builds a union object on every result.
+    if isinstance(value, (list, tuple)) and any(isinstance(v, Image) for v in value):
         images = tuple(v for v in value if isinstance(v, Image))
         rest = [v for v in value if not isinstance(v, Image)]
         return "\n".join(output_text(v) for v in rest), images
