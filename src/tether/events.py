@@ -333,7 +333,7 @@ PAYLOAD_TYPES: dict[str, type[Payload]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Event:
     session_id: str
     seq: int
@@ -341,6 +341,19 @@ class Event:
     time: str
     payload: Payload
     thread: str = ""
+
+    def __init__(
+        self, session_id: str, seq: int, id: str, time: str, payload: Payload, thread: str = ""
+    ) -> None:
+        # Each field through its slot's own setter: the generated __init__ of a frozen
+        # dataclass looks up and calls object.__setattr__ per field, which cost a third
+        # more, and every payload becomes an event (four a step). Still frozen after.
+        _set_session_id(self, session_id)
+        _set_seq(self, seq)
+        _set_id(self, id)
+        _set_time(self, time)
+        _set_payload(self, payload)
+        _set_thread(self, thread)
 
     @property
     def type(self) -> str:
@@ -374,6 +387,10 @@ class Event:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptLog(f"cannot read event {dict(data)!r:.200}: {exc}") from exc
 
+
+_set_session_id, _set_seq, _set_id, _set_time, _set_payload, _set_thread = (
+    vars(Event)[f.name].__set__ for f in dataclasses.fields(Event)
+)
 
 _second_cache: tuple[int, str] = (-1, "")
 
