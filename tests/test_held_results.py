@@ -188,3 +188,22 @@ async def test_a_policy_that_waits_commits_the_held_result_first(waits: bool) ->
     assert result.stop_reason == "end_turn"
     # Before the second request: the result is stored first only for a policy that waits.
     assert last_stored[1] == ("tool.finished" if waits else "tool.started")
+
+
+async def test_a_stop_condition_hears_each_result_before_it_judges(tmp_path: Path) -> None:
+    """A stop condition may count what an `on_event` observer heard: with one, no result is
+    held, so the observer has heard the step's result when the condition is asked."""
+    store = BatchesStore(tmp_path / "s.db")
+    heard: list[str] = []
+    model = ScriptedModel([call("look"), call("look"), "done"])
+    agent = Agent(
+        model,
+        tools=[look],
+        store=store,
+        on_event=lambda e: heard.append(e.type),
+        stop_when=lambda view: "heard two" if heard.count("tool.finished") == 2 else None,
+    )
+    result = await agent.run("go")
+    assert (result.stop_reason, result.steps) == ("heard two", 2)
+    assert ["tool.finished"] in store.batches  # committed alone, as it returned
+    await store.close()

@@ -525,8 +525,10 @@ def _may_hold(ctx: TurnContext) -> bool:
     only when nothing between the result and the next append waits on anything (a context
     policy that would wait commits it first: `ContextManager.decide`; a toolbox that
     refreshes its tools from a server waits on it), on the session's own turn (a sub-agent's
-    results fold into open threads)."""
-    return ctx.parent is None and not ctx.engine.toolbox.followers
+    results fold into open threads), and with no stop condition (one may count what an
+    `on_event` observer heard, which hears a held result only once it commits)."""
+    engine = ctx.engine
+    return ctx.parent is None and engine.stop_when is None and not engine.toolbox.followers
 
 
 async def _end(ctx: TurnContext, stop: Stop) -> None:
