@@ -299,16 +299,7 @@ class SessionLog:
         ):
             return False
         try:
-            event = Event(
-                self.session_id,
-                self.folder.last_seq + 1,
-                new_event_id(),
-                format_time(self.clock.time()),
-                payload,
-                self.thread,
-            )
-            self.folder.apply(event)
-            self._held.append(event)
+            self._fold_held(payload)
         finally:
             self._turns.leave()
         return True
@@ -365,16 +356,20 @@ class SessionLog:
         self._stale = True
         await self._rebuild()
         for payload in held:
-            event = Event(
-                self.session_id,
-                self.folder.last_seq + 1,
-                new_event_id(),
-                format_time(self.clock.time()),
-                payload,
-                self.thread,
-            )
-            self.folder.apply(event)
-            self._held.append(event)
+            self._fold_held(payload)
+
+    def _fold_held(self, payload: Payload) -> None:
+        """Fold `payload` as this log's next event, held for the next commit."""
+        event = Event(
+            self.session_id,
+            self.folder.last_seq + 1,
+            new_event_id(),
+            format_time(self.clock.time()),
+            payload,
+            self.thread,
+        )
+        self.folder.apply(event)
+        self._held.append(event)
 
     def _drop_held(self) -> None:
         """A commit carrying held events failed for good (a lost lease, a store that stays
