@@ -49,9 +49,7 @@ async def tether_cpu(kind: str, sessions: int) -> float:
         t0 = time.process_time()
         await asyncio.gather(*(bare_loop(STEPS, model_delay=DELAY) for _ in range(sessions)))
         return time.process_time() - t0
-    store = (
-        MemoryStore() if kind == "memory" else SQLiteStore(Path(tempfile.mkdtemp()) / "s.db")
-    )
+    store = MemoryStore() if kind == "memory" else SQLiteStore(Path(tempfile.mkdtemp()) / "s.db")
     model = ScriptedModel([*([call("echo", text="hi")] * STEPS), "done"], delay=DELAY)
     agent = Agent(model, tools=[echo], store=store, limits=Limits(max_steps=10))
     t0 = time.process_time()
