@@ -27,37 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_durability import step_rows
-from common import bare_loop
+from bench_sessions import DELAY, STEPS, run_scenario
 
-STEPS = 4  # tool steps; plus the final answer, 5 model calls
-CALLS = STEPS + 1
-DELAY = 0.020
-
-
-async def tether_cpu(kind: str, sessions: int) -> float:
-    """CPU seconds of `sessions` agents run at once on `kind` ("memory", "sqlite", "bare")."""
-    from tether import Agent, Limits, tool
-    from tether.store import MemoryStore, SQLiteStore
-    from tether.testing import ScriptedModel, call
-
-    @tool(effect="read")
-    async def echo(text: str) -> str:
-        """Say it back."""
-        return text
-
-    if kind == "bare":
-        t0 = time.process_time()
-        await asyncio.gather(*(bare_loop(STEPS, model_delay=DELAY) for _ in range(sessions)))
-        return time.process_time() - t0
-    store = MemoryStore() if kind == "memory" else SQLiteStore(Path(tempfile.mkdtemp()) / "s.db")
-    model = ScriptedModel([*([call("echo", text="hi")] * STEPS), "done"], delay=DELAY)
-    agent = Agent(model, tools=[echo], store=store, limits=Limits(max_steps=10))
-    t0 = time.process_time()
-    results = await asyncio.gather(*(agent.run("go") for _ in range(sessions)))
-    cpu = time.process_time() - t0
-    assert all(r.stop_reason == "end_turn" and r.steps == CALLS for r in results)
-    await store.close()
-    return cpu
+CALLS = STEPS + 1  # model calls per session: the tool steps and the answer
 
 
 def floor_cpu(sessions: int, rows: list[tuple[object, ...]]) -> float:
@@ -121,6 +93,6 @@ def main(sessions: int) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        print(json.dumps({"cpu_s": asyncio.run(tether_cpu(sys.argv[2], int(sys.argv[3])))}))
+        print(json.dumps(asyncio.run(run_scenario(sys.argv[2], int(sys.argv[3])))))
     else:
         main(int(sys.argv[1]) if len(sys.argv) > 1 else 1000)

@@ -108,15 +108,10 @@ class ContextManager:
         has `log` commit what it holds (`SessionLog.hold`), so a finished tool's result never
         waits on a model; most decisions wait on nothing and keep it for the request's commit."""
         result = self.policy(view)
-        if inspect.iscoroutine(result):
+        if inspect.iscoroutine(result):  # run it until it first waits, if it ever does
             started = eager.start(result)
-            if isinstance(started, eager.Suspended):
-                if log is not None:
-                    await log.flush()
-                result = await started.rest()
-            else:
-                result = started
-        elif inspect.isawaitable(result):
+            result = started.rest() if isinstance(started, eager.Suspended) else started
+        if inspect.isawaitable(result):
             if log is not None:
                 await log.flush()
             result = await result

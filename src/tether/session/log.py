@@ -238,8 +238,11 @@ class SessionLog:
                         raise
                     continue
                 except BaseException:
+                    # Failed for good (a lost lease, a store that stays down, a cancel): the
+                    # held events are gone, as a lone result's failed commit is, and the fold
+                    # that has them is rebuilt before this log is used again.
                     if held:
-                        self._drop_held()
+                        self._stale = True
                     raise
                 if held:
                     self._held = []
@@ -370,12 +373,6 @@ class SessionLog:
         )
         self.folder.apply(event)
         self._held.append(event)
-
-    def _drop_held(self) -> None:
-        """A commit carrying held events failed for good (a lost lease, a store that stays
-        down, a cancel): they are gone, as a lone result's failed commit is, and the fold
-        that has them is rebuilt before this log is used again."""
-        self._stale = True
 
     def _observe(self, events: list[Event]) -> None:
         for event in events:
