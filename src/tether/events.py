@@ -385,7 +385,11 @@ class Event:
                 payload=payload_from_json(str(data["type"]), data["data"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CorruptLog(f"cannot read event {dict(data)!r:.200}: {exc}") from exc
+            # Neither the event nor the error's text is quoted: both may hold stored text,
+            # another tenant's maybe (a torn page). The chained error keeps the detail.
+            raise CorruptLog(
+                f"cannot read an event (seq {data.get('seq')!s:.20}): {type(exc).__name__}"
+            ) from exc
 
 
 _set_session_id, _set_seq, _set_id, _set_time, _set_payload, _set_thread = (

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
-from tether.errors import LeaseLost, UsageError
+from tether.errors import CorruptLog, LeaseLost, UsageError
 from tether.events import PAYLOAD_TYPES, SPARSE_FIELDS, Event, Payload, payload_to_json
 from tether.messages import Message, Usage, canonical_json
 
@@ -222,7 +222,17 @@ class Store(EventLog, Leases, WorkQueue, Blobs, Protocol):
 
     async def ready(self) -> None:
         """Check that the store takes a write and a read now (a readiness probe): return, or
-        raise `StoreUnavailable` saying why not. It writes only a fixed health record."""
+        raise `StoreUnavailable` saying why not. It writes only a fixed health record. A store
+        whose file was deleted or replaced under it, or in which damage was found (by
+        `check_integrity`, by any read, or by the few pages this check reads), is not ready.
+        Cheap enough for a probe every second."""
+        ...
+
+    async def check_integrity(self) -> None:
+        """Read everything stored once, for a process about to write (a server starting,
+        `tether run`): raise `CorruptLog` saying what is damaged, in words that quote nothing
+        stored. SQLite runs `PRAGMA quick_check` (time grows with the file); PostgreSQL and
+        the memory store check nothing (the database server guards its own pages)."""
         ...
 
     async def close(self) -> None: ...
@@ -309,6 +319,10 @@ def _fast_canonical(payload: Payload) -> str:
 
 def event_from_row(row: Sequence[Any]) -> Event:
     """The inverse of `event_to_row`; a row that cannot be read is `CorruptLog`."""
+    try:
+        data = json.loads(row[6])
+    except (TypeError, ValueError) as exc:  # the message would quote the stored text
+        raise CorruptLog(f"session {row[0]!s:.100}: an event's data is not JSON") from exc
     return Event.from_json(
         {
             "session_id": row[0],
@@ -317,9 +331,26 @@ def event_from_row(row: Sequence[Any]) -> Event:
             "time": row[3],
             "thread": row[4],
             "type": row[5],
-            "data": json.loads(row[6]),
+            "data": data,
         }
     )
+
+
+UNDECODABLE = "a stored event that does not decode"
+
+
+def unreadable(session_id: str, kind: str, rows: Sequence[Sequence[Any]] = ()) -> CorruptLog:
+    """The error for a session whose log cannot be read: its id, the seq of the first of
+    `rows` that does not decode, and the kind of failure; never what is stored (a torn page
+    may hold another tenant's text)."""
+    where = ""
+    for row in rows:
+        try:
+            event_from_row(row)
+        except CorruptLog:
+            where = f" at seq {row[1]!s:.20}"
+            break
+    return CorruptLog(f"session {session_id}: its stored log cannot be read{where}: {kind}")
 
 
 # What `ready` writes and reads back in the stores that keep it as a blob.

@@ -8,7 +8,8 @@ pays no loop turn per commit; a batch from another task in that turn waits for t
 
 The contract that makes sharing safe: a body raises a `TetherError` (a conflict, a lost lease)
 only before it writes anything, so a refused batch leaves nothing behind and the others still
-commit. A database error fails the whole group, and every waiter hears of it.
+commit. A database error fails the whole group, and every waiter hears of it; so does a
+refusal by `on_commit`, which runs after COMMIT and before any waiter hears anything.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ def _nothing(*_: object) -> None:
 
 
 class GroupCommit:
-    """`on_begin` runs first in every group transaction, under the write lock; `on_rollback`
-    runs after any group is rolled back, so the store can forget what it learned in it."""
+    """`on_begin` runs first in every group transaction, under the write lock; `on_commit`
+    after its COMMIT, and may still refuse to acknowledge it (by raising); `on_rollback`
+    runs after any group is rolled back or refused, so the store can forget what it learned
+    in it."""
 
     def __init__(
         self,
@@ -45,11 +48,13 @@ class GroupCommit:
         name: str,
         *,
         on_begin: Callable[[sqlite3.Connection], None] = _nothing,
+        on_commit: Callable[[sqlite3.Connection], None] = _nothing,
         on_rollback: Callable[[], None] = _nothing,
     ) -> None:
         self._connection = connection
         self._name = name
         self._on_begin = on_begin
+        self._on_commit = on_commit
         self._on_rollback = on_rollback
         self._queue: list[_Pending] = []
         self._scheduled = False
@@ -92,6 +97,7 @@ class GroupCommit:
                 for pending in batch:
                     outcomes.append(self._one(conn, pending.body))
                 conn.execute("COMMIT")
+                self._on_commit(conn)
             except BaseException:
                 try:
                     if conn.in_transaction:

@@ -143,6 +143,9 @@ class MemoryStore:
         if await self.get_blob(digest) != READY_BLOB:
             raise StoreUnavailable("memory store: a blob written was not read back")
 
+    async def check_integrity(self) -> None:
+        return None  # nothing stored outlives the process, so nothing can be torn
+
     async def mark_runnable(self, session_id: str) -> None:
         self._wakeups[session_id] = self._wakeups.get(session_id, 0) + 1
 

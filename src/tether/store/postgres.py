@@ -20,6 +20,7 @@ from psycopg.rows import TupleRow
 from tether.errors import (
     ConfigError,
     Conflict,
+    CorruptLog,
     LeaseHeld,
     LeaseLost,
     StoreError,
@@ -28,6 +29,7 @@ from tether.errors import (
 from tether.events import Event
 from tether.store.base import (
     READY_BLOB,
+    UNDECODABLE,
     Claimed,
     DeferReason,
     Lease,
@@ -42,6 +44,7 @@ from tether.store.base import (
     event_from_row,
     payload_data,
     redact_url,
+    unreadable,
 )
 from tether.store.pg_conn import Conn, News, Pool, Subscription
 
@@ -157,7 +160,10 @@ class PostgresStore:
             return await cur.fetchall()
 
         rows = await self.pool.run(body)
-        return [event_from_row(r) for r in rows]
+        try:
+            return [event_from_row(r) for r in rows]
+        except CorruptLog as exc:
+            raise unreadable(session_id, UNDECODABLE, rows) from exc
 
     async def last_seq(self, session_id: str) -> int:
         row = await self.fetch_one(
@@ -306,6 +312,9 @@ class PostgresStore:
     async def get_blob(self, digest: str) -> bytes | None:
         row = await self.fetch_one("SELECT data FROM tether_blobs WHERE digest = %s", (digest,))
         return None if row is None else bytes(row[0])
+
+    async def check_integrity(self) -> None:
+        return None  # PostgreSQL guards its own pages (data checksums, if the cluster has them)
 
     async def ready(self) -> None:
         # DO UPDATE, not DO NOTHING: a row version is written every time, so a database that

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import sqlite3
 import time
@@ -24,7 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from tether.errors import ConfigError, Conflict, LeaseHeld, StoreError, StoreUnavailable
+from tether.errors import (
+    ConfigError,
+    Conflict,
+    CorruptLog,
+    LeaseHeld,
+    StoreError,
+    StoreUnavailable,
+)
 from tether.events import Event
 from tether.store import sqlite_wakeups
 from tether.store.base import (
@@ -44,10 +52,19 @@ from tether.store.base import (
     event_to_row,
     is_retry,
     lease_refusal,
+    unreadable,
 )
 from tether.store.group_commit import GroupCommit
+from tether.store.sqlite_health import (
+    FileIdentity,
+    damage_kind,
+    is_damage,
+    quick_check,
+    sanity_read,
+)
 
 T = TypeVar("T")
+log = logging.getLogger("tether.store")
 
 # Past this many sessions remembered, forget them all: an unbounded server must not grow.
 _KNOWN_MAX = 100_000
@@ -102,6 +119,20 @@ STORE_FORMAT = "4"
 # Format 3 had no claim count on leases and no not-before time on wakeups. (An older tether
 # refuses a format-4 file rather than fail at its first mark or claim.)
 _MIGRATES_FROM = ("2", "3")
+
+# Each session with its newest event, newest first (`sessions`); and, for a file where that
+# event cannot be read, each session with its last seq from the index alone, newest created
+# first, its creation time standing in for its last update.
+_LISTING = (
+    "SELECT s.session_id, e.seq, s.created, e.time FROM sessions s "
+    "JOIN events e ON e.session_id = s.session_id AND e.seq = "
+    "(SELECT max(seq) FROM events WHERE session_id = s.session_id) "
+    "ORDER BY e.time DESC LIMIT ?"
+)
+_LISTING_DAMAGED = (
+    "SELECT s.session_id, coalesce((SELECT max(seq) FROM events WHERE session_id = "
+    "s.session_id), 0), s.created, s.created FROM sessions s ORDER BY s.created DESC LIMIT ?"
+)
 
 # A claim. `claims` counts claims since the last clean release (`Store.claim_runnable`'s
 # suspects).
@@ -184,11 +215,18 @@ class SQLiteStore:
         # page cache (the default) rereads them from the OS at every append.
         self._conn.execute(f"PRAGMA cache_size = {_WRITER_CACHE_KIB}")
         self._group = GroupCommit(
-            self._db, self.url, on_begin=self._begin, on_rollback=self._forget
+            self._db,
+            self.url,
+            on_begin=self._begin,
+            on_commit=self._after_commit,
+            on_rollback=self._forget,
         )
         self._reader: sqlite3.Connection | None = self._connect()
-        # The file opened, as (device, inode): `ready` fails once the path names another.
-        self._file = _identity(path)
+        # The file opened: once the path names another file (or none), nothing is
+        # acknowledged any more (`_after_commit`), and the store stays unavailable.
+        self._file = FileIdentity.of(path)
+        self._failed: str | None = None  # why it refuses everything, once it does
+        self._damage: str | None = None  # damage met in the file: the store is unready
         # What the writer connection knows, valid while `data_version` stays `_version`.
         self._version: int | None = None
         self._last: dict[str, int] = {}
@@ -284,7 +322,7 @@ class SQLiteStore:
         """The session's last seq, if the writer knows it and no other connection has
         committed since: then a read after it needs no query."""
         last = self._last.get(session_id)
-        if last is None or self._conn is None:
+        if last is None or self._failed is not None or self._conn is None:
             return None
         if self._conn.execute("PRAGMA data_version").fetchone()[0] != self._version:
             return None
@@ -319,24 +357,96 @@ class SQLiteStore:
         return True
 
     def _db(self) -> sqlite3.Connection:
+        if self._failed is not None:
+            raise self._unavailable()
         if self._conn is None:
             raise StoreError(f"store {self.url} is closed")
         return self._conn
 
     def _read_db(self) -> sqlite3.Connection:
+        if self._failed is not None:
+            raise self._unavailable()
         if self._reader is None:
             raise StoreError(f"store {self.url} is closed")
         return self._reader
 
+    # -- a file that can no longer be trusted -------------------------------------------------
+    def _after_commit(self, conn: sqlite3.Connection) -> None:
+        """Run after every group's COMMIT, before any batch in it is acknowledged: a commit
+        into a file the path no longer names is refused (it landed where nobody will look)."""
+        moved = None if self._file is None else self._file.moved()
+        if moved is not None:
+            raise self._fail(moved)
+
+    def _fail(self, reason: str) -> StoreUnavailable:
+        """Refuse everything from now on, and let the file go (`_let_go`)."""
+        if self._failed is None:
+            self._failed = reason
+            log.error("store %s: %s; it takes no more writes until restarted", self.url, reason)
+            if not self._closed:
+                # Not at once: the group that found it still rolls back on this connection.
+                asyncio.get_running_loop().call_soon(self._executor.submit, self._let_go)
+        return self._unavailable()
+
+    def _unavailable(self) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"store {self.url}: {self._failed}; it takes no more writes until it is restarted "
+            "on a sound file"
+        )
+
+    def _let_go(self) -> None:
+        """On the reader's thread, once the store refuses everything (the loop's thread no
+        longer touches either connection): what the WAL holds is moved into the file this
+        store opened, which any other link to it still reaches, and the WAL is emptied; then
+        both connections close. SQLite does neither when it closes a moved file, and a WAL
+        left behind would be read into whatever file the path names next."""
+        self._shut_reader()
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("store %s: emptying the WAL of the old file failed: %s", self.url, exc)
+        conn.close()
+
+    def _shut_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _error(self, exc: sqlite3.Error, session_id: str | None = None) -> StoreError:
+        """A SQLite error as tether's: damage is `CorruptLog` (and makes the store unready),
+        anything else a `StoreError`."""
+        if is_damage(exc):
+            return self._damaged(exc, session_id)
+        return StoreError(f"store {self.url}: {exc}")
+
+    def _damaged(
+        self, exc: BaseException, session_id: str | None, rows: Sequence[EventRow] = ()
+    ) -> CorruptLog:
+        """The store is unready from now on; the error names the session and the kind of
+        damage, never what is stored (another tenant's, maybe, on a torn page)."""
+        kind = damage_kind(exc)
+        if self._damage is None:
+            self._damage = f"a read met {kind}"
+        if session_id is None:
+            log.error("store %s is damaged: %s", self.url, kind)
+            return CorruptLog(f"store {self.url} is damaged: {kind}")
+        log.error("store %s: session %s cannot be read: %s", self.url, session_id, kind)
+        return unreadable(session_id, kind, rows)
+
     # -- async face ---------------------------------------------------------------------------
-    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+    async def _run(self, fn: Callable[..., T], *args: object, session_id: str | None = None) -> T:
         if self._closed:
             raise StoreError(f"store {self.url} is closed")
+        if self._failed is not None:
+            raise self._unavailable()
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._executor, fn, *args)
         except sqlite3.Error as exc:
-            raise StoreError(f"store {self.url}: {exc}") from exc
+            raise self._error(exc, session_id) from exc
 
     async def append(
         self,
@@ -353,6 +463,8 @@ class SQLiteStore:
     def _submit(self, body: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._closed:
             raise StoreError(f"store {self.url} is closed")
+        if self._failed is not None:
+            raise self._unavailable()
         return self._group.submit(body)
 
     async def read(
@@ -370,12 +482,17 @@ class SQLiteStore:
         try:
             rows = self._select_events(self._db(), session_id, after_seq, first)
         except sqlite3.Error as exc:
-            raise StoreError(f"store {self.url}: {exc}") from exc
+            raise self._error(exc, session_id) from exc
         if len(rows) == first and first != limit:
             after = int(rows[-1][1])
             rest = None if limit is None else limit - first
-            rows += await self._run(self._select_events, self._read_db(), session_id, after, rest)
-        return [self._decode(r) for r in rows]
+            rows += await self._run(
+                self._select_events, self._read_db(), session_id, after, rest, session_id=session_id
+            )
+        try:
+            return [self._decode(r) for r in rows]
+        except CorruptLog as exc:
+            raise self._damaged(exc, session_id, rows) from exc
 
     def _decode(self, row: EventRow) -> Event:
         """The row as an event, decoded once per process: a server reads each new event
@@ -426,26 +543,22 @@ class SQLiteStore:
         try:
             out = _last_seqs(self._db(), ids[:500])
         except sqlite3.Error as exc:
-            raise StoreError(f"store {self.url}: {exc}") from exc
+            raise self._error(exc) from exc
         if len(ids) > 500:
             out.update(await self._run(_last_seqs, self._read_db(), ids[500:]))
         return out
 
     async def sessions(self, limit: int = 100) -> list[SessionInfo]:
         # The newest event of each session says when it was last updated.
-        rows = await self._run(
-            lambda: (
-                self._read_db()
-                .execute(
-                    "SELECT s.session_id, e.seq, s.created, e.time FROM sessions s "
-                    "JOIN events e ON e.session_id = s.session_id AND e.seq = "
-                    "(SELECT max(seq) FROM events WHERE session_id = s.session_id) "
-                    "ORDER BY e.time DESC LIMIT ?",
-                    (limit,),
-                )
-                .fetchall()
+        try:
+            rows = await self._run(lambda: self._read_db().execute(_LISTING, (limit,)).fetchall())
+        except CorruptLog:
+            # A damaged page under some session's newest event: list every session from the
+            # sessions table and the index alone, so the sound ones are still found (and
+            # the damaged one is named by whoever reads it).
+            rows = await self._run(
+                lambda: self._read_db().execute(_LISTING_DAMAGED, (limit,)).fetchall()
             )
-        )
         return [SessionInfo(r[0], int(r[1]), r[2], r[3]) for r in rows]
 
     # -- blobs: content-addressed, written in the group commit like events ------------------
@@ -534,13 +647,25 @@ class SQLiteStore:
             return None
         return held
 
-    # -- readiness: a health row written by the writer, read back by the reader --------------
+    # -- readiness: the file, a health row written by the writer and read back by the reader,
+    # and a read of the newest pages -----------------------------------------------------------
     async def ready(self) -> None:
-        problem = self._file_problem()
-        if problem is not None:
-            raise StoreUnavailable(f"store {self.url}: {problem}")
+        if self._failed is not None:
+            raise self._unavailable()
+        if self._file is not None:
+            moved = self._file.moved()
+            if moved is not None:
+                raise self._fail(moved)
+            problem = self._file.unwritable()
+            if problem is not None:
+                raise StoreUnavailable(f"store {self.url}: {problem}")
         token = str(time.time_ns())
         try:
+            if self._damage is None:
+                found = await self._run(lambda: sanity_read(self._read_db()))
+                self._damage = self._damage or found
+            if self._damage is not None:
+                raise StoreUnavailable(f"store {self.url} is damaged: {self._damage}")
             await self._submit(
                 lambda conn: conn.execute(
                     "INSERT OR REPLACE INTO tether_meta VALUES ('ready', ?)", (token,)
@@ -559,23 +684,11 @@ class SQLiteStore:
         if row is None or int(row[0]) < int(token):
             raise StoreUnavailable(f"store {self.url}: the health row written was not read back")
 
-    def _file_problem(self) -> str | None:
-        """Why the file under the open store cannot be trusted to keep writes, if it cannot:
-        writes to a deleted or replaced file still succeed, into a file nobody will open."""
-        if self._file is None:
-            return None
-        try:
-            stat = os.stat(self._file[0])
-        except FileNotFoundError:
-            return "the database file was deleted"
-        except OSError as exc:
-            return f"the database file cannot be examined: {exc}"
-        if (stat.st_dev, stat.st_ino) != self._file[1]:
-            return "the database file was replaced by another file"
-        # The connection opened for writing can still write; the next process could not.
-        if not stat.st_mode & 0o222 or not os.access(self._file[0], os.W_OK):
-            return "the database file is read-only"
-        return None
+    async def check_integrity(self) -> None:
+        found = await self._run(lambda: quick_check(self._read_db()))
+        if found is not None:
+            self._damage = found
+            raise CorruptLog(f"store {self.url} is damaged: {found}")
 
     # -- wakeups: which sessions have work for a runner (sqlite_wakeups.py) ---------------
     async def mark_runnable(self, session_id: str) -> None:
@@ -617,13 +730,10 @@ class SQLiteStore:
         if self._closed:
             return
         self._closed = True
-
-        def shut_reader() -> None:
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
-
-        await asyncio.get_running_loop().run_in_executor(self._executor, shut_reader)
+        if self._failed is None and self._file is not None:
+            self._failed = self._file.moved()  # moved since the last commit: let it go alike
+        shut = self._shut_reader if self._failed is None else self._let_go
+        await asyncio.get_running_loop().run_in_executor(self._executor, shut)
         self._executor.shutdown(wait=True)
         if self._conn is not None:
             self._conn.close()
@@ -657,15 +767,6 @@ def _last_seqs(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
         ):
             out[sid] = int(seq)
     return out
-
-
-def _identity(path: str) -> tuple[str, tuple[int, int]] | None:
-    """The absolute path of a database file and its (device, inode); None in memory."""
-    if path in ("", ":memory:") or path.startswith("file:"):
-        return None
-    full = os.path.abspath(path)
-    stat = os.stat(full)
-    return full, (stat.st_dev, stat.st_ino)
 
 
 def _held(conn: sqlite3.Connection, session_id: str) -> Lease | None:
