@@ -37,7 +37,7 @@ from tether.cli.common import (
 )
 from tether.cli.interrupts import Interrupts
 from tether.cli.live import LiveView, Style
-from tether.errors import SessionNotFound, TetherError
+from tether.errors import CorruptLog, SessionNotFound, TetherError
 from tether.events import Event
 from tether.fold import fold
 from tether.limits import Limits
@@ -46,7 +46,8 @@ from tether.process import configure_gc
 from tether.providers.base import Model
 from tether.render import Timeline, render_runner, render_transcript, render_view, runner_json
 from tether.retrying import DEFAULT_RETRY
-from tether.store.base import Store
+from tether.state import SessionView
+from tether.store.base import SessionInfo, Store
 from tether.store.open import DEFAULT_STORE_URL
 from tether.tools.base import Tool, Toolbox
 
@@ -185,6 +186,7 @@ async def _run_agent(
     session_id = getattr(args, "session_id", None)
     result: RunResult[object]
     try:
+        await store.check_integrity()  # a damaged file is refused before anything is written
         try:
             if session_id is None:
                 result = await agent.run(task)
@@ -280,36 +282,40 @@ async def _show(store: Store, args: argparse.Namespace, events: list[Event], thr
 
 
 async def _sessions_ls(store: Store, args: argparse.Namespace) -> int:
-    rows = []
+    """Every session, and those that cannot be read (a damaged file) each with its error."""
+    rows: list[tuple[SessionInfo, SessionView | CorruptLog]] = []
     for info in await store.sessions(limit=args.limit):
-        _, view = fold(await store.read(info.session_id))
-        rows.append((info, view))
+        try:
+            rows.append((info, fold(await store.read(info.session_id))[1]))
+        except CorruptLog as exc:
+            rows.append((info, exc))
     if args.json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "session_id": i.session_id,
-                        "state": v.state,
-                        "stop_reason": v.stop_reason,
-                        "steps": v.steps,
-                        "events": i.last_seq,
-                        "created": i.created,
-                        "updated": i.updated,
-                    }
-                    for i, v in rows
-                ]
-            )
-        )
+        print(json.dumps([_ls_json(i, v) for i, v in rows]))
         return 0
     if not rows:
         print(f"no sessions in {store.url}")
     for info, view in rows:
+        if isinstance(view, CorruptLog):
+            print(f"{info.session_id}  unreadable: {view}")
+            continue
         print(
             f"{info.session_id}  {view.state:<16} {view.stop_reason or '-':<17} "
             f"{view.steps:>4} steps  {info.last_seq:>6} events  {info.updated}"
         )
     return 0
+
+
+def _ls_json(info: SessionInfo, view: SessionView | CorruptLog) -> dict[str, Any]:
+    times = {"events": info.last_seq, "created": info.created, "updated": info.updated}
+    if isinstance(view, CorruptLog):
+        return {"session_id": info.session_id, "unreadable": str(view), **times}
+    return {
+        "session_id": info.session_id,
+        "state": view.state,
+        "stop_reason": view.stop_reason,
+        "steps": view.steps,
+        **times,
+    }
 
 
 def _print_events(events: list[Event], as_json: bool) -> None:

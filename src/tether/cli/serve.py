@@ -284,6 +284,9 @@ async def cmd_serve(args: argparse.Namespace) -> int:
             # grace and logs a traceback for each.
             app.state.api.close_streams()
             await super().shutdown(sockets)
+            # Here, not only below: uvicorn ends a SIGTERM'd process by raising the signal
+            # again once it has shut down, and a store left open keeps its WAL beside the file.
+            await store.close()
 
     server = Server(config)
     host, port = sock.getsockname()[:2]

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from tether.errors import (
+    CorruptLog,
     IdempotencyConflict,
     QuotaExceeded,
     SessionNotFound,
@@ -53,6 +54,7 @@ _ERRORS: dict[str, type[Exception]] = {
     "state_conflict": StateConflict,
     "unauthorized": Unauthorized,
     "store_unavailable": StoreError,
+    "session_unreadable": CorruptLog,
     "conflict": StoreError,
     "timeout": TimeoutError,
     "internal": ServerFailed,

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, Route
 
+from tether.errors import CorruptLog
 from tether.events import Event
 from tether.providers.base import Delta
 from tether.runtime.base import SessionRef
@@ -159,6 +160,8 @@ class Api:
         body: dict[str, Any] = {"sessions": found.sessions, "next_cursor": found.next_cursor}
         if found.counts is not None:
             body["counts"] = found.counts
+        if found.unreadable:
+            body["unreadable"] = found.unreadable
         return JSONResponse(body)
 
     async def ui(self, request: Request, rt: LocalRuntime) -> Response:
@@ -394,6 +397,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with runtime:
+            await check_store(runtime)
             yield
 
     app = Starlette(
@@ -404,6 +408,15 @@ def create_app(
     )
     app.state.api = api
     return app
+
+
+async def check_store(runtime: LocalRuntime) -> None:
+    """Read the whole store once before serving (SQLite: `quick_check`). A damaged file is
+    still served, every sound session of it, but `/readyz` says 503 from the start."""
+    try:
+        await runtime.store.check_integrity()
+    except CorruptLog as exc:
+        log.error("%s; /readyz answers 503, sound sessions are still served", exc)
 
 
 def allowed_methods(routes: Iterable[BaseRoute], request: Request) -> list[str]:

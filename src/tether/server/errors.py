@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse
 
 from tether.errors import (
     Conflict,
+    CorruptLog,
     IdempotencyConflict,
     QuotaExceeded,
     SessionNotFound,
@@ -39,6 +40,7 @@ CODES: dict[str, tuple[int, str]] = {
     "quota_exceeded": (429, "the tenant's quota refuses this now; try after Retry-After"),
     "unsupported_media_type": (415, "the body must be application/json"),
     "internal": (500, "the server failed; nothing was changed by this request"),
+    "session_unreadable": (500, "the session's stored log cannot be read (a damaged store file)"),
     "store_unavailable": (503, "the event store failed or is busy; try again"),
     "timeout": (504, "the operation passed its deadline"),
 }
@@ -86,6 +88,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return "invalid_spec", str(exc)
     if isinstance(exc, Conflict):
         return "conflict", str(exc)
+    if isinstance(exc, CorruptLog):  # its text names the session and the damage, nothing stored
+        return "session_unreadable", str(exc)
     if isinstance(exc, StoreError):
         return "store_unavailable", str(exc)
     if isinstance(exc, TimeoutError):

@@ -2,7 +2,9 @@
 and sorted as `listquery.Query` says, with tokens, cost and task per row and, when asked, the
 count of matching sessions per state. It writes nothing. It reads the store's listing, each
 session's first two events (tenant, metadata, task: written once, so kept) and each session's
-fold through the tenant's runtime (kept until the store lists a newer seq for it)."""
+fold through the tenant's runtime (kept until the store lists a newer seq for it). A session
+whose log cannot be read (a damaged store file) is left out and named in the page's
+`unreadable`, to its tenant only; the other sessions are listed as ever."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from tether.errors import SessionNotFound
+from tether.errors import CorruptLog, SessionNotFound
 from tether.events import SessionCreated, UserMessage
 from tether.messages import JSONObject, canonical_json
 from tether.runtime.base import RESERVED_METADATA, SessionRef, SessionSummary
@@ -72,6 +74,7 @@ class Page:
     sessions: list[JSONObject]
     next_cursor: str | None  # None: this is the last page
     counts: dict[str, int] | None  # per state, of the sessions every other filter lets through
+    unreadable: list[str]  # the tenant's sessions looked at for this page that cannot be read
 
 
 def origin_of(first: Sequence[object], session_id: str) -> Origin:
@@ -155,12 +158,19 @@ class Listing:
         return value
 
     async def entry(self, rt: LocalRuntime, info: SessionInfo) -> Entry | None:
-        """The session's entry, or None when it is not this tenant's (nor anybody's yet)."""
+        """The session's entry, or None when it is not this tenant's (nor anybody's yet).
+        `CorruptLog` for the tenant's session that cannot be read; one whose first events
+        cannot be read is nobody's but an unauthenticated server's (whose it is is unknown)."""
         sid = info.session_id
         origin = self._origins.get(sid)
         if origin is None:
             self.reads += 1
-            first = [e.payload for e in await rt.store.read(sid, 0, limit=2)]
+            try:
+                first = [e.payload for e in await rt.store.read(sid, 0, limit=2)]
+            except CorruptLog:
+                if rt.tenant is not None:
+                    return None
+                raise
             if not first:
                 return None
             origin = self._keep(self._origins, sid, origin_of(first, sid))
@@ -196,9 +206,10 @@ class Listing:
         ascending = query.sort == "oldest"
         found: list[Entry] = []
         tally: Counter[str] | None = None
+        unreadable: list[str] = []
         if query.sort in NUMERIC or counts:
             # Every candidate is read: the sort, or the counts, need them all.
-            entries = [e for i in infos if (e := await self.entry(rt, i)) is not None]
+            entries = [e for i in infos if (e := await self._entry(rt, i, unreadable)) is not None]
             entries = [e for e in entries if matches(e, query, states=False)]
             tally = Counter(e.row.summary.state for e in entries) if counts else None
             entries = [e for e in entries if matches(e, query)]
@@ -209,7 +220,7 @@ class Listing:
             for info in infos:
                 if not after(time_key(info, query), cursor, ascending):
                     continue
-                entry = await self.entry(rt, info)
+                entry = await self._entry(rt, info, unreadable)
                 if entry is None or not matches(entry, query):
                     continue
                 found.append(entry)
@@ -219,5 +230,18 @@ class Listing:
         more = len(found) > limit
         next_cursor = encode_cursor(query.sort, key_of(rows[-1], query)) if more else None
         return Page(
-            [e.to_json() for e in rows], next_cursor, None if tally is None else dict(tally)
+            [e.to_json() for e in rows],
+            next_cursor,
+            None if tally is None else dict(tally),
+            unreadable,
         )
+
+    async def _entry(
+        self, rt: LocalRuntime, info: SessionInfo, unreadable: list[str]
+    ) -> Entry | None:
+        """`entry`, a session that cannot be read noted in `unreadable` instead."""
+        try:
+            return await self.entry(rt, info)
+        except CorruptLog:
+            unreadable.append(info.session_id)
+            return None

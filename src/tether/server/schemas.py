@@ -254,6 +254,11 @@ def components() -> dict[str, Any]:
         "type": "object", "additionalProperties": {"type": "integer"},
         "description": "with counts=true: per state, the sessions every filter but state lets through",
     }  # fmt: skip
+    defs["SessionList"]["properties"]["unreadable"] = {
+        "type": "array", "items": {"type": "string"},
+        "description": "the tenant's sessions looked at for this page whose stored log cannot be "
+                       "read (a damaged store file); absent when there are none",
+    }  # fmt: skip
     defs["StartOptions"] = _object(
         allow_code={"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
         tools={"type": "array", "items": _object(
