@@ -52,16 +52,9 @@ from tether.store.base import (
     event_to_row,
     is_retry,
     lease_refusal,
-    unreadable,
 )
 from tether.store.group_commit import GroupCommit
-from tether.store.sqlite_health import (
-    FileIdentity,
-    damage_kind,
-    is_damage,
-    quick_check,
-    sanity_read,
-)
+from tether.store.sqlite_health import Trust, quick_check, sanity_read
 
 T = TypeVar("T")
 log = logging.getLogger("tether.store")
@@ -224,9 +217,8 @@ class SQLiteStore:
         self._reader: sqlite3.Connection | None = self._connect()
         # The file opened: once the path names another file (or none), nothing is
         # acknowledged any more (`_after_commit`), and the store stays unavailable.
-        self._file = FileIdentity.of(path)
-        self._failed: str | None = None  # why it refuses everything, once it does
-        self._damage: str | None = None  # damage met in the file: the store is unready
+        # Damage met in it makes it unready.
+        self._trust = Trust(self.url, path)
         # What the writer connection knows, valid while `data_version` stays `_version`.
         self._version: int | None = None
         self._last: dict[str, int] = {}
@@ -322,7 +314,7 @@ class SQLiteStore:
         """The session's last seq, if the writer knows it and no other connection has
         committed since: then a read after it needs no query."""
         last = self._last.get(session_id)
-        if last is None or self._failed is not None or self._conn is None:
+        if last is None or self._trust.failed is not None or self._conn is None:
             return None
         if self._conn.execute("PRAGMA data_version").fetchone()[0] != self._version:
             return None
@@ -357,15 +349,13 @@ class SQLiteStore:
         return True
 
     def _db(self) -> sqlite3.Connection:
-        if self._failed is not None:
-            raise self._unavailable()
+        self._trust.refuse_if_failed()
         if self._conn is None:
             raise StoreError(f"store {self.url} is closed")
         return self._conn
 
     def _read_db(self) -> sqlite3.Connection:
-        if self._failed is not None:
-            raise self._unavailable()
+        self._trust.refuse_if_failed()
         if self._reader is None:
             raise StoreError(f"store {self.url} is closed")
         return self._reader
@@ -374,25 +364,20 @@ class SQLiteStore:
     def _after_commit(self, conn: sqlite3.Connection) -> None:
         """Run after every group's COMMIT, before any batch in it is acknowledged: a commit
         into a file the path no longer names is refused (it landed where nobody will look)."""
-        moved = None if self._file is None else self._file.moved()
+        moved = self._trust.moved()
         if moved is not None:
             raise self._fail(moved)
 
     def _fail(self, reason: str) -> StoreUnavailable:
         """Refuse everything from now on, and let the file go (`_let_go`)."""
-        if self._failed is None:
-            self._failed = reason
-            log.error("store %s: %s; it takes no more writes until restarted", self.url, reason)
-            if not self._closed:
-                # Not at once: the group that found it still rolls back on this connection.
-                asyncio.get_running_loop().call_soon(self._executor.submit, self._let_go)
-        return self._unavailable()
+        if self._trust.fail(reason):
+            # Not at once: the group that found it still rolls back on this connection.
+            asyncio.get_running_loop().call_soon(self._let_go_soon)
+        return self._trust.unavailable()
 
-    def _unavailable(self) -> StoreUnavailable:
-        return StoreUnavailable(
-            f"store {self.url}: {self._failed}; it takes no more writes until it is restarted "
-            "on a sound file"
-        )
+    def _let_go_soon(self) -> None:
+        if not self._closed:  # else `close` lets it go
+            self._executor.submit(self._let_go)
 
     def _let_go(self) -> None:
         """On the reader's thread, once the store refuses everything (the loop's thread no
@@ -415,38 +400,16 @@ class SQLiteStore:
             self._reader.close()
             self._reader = None
 
-    def _error(self, exc: sqlite3.Error, session_id: str | None = None) -> StoreError:
-        """A SQLite error as tether's: damage is `CorruptLog` (and makes the store unready),
-        anything else a `StoreError`."""
-        if is_damage(exc):
-            return self._damaged(exc, session_id)
-        return StoreError(f"store {self.url}: {exc}")
-
-    def _damaged(
-        self, exc: BaseException, session_id: str | None, rows: Sequence[EventRow] = ()
-    ) -> CorruptLog:
-        """The store is unready from now on; the error names the session and the kind of
-        damage, never what is stored (another tenant's, maybe, on a torn page)."""
-        kind = damage_kind(exc)
-        if self._damage is None:
-            self._damage = f"a read met {kind}"
-        if session_id is None:
-            log.error("store %s is damaged: %s", self.url, kind)
-            return CorruptLog(f"store {self.url} is damaged: {kind}")
-        log.error("store %s: session %s cannot be read: %s", self.url, session_id, kind)
-        return unreadable(session_id, kind, rows)
-
     # -- async face ---------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., T], *args: object, session_id: str | None = None) -> T:
         if self._closed:
             raise StoreError(f"store {self.url} is closed")
-        if self._failed is not None:
-            raise self._unavailable()
+        self._trust.refuse_if_failed()
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._executor, fn, *args)
         except sqlite3.Error as exc:
-            raise self._error(exc, session_id) from exc
+            raise self._trust.error(exc, session_id) from exc
 
     async def append(
         self,
@@ -463,8 +426,7 @@ class SQLiteStore:
     def _submit(self, body: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._closed:
             raise StoreError(f"store {self.url} is closed")
-        if self._failed is not None:
-            raise self._unavailable()
+        self._trust.refuse_if_failed()
         return self._group.submit(body)
 
     async def read(
@@ -482,7 +444,7 @@ class SQLiteStore:
         try:
             rows = self._select_events(self._db(), session_id, after_seq, first)
         except sqlite3.Error as exc:
-            raise self._error(exc, session_id) from exc
+            raise self._trust.error(exc, session_id) from exc
         if len(rows) == first and first != limit:
             after = int(rows[-1][1])
             rest = None if limit is None else limit - first
@@ -492,7 +454,7 @@ class SQLiteStore:
         try:
             return [self._decode(r) for r in rows]
         except CorruptLog as exc:
-            raise self._damaged(exc, session_id, rows) from exc
+            raise self._trust.damaged(exc, session_id, rows) from exc
 
     def _decode(self, row: EventRow) -> Event:
         """The row as an event, decoded once per process: a server reads each new event
@@ -543,7 +505,7 @@ class SQLiteStore:
         try:
             out = _last_seqs(self._db(), ids[:500])
         except sqlite3.Error as exc:
-            raise self._error(exc) from exc
+            raise self._trust.error(exc) from exc
         if len(ids) > 500:
             out.update(await self._run(_last_seqs, self._read_db(), ids[500:]))
         return out
@@ -650,22 +612,18 @@ class SQLiteStore:
     # -- readiness: the file, a health row written by the writer and read back by the reader,
     # and a read of the newest pages -----------------------------------------------------------
     async def ready(self) -> None:
-        if self._failed is not None:
-            raise self._unavailable()
-        if self._file is not None:
-            moved = self._file.moved()
-            if moved is not None:
-                raise self._fail(moved)
-            problem = self._file.unwritable()
-            if problem is not None:
-                raise StoreUnavailable(f"store {self.url}: {problem}")
+        trust = self._trust
+        trust.refuse_if_failed()
+        moved = trust.moved()
+        if moved is not None:
+            raise self._fail(moved)
         token = str(time.time_ns())
         try:
-            if self._damage is None:
-                found = await self._run(lambda: sanity_read(self._read_db()))
-                self._damage = self._damage or found
-            if self._damage is not None:
-                raise StoreUnavailable(f"store {self.url} is damaged: {self._damage}")
+            if trust.damage is None:
+                trust.damage = await self._run(lambda: sanity_read(self._read_db()))
+            unready = trust.unready()
+            if unready is not None:
+                raise unready
             await self._submit(
                 lambda conn: conn.execute(
                     "INSERT OR REPLACE INTO tether_meta VALUES ('ready', ?)", (token,)
@@ -687,7 +645,7 @@ class SQLiteStore:
     async def check_integrity(self) -> None:
         found = await self._run(lambda: quick_check(self._read_db()))
         if found is not None:
-            self._damage = found
+            self._trust.damage = found
             raise CorruptLog(f"store {self.url} is damaged: {found}")
 
     # -- wakeups: which sessions have work for a runner (sqlite_wakeups.py) ---------------
@@ -730,9 +688,10 @@ class SQLiteStore:
         if self._closed:
             return
         self._closed = True
-        if self._failed is None and self._file is not None:
-            self._failed = self._file.moved()  # moved since the last commit: let it go alike
-        shut = self._shut_reader if self._failed is None else self._let_go
+        moved = self._trust.moved()  # since the last commit: let it go alike
+        if moved is not None:
+            self._trust.fail(moved)
+        shut = self._shut_reader if self._trust.failed is None else self._let_go
         await asyncio.get_running_loop().run_in_executor(self._executor, shut)
         self._executor.shutdown(wait=True)
         if self._conn is not None:

@@ -3,18 +3,22 @@ file the store opened (SQLite keeps writing to a file deleted or replaced under 
 connection, into a file nobody will open again), and its pages read as sound (the error codes
 that mean a damaged file, `PRAGMA quick_check`, a cheap read of the paths every append takes).
 
-It owns no connection and decides nothing: `sqlite.py` refuses writes, and says it is
-unready, on what it finds. No text it returns quotes a stored value.
+It owns no connection: `Trust` keeps what a store learnt (why it refuses everything, damage
+met) and words the errors; `sqlite.py` acts on it. No text here quotes a stored value.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tether.errors import CorruptLog
-from tether.store.base import UNDECODABLE, event_from_row
+from tether.errors import CorruptLog, StoreError, StoreUnavailable
+from tether.store.base import UNDECODABLE, EventRow, event_from_row, unreadable
+
+log = logging.getLogger("tether.store")
 
 # SQLite's primary result codes for a damaged file: a malformed page, or not a database.
 _DAMAGE_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
@@ -119,3 +123,65 @@ def sanity_read(conn: sqlite3.Connection) -> str | None:
     except CorruptLog as exc:
         return f"the newest events cannot be read: {damage_kind(exc)}"
     return None
+
+
+class Trust:
+    """What a store learnt about its file: why it refuses everything, once it does (the file
+    was deleted or replaced under it), and damage met in it (unready from then on: a damaged
+    file does not heal). Words the errors for both."""
+
+    def __init__(self, url: str, path: str) -> None:
+        self.url = url
+        self.file = FileIdentity.of(path)
+        self.failed: str | None = None
+        self.damage: str | None = None
+
+    def moved(self) -> str | None:
+        return None if self.file is None else self.file.moved()
+
+    def fail(self, reason: str) -> bool:
+        """Refuse everything from now on; True the first time only."""
+        if self.failed is not None:
+            return False
+        self.failed = reason
+        log.error("store %s: %s; it takes no more writes until restarted", self.url, reason)
+        return True
+
+    def refuse_if_failed(self) -> None:
+        if self.failed is not None:
+            raise self.unavailable()
+
+    def unavailable(self) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"store {self.url}: {self.failed}; it takes no more writes until it is restarted "
+            "on a sound file"
+        )
+
+    def unready(self) -> StoreUnavailable | None:
+        """Why `ready` fails, the file not moved: made read-only, or damage found."""
+        problem = None if self.file is None else self.file.unwritable()
+        if problem is not None:
+            return StoreUnavailable(f"store {self.url}: {problem}")
+        if self.damage is not None:
+            return StoreUnavailable(f"store {self.url} is damaged: {self.damage}")
+        return None
+
+    def error(self, exc: sqlite3.Error, session_id: str | None = None) -> StoreError:
+        """A SQLite error as tether's: damage is `CorruptLog`, anything else a `StoreError`."""
+        if is_damage(exc):
+            return self.damaged(exc, session_id)
+        return StoreError(f"store {self.url}: {exc}")
+
+    def damaged(
+        self, exc: BaseException, session_id: str | None, rows: Sequence[EventRow] = ()
+    ) -> CorruptLog:
+        """Note the damage; the error names the session and the kind of damage, never what is
+        stored (another tenant's, maybe, on a torn page). The log names the session too."""
+        kind = damage_kind(exc)
+        if self.damage is None:
+            self.damage = f"a read met {kind}"
+        if session_id is None:
+            log.error("store %s is damaged: %s", self.url, kind)
+            return CorruptLog(f"store {self.url} is damaged: {kind}")
+        log.error("store %s: session %s cannot be read: %s", self.url, session_id, kind)
+        return unreadable(session_id, kind, rows)
