@@ -8,6 +8,7 @@ whose log cannot be read (a damaged store file) is left out and named in the pag
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -30,6 +31,7 @@ SHOWN = 300  # characters of the task, and of each metadata value, a row carries
 SHOWN_KEYS = 20  # metadata keys a row carries
 NUMERIC = ("tokens", "cost")
 V = TypeVar("V")
+log = logging.getLogger("tether.server")
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +169,9 @@ class Listing:
             self.reads += 1
             try:
                 first = [e.payload for e in await rt.store.read(sid, 0, limit=2)]
-            except CorruptLog:
+            except CorruptLog as exc:
                 if rt.tenant is not None:
+                    log.warning("listing left out a session nobody can be told of: %s", exc)
                     return None
                 raise
             if not first:

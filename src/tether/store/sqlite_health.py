@@ -176,12 +176,11 @@ class Trust:
         self, exc: BaseException, session_id: str | None, rows: Sequence[EventRow] = ()
     ) -> CorruptLog:
         """Note the damage; the error names the session and the kind of damage, never what is
-        stored (another tenant's, maybe, on a torn page). The log names the session too."""
+        stored (another tenant's, maybe, on a torn page). Not logged here: whoever reads
+        reports it (a one-line CLI error, an HTTP error, the server's log)."""
         kind = damage_kind(exc)
         if self.damage is None:
             self.damage = f"a read met {kind}"
         if session_id is None:
-            log.error("store %s is damaged: %s", self.url, kind)
             return CorruptLog(f"store {self.url} is damaged: {kind}")
-        log.error("store %s: session %s cannot be read: %s", self.url, session_id, kind)
         return unreadable(session_id, kind, rows)
