@@ -12,11 +12,12 @@ from pathlib import Path
 
 import httpx
 
-from server.support import TETHER, Server, serve
+from server.support import ACME, GLOBEX, TETHER, Server, serve
 from tether.testing.runtime_fixtures import MODEL
 
 WORKERS = ("--workers", "1")
 TERMINAL = ("idle", "ended", "error", "canceled")
+TOKENS_BY = {"acme": ACME, "globex": GLOBEX}
 
 
 def _start(client: httpx.Client, task: str) -> httpx.Response:
@@ -193,3 +194,31 @@ def test_a_damaged_file_is_unready_serves_its_sound_sessions_and_quotes_nothing_
     assert ran.returncode != 0 and ran.stdout == "", (ran.stdout, ran.stderr)
     assert "damaged" in ran.stderr and len(ran.stderr.strip().splitlines()) == 1, ran.stderr
     assert MARK not in ran.stderr
+
+
+def test_a_damaged_session_is_named_to_nobody_when_whose_it_is_cannot_be_read(
+    tmp_path: Path,
+) -> None:
+    """With tenants: a session whose first events are torn could be anyone's, so no tenant's
+    list names it (the server's log does), and each tenant's sound sessions are listed."""
+    path = tmp_path / "serve.db"
+    spacer = "echo " + "spacer " * 1500
+    tenants = {name: {"Authorization": f"Bearer {token}"} for name, token in TOKENS_BY.items()}
+    with serve(tmp_path, *WORKERS) as server:
+        with httpx.Client(base_url=server.url, headers=tenants["globex"]) as globex:
+            theirs = _settled_sessions(globex, ["echo globex's own"])
+        with httpx.Client(base_url=server.url, headers=tenants["acme"]) as acme:
+            _settled_sessions(acme, [spacer])
+            torn = list(_settled_sessions(acme, ["echo " + f"{MARK} " * 2000]))
+            _settled_sessions(acme, [spacer])
+            mine = _settled_sessions(acme, ["echo acme's own"])
+    _damage(path, MARK.encode())
+    with serve(tmp_path, *WORKERS) as server:
+        for name, own in (("acme", mine), ("globex", theirs)):
+            with httpx.Client(base_url=server.url, headers=tenants[name]) as client:
+                listed = client.get("/v1/sessions", params={"limit": 500})
+                assert listed.status_code == 200, listed.text
+                body = listed.json()
+                assert set(own) <= {s["session_id"] for s in body["sessions"]}
+                assert torn[0] not in listed.text and MARK not in listed.text
+                assert "unreadable" not in body
