@@ -349,7 +349,8 @@ class SQLiteStore:
         return True
 
     def _db(self) -> sqlite3.Connection:
-        self._trust.refuse_if_failed()
+        if self._trust.failed is not None:  # an attribute read: this runs on every commit
+            raise self._trust.unavailable()
         if self._conn is None:
             raise StoreError(f"store {self.url} is closed")
         return self._conn
@@ -364,7 +365,8 @@ class SQLiteStore:
     def _after_commit(self, conn: sqlite3.Connection) -> None:
         """Run after every group's COMMIT, before any batch in it is acknowledged: a commit
         into a file the path no longer names is refused (it landed where nobody will look)."""
-        moved = self._trust.moved()
+        file = self._trust.file
+        moved = None if file is None else file.moved()
         if moved is not None:
             raise self._fail(moved)
 
@@ -426,7 +428,8 @@ class SQLiteStore:
     def _submit(self, body: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._closed:
             raise StoreError(f"store {self.url} is closed")
-        self._trust.refuse_if_failed()
+        if self._trust.failed is not None:
+            raise self._trust.unavailable()
         return self._group.submit(body)
 
     async def read(
