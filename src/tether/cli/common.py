@@ -9,15 +9,14 @@ It runs nothing; each subcommand's module does (`main`, `steer`, `chat`, `experi
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether import documents
 from tether.errors import LeaseHeld, TetherError, UsageError
 from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
@@ -83,13 +82,11 @@ def load_agents(path: str) -> AgentsFile:
     table of sub-agents by name, each as `SessionSpec.agents` takes them, and optionally
     `max_depth` and `max_threads`. What is wrong is a one-line `CliError` naming the file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-        data: object = json.loads(text) if path.endswith(".json") else tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
+        data = documents.read(path, "json" if path.endswith(".json") else "toml")
+    except OSError as exc:
         raise CliError(f"--agents {path}: cannot read it: {exc}") from exc
-    except (ValueError, tomllib.TOMLDecodeError) as exc:  # JSONDecodeError is a ValueError
-        kind = "JSON" if path.endswith(".json") else "TOML"
-        raise CliError(f"--agents {path}: not valid {kind}: {exc}") from exc
+    except ValueError as exc:
+        raise CliError(f"--agents {path}: {exc}") from exc
     try:
         return agents_file(data)
     except UsageError as exc:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import tether
+from tether import documents
 from tether.agent import Agent, RunResult, resolve_model
 from tether.cli.common import (
     EXIT_ERROR,
@@ -56,8 +57,7 @@ def _output_schema(path: str | None) -> OutputType | None:
     if path is None:
         return None
     try:
-        with open(path, encoding="utf-8") as file:
-            schema = json.load(file)
+        schema = documents.read(path, "json")
     except (OSError, ValueError) as exc:
         raise CliError(f"--output-schema {path}: {error_text(exc)}") from exc
     if not isinstance(schema, dict):

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tether import documents
 from tether.cli.common import (
     AGENTS_FILE_KEYS,
     TIMELINE_HELP,
@@ -214,9 +215,9 @@ async def cmd_answer(args: argparse.Namespace) -> int:
     data = None
     if args.data is not None:
         try:
-            data = json.loads(args.data)
+            data = documents.parse(args.data, "json")
         except ValueError as exc:
-            raise CliError(f"the answer is not JSON: {exc}") from None
+            raise CliError(f"the answer: {exc}") from None
     elif args.action == "accept":
         raise CliError("give the answer as a JSON object, or --action decline|cancel")
     return await _steer(
