@@ -1,5 +1,6 @@
 """Reading the JSON and TOML that people write (config files, command-line values): UTF-8
-text, parsed with a bound on how deep arrays and tables nest, and no NaN or infinity.
+text, parsed with a bound on how deep arrays and tables nest, and no NaN or infinity (TOML
+has both; JSON's parser takes `NaN`, `Infinity` and `1e999`).
 
 One reader for every file and flag a user gives, so a deep or binary document is one
 `DocumentError` naming the problem, not a RecursionError here or in whatever walks it later.
@@ -9,6 +10,7 @@ What the document means is its caller's to check.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -40,35 +42,31 @@ def decode(data: bytes, kind: Kind) -> object:
 
 
 def parse(text: str, kind: Kind) -> object:
-    """The value `text` holds, JSON or TOML, checked by `check_nesting`."""
+    """The value `text` holds, JSON or TOML, checked by `check_value`."""
     try:
         if kind == "json":
-            value: object = json.loads(text, parse_constant=_no_constant)
+            value: object = json.loads(text)
         else:
             value = tomllib.loads(text)
     except RecursionError:  # the parsers recurse once per level: far past MAX_NESTING
         raise DocumentError(f"it nests deeper than {MAX_NESTING} levels") from None
-    except DocumentError:
-        raise
     except ValueError as exc:  # JSONDecodeError and TOMLDecodeError are ValueErrors
         raise DocumentError(f"not valid {kind.upper()}: {exc}") from None
-    check_nesting(value)
+    check_value(value)
     return value
 
 
-def check_nesting(value: object, limit: int = MAX_NESTING) -> None:
-    """`DocumentError` when lists and dicts in `value` nest deeper than `limit` (walked
-    without recursion, so any depth is measured)."""
+def check_value(value: object, limit: int = MAX_NESTING) -> None:
+    """`DocumentError` when lists and dicts in `value` nest deeper than `limit`, or a number
+    in it is not finite (walked without recursion, so any depth is measured)."""
     stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise DocumentError(f"numbers must be finite, not {item}")
         if not isinstance(item, dict | list):
             continue
         if depth > limit:
             raise DocumentError(f"it nests deeper than {limit} levels")
         children = item.values() if isinstance(item, dict) else item
         stack.extend((child, depth + 1) for child in children)
-
-
-def _no_constant(name: str) -> object:
-    raise DocumentError(f"{name} is not a JSON number (numbers must be finite)")
