@@ -1,6 +1,7 @@
 """`tether run` exits by how its turn ended, run for real as a subprocess: 0 answered, 1 an
 error, 2 bad input, 3 a limit, 4 waiting for approval (the commands that decide on stderr),
-130 interrupted. Errors from a real HTTP backend are in tests/providers/test_retry_loopback.py."""
+130 interrupted. Errors from a real HTTP backend are in tests/providers/test_retry_loopback.py;
+5, a store that fails after the run stored events, in tests/test_cli_disk_full.py."""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "pieces": (
         "tether.providers",
+        "tether.documents",  # JSON and TOML that users write, read with bounds
         "tether.tools",
         "tether.context",
         "tether.scheduler",

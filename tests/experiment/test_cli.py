@@ -248,3 +248,25 @@ def test_report_and_compare_name_what_is_not_there(tmp_path: Path) -> None:
         cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert as_json(named)["task"] == "run"
+
+
+@pytest.mark.parametrize(
+    ("form", "words", "has", "lacks"),
+    [
+        ("run", "SPEC.toml", ["--id", "--max-cost", "--runs", "--chart"], ["--model", "--task"]),
+        ("report", "ID", ["--chart", "--confidence"], ["--runs", "--id", "--model"]),
+        ("compare", "ID A B", ["--metric", "--confidence"], ["--chart", "--runs", "--model"]),
+    ],
+)
+def test_each_form_has_its_own_help(
+    form: str, words: str, has: list[str], lacks: list[str], tmp_path: Path
+) -> None:
+    out = tether(form, "--help", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    usage = " ".join(out.stdout.split("\n\n")[0].split())  # the usage, unwrapped
+    assert usage.startswith(f"usage: tether experiment {form} ") and usage.endswith(words)
+    assert all(flag in out.stdout for flag in has), out.stdout
+    assert not any(flag in out.stdout for flag in lacks), out.stdout
+    whole = tether("--help", cwd=tmp_path)  # without a form's word: the whole command's
+    assert "TASK | run SPEC | report ID | compare ID A B" in whole.stdout
+    assert "--model" in whole.stdout

@@ -102,8 +102,8 @@ def test_the_exit_code_says_how_the_review_stopped(
     ("args", "message"),
     [
         (["missing.md"], "missing.md: cannot read it"),
-        (["plan.md", "--max-rounds", "0"], "--max-rounds must be 1 or more, not 0"),
-        (["plan.md", "--max-cost", "-1"], "--max-cost must be positive, not -1.0"),
+        (["plan.md", "--max-rounds", "0"], "--max-rounds: must be a whole number 1 or more"),
+        (["plan.md", "--max-cost", "-1"], "--max-cost: must be a number above 0, not -1"),
         (["plan.md", "--out", "nowhere/x.md"], "--out nowhere/x.md: no directory nowhere"),
         (["plan.md", "--critic", "python:nosuchmodule:x"], "--critic python:nosuchmodule:x"),
     ],

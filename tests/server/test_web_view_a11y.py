@@ -1,6 +1,6 @@
 """The web view on a phone and with a keyboard, in a real Chromium against a real `tether
 serve`: axe-core (npm, installed by `.ci/axe.sh`) finds no serious or critical violation on the
-list (its search, filters and counts), the start form, a session and an approval at 1280
+page before a token is given (its error in the header), the list (its search, filters and counts), the start form, a session and an approval at 1280
 and 390 px wide; at 390 px nothing scrolls sideways and
 every control is at least 24 px tall and wide; updates are announced by live regions."""
 
@@ -95,6 +95,9 @@ async def test_every_screen_passes_axe_at_desktop_and_phone_widths(
             for width in WIDTHS:
                 page = await browser.new_page(viewport={"width": width, "height": 844})
                 await page.goto(f"{server.url}/ui")
+                await expect(page.locator("#problem")).not_to_be_empty(timeout=WAIT_MS)
+                found[f"no token at {width}"] = await serious_violations(page, source)
+                found[f"no token layout at {width}"] = await layout_problems(page)
                 await give_token(page, ACME)
                 row = page.locator(f'tr[data-session="{done.session_id}"]')
                 await expect(row).to_contain_text("echo: accessible", timeout=WAIT_MS)

@@ -60,6 +60,8 @@ def test_the_file_of_a_url_with_parameters_is_the_path_alone(tmp_path: Path) -> 
         ("?synchronous=", "synchronous"),
         ("?synchronous=extra", "synchronous"),
         ("?journal_mode=delete", "journal_mode"),
+        ("?synchronous=full&synchronous=normal", "synchronous is given more than once"),
+        ("?synchronous=full&synchronous=full", "synchronous is given more than once"),
     ],
 )
 def test_a_bad_sqlite_durability_is_refused_naming_the_parameter(
@@ -102,3 +104,13 @@ def test_a_postgres_url_keeps_its_own_options_beside_synchronous_commit() -> Non
 def test_a_bad_synchronous_commit_is_refused_naming_the_parameter(value: str) -> None:
     with pytest.raises(ConfigError, match="synchronous_commit"):
         parse_url(f"postgresql://h/db?synchronous_commit={value}")
+
+
+@pytest.mark.parametrize(
+    "query", ["pool_size=2&pool_size=3", "synchronous_commit=on&synchronous_commit=off"]
+)
+def test_a_postgres_parameter_given_twice_is_refused_not_the_last_one_taken(query: str) -> None:
+    with pytest.raises(
+        ConfigError, match=r"(pool_size|synchronous_commit) is given more than once"
+    ):
+        parse_url(f"postgresql://h/db?{query}")

@@ -108,16 +108,16 @@ def test_text_records_carry_their_session_fields_as_tags(restore_logging: None) 
     assert line.endswith("INFO tether.x hello [session_id=ses_1 seq=4]")
 
 
-def test_tether_log_format_json_writes_json_lines_on_stderr(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["before the command", "after it"])
+def test_tether_log_format_json_writes_json_lines_on_stderr(tmp_path: Path, where: str) -> None:
+    flags = ["--log-format", "json", "--log-level", "info"]
     command = [
         sys.executable,
         "-m",
         "tether",
-        "--log-format",
-        "json",
-        "--log-level",
-        "info",
+        *(flags if where == "before the command" else []),
         "run",
+        *(flags if where == "after it" else []),
         "go",
         "--model",
         "python:tests.telemetry.test_logs:scripted",
@@ -144,8 +144,8 @@ def test_a_bad_log_level_is_refused() -> None:
         cwd=ROOT,
         timeout=60,
     )
-    assert done.returncode != 0
-    assert "no log level 'loud'" in done.stderr
+    assert done.returncode == 2
+    assert done.stderr == "tether: error: no log level 'loud' (debug, info, warning, error)\n"
 
 
 def scripted() -> ScriptedModel:
@@ -176,3 +176,27 @@ def test_with_json_logs_no_bare_traceback_reaches_stderr() -> None:
     assert len(records) == 3
     assert "RuntimeError: in a task nobody awaited" in excs[0]
     assert "ZeroDivisionError" in excs[1] and "SystemError: at the top" in excs[2]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["serve"],
+        ["worker"],
+        ["run", "go", "--model", "m"],
+        ["sessions", "ls"],
+        ["experiment", "go"],
+    ],
+    ids=" ".join,
+)
+def test_the_log_flags_are_taken_after_any_command_and_kept_from_before_it(
+    command: list[str],
+) -> None:
+    from tether.cli.main import build_parser
+
+    parser = build_parser()
+    after = parser.parse_args([*command, "--log-format", "json", "--log-level", "debug"])
+    assert after.log_format == "json"
+    assert "debug" in (after.global_log_level, getattr(after, "log_level", None))
+    before = parser.parse_args(["--log-format", "json", "--log-level", "info", *command])
+    assert (before.log_format, before.global_log_level) == ("json", "info")  # not reset

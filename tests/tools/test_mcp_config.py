@@ -136,7 +136,7 @@ def test_a_bad_server_entry_is_an_error_naming_the_server_and_the_problem(
 
 
 def test_a_file_that_is_not_json_or_lacks_the_mapping_is_refused_by_name(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"bad\.json is not valid JSON"):
+    with pytest.raises(ConfigError, match=r"bad\.json: not valid JSON"):
         load_mcp_config(write(tmp_path, "bad.json", "{nope"))
     with pytest.raises(ConfigError, match="no 'mcpServers'"):
         load_mcp_config(write(tmp_path, "empty.json", "{}"))
@@ -260,6 +260,23 @@ def test_an_unset_variable_without_a_default_names_the_server_and_field(
     message = str(caught.value)
     assert f"'srv': {field} refers to ${{TETHER_TEST_UNSET}}" in message
     assert "${TETHER_TEST_UNSET:-default}" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [("${", 1), ("--root=${", 8), ("${1}", 1), ("${HOME", 1), ("$${X} then ${", 12)],
+)
+def test_a_dollar_brace_that_starts_no_variable_is_refused_by_position(
+    text: str, where: int
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_mcp_config({"mcpServers": {"srv": {"command": "x", "args": [text]}}})
+    assert f"'srv': args[0]: the ${{ at character {where} starts no ${{VAR}}" in str(caught.value)
+
+
+def test_a_doubled_dollar_is_a_literal_dollar_brace() -> None:
+    (server,) = parse_mcp_config({"mcpServers": {"s": {"command": "sh", "args": ["$${1}", "$$"]}}})
+    assert server.args == ("${1}", "$$")
 
 
 def test_enabled_and_disabled_tools_are_read_and_checked() -> None:

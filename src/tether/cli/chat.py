@@ -18,6 +18,7 @@ import threading
 from typing import Any, TextIO
 
 from tether.agent import Agent, RunResult, resolve_model
+from tether.cli.args import COUNT, WAIT, number
 from tether.cli.common import (
     TOOLS_ARGUMENT,
     CliError,
@@ -49,17 +50,15 @@ def add_chat_command(sub: Any, store_help: str) -> None:
     p.add_argument("--mcp", default=None, metavar="FILE")
     p.add_argument("--system", default=None)
     p.add_argument("--store", default=None, help=store_help)
-    p.add_argument("--max-steps", type=int, default=50)
-    p.add_argument("--retries", type=int, default=None, metavar="N")
-    p.add_argument("--lease-wait", type=float, default=0.0, metavar="SECONDS")
+    p.add_argument("--max-steps", type=COUNT, default=50)
+    p.add_argument("--retries", type=number(int, at_least=0), default=None, metavar="N")
+    p.add_argument("--lease-wait", type=WAIT, default=0.0, metavar="SECONDS")
 
 
 async def cmd_chat(args: argparse.Namespace) -> int:
     from tether.cli.steer import stored_setup
 
     # Everything the user named is checked before a line is read.
-    if args.max_steps <= 0:
-        raise CliError(f"--max-steps must be positive, not {args.max_steps}")
     model, specs, mcp = args.model, args.tools, args.mcp
     if args.session is not None:
         store = existing_store(args.store)
@@ -111,6 +110,7 @@ async def _chat(
     def observe(event: Event) -> None:
         chat.saw(event.session_id)
         args.interrupts.session_id = event.session_id
+        args.kept.saw(event)
         view.on_event(event)
 
     chat.agent = Agent(

@@ -9,16 +9,17 @@ It runs nothing; each subcommand's module does (`main`, `steer`, `chat`, `experi
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
+import sqlite3
 import sys
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether import documents
 from tether.errors import LeaseHeld, TetherError, UsageError
+from tether.events import Event
 from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
@@ -41,6 +42,7 @@ EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
 EXIT_LIMIT = 3
 EXIT_AWAITING_APPROVAL = 4
+EXIT_LEFT_OPEN = 5  # failed (the store, mostly) after storing events: resume goes on
 EXIT_INTERRUPTED = 130  # as a shell reports a process ended by Ctrl-C
 LIMIT_REASONS = frozenset({"budget", "turn_limit", "time_limit", "output_limit"})
 
@@ -55,6 +57,34 @@ def exit_code(stop_reason: str) -> int:
     if stop_reason == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_ANSWERED
+
+
+@dataclass(slots=True)
+class Kept:
+    """What this command has stored: the session of the last event it committed (its
+    observers see committed events only), and that event's seq."""
+
+    session_id: str | None = None
+    seq: int = 0
+
+    def saw(self, event: Event) -> None:
+        self.session_id, self.seq = event.session_id, event.seq
+
+
+def failed(exc: Exception, kept: Kept, store_arg: str | None) -> int:
+    """The one line a command that failed prints, and its exit code: 2 for what was refused
+    before this command stored anything; 5 when it failed after storing events (a store
+    that filled up or went away mid-run): the line then says what its session keeps and
+    how to go on, and the turn is left open for that."""
+    line = f"tether: error: {error_text(exc)}"
+    if kept.session_id is not None:
+        store = f" --store {store_arg}" if store_arg else ""
+        line += (
+            f"; session {kept.session_id} keeps the {kept.seq} events stored before the "
+            f"failure: `tether sessions resume {kept.session_id}{store}` goes on from there"
+        )
+    print(line, file=sys.stderr)
+    return EXIT_BAD_INPUT if kept.session_id is None else EXIT_LEFT_OPEN
 
 
 def load_tools(specs: Sequence[str]) -> list[Tool]:
@@ -83,13 +113,11 @@ def load_agents(path: str) -> AgentsFile:
     table of sub-agents by name, each as `SessionSpec.agents` takes them, and optionally
     `max_depth` and `max_threads`. What is wrong is a one-line `CliError` naming the file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-        data: object = json.loads(text) if path.endswith(".json") else tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
+        data = documents.read(path, "json" if path.endswith(".json") else "toml")
+    except OSError as exc:
         raise CliError(f"--agents {path}: cannot read it: {exc}") from exc
-    except (ValueError, tomllib.TOMLDecodeError) as exc:  # JSONDecodeError is a ValueError
-        kind = "JSON" if path.endswith(".json") else "TOML"
-        raise CliError(f"--agents {path}: not valid {kind}: {exc}") from exc
+    except ValueError as exc:
+        raise CliError(f"--agents {path}: {exc}") from exc
     try:
         return agents_file(data)
     except UsageError as exc:
@@ -170,7 +198,8 @@ def store_from(url: str | None) -> Store:
 
 def existing_store(url: str | None) -> Store:
     """The store of a command that reads or steers sessions already stored: a SQLite file
-    that does not exist is an error naming it, never a new empty database."""
+    that does not exist, or is no tether store (empty, another database), is an error
+    naming it, never made into a new store."""
     resolved = store_url(url)
     path = _sqlite_file(resolved)
     if path is not None and not Path(path).exists():
@@ -178,7 +207,40 @@ def existing_store(url: str | None) -> Store:
             f"no store at {path} (store {resolved}): the file does not exist; "
             "check --store or $TETHER_STORE"
         )
+    if path is not None and (problem := _not_a_store(Path(path))):
+        raise CliError(
+            f"{path} is not a tether store ({problem}; store {resolved}): "
+            "check --store or $TETHER_STORE"
+        )
     return open_store(resolved)
+
+
+def _not_a_store(path: Path) -> str | None:
+    """Why the SQLite file at `path` is no tether store, found without writing to it; None
+    when it is one, or when only opening it can tell (the store then says what is wrong)."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror or exc}"
+    if not head:
+        return "the file is empty"
+    if head != SQLITE_HEADER:
+        return "not a SQLite database"
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            marked = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'tether_meta'"
+            ).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return None if marked else "a SQLite database tether has not written"
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 
 
 def _sqlite_file(url: str) -> str | None:

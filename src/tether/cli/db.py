@@ -2,7 +2,8 @@
 
 A thin adapter over `tether.store.pg_schema`. Migrating is idempotent and safe while workers
 run: each step takes one advisory lock and commits with its bookkeeping row. SQLite stores
-create their schema when opened, so for them this only opens the file.
+create their schema when opened, so for them this only opens the file (`status`, only one
+that is already a tether store).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import os
 from typing import Any
 
-from tether.cli.common import store_from
+from tether.cli.common import existing_store, store_from
 from tether.store.open import DEFAULT_STORE_URL
 
 
@@ -33,8 +34,8 @@ async def cmd_db(args: argparse.Namespace) -> int:
     url = args.store or os.environ.get("TETHER_STORE") or DEFAULT_STORE_URL
     if url.startswith(("postgresql://", "postgres://")):
         report = await _postgres(url, migrate=args.db_command == "migrate")
-    else:
-        store = store_from(url)  # opening a SQLite file creates or checks its schema
+    else:  # opening a SQLite file creates or checks its schema; status makes no new one
+        store = store_from(url) if args.db_command == "migrate" else existing_store(url)
         await store.close()
         report = {"store": store.url, "applied": [], "detail": "schema checked when opened"}
     print(json.dumps(report) if args.json else _line(report))

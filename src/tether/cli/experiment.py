@@ -19,21 +19,20 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from tether.agent import Agent, resolve_model
 from tether.cli.common import (
     EXIT_ERROR,
     EXIT_LIMIT,
-    TOOLS_ARGUMENT,
     CliError,
     existing_store,
     load_tools,
     store_from,
 )
+from tether.cli.experiment_args import FORMS
 from tether.errors import TetherError, UsageError
 from tether.experiment import (
-    MATRIX_METRICS,
     Comparison,
     MatrixReport,
     Report,
@@ -47,7 +46,7 @@ from tether.limits import Limits
 
 PLAIN_EVERY = 2.0  # seconds between progress lines when stderr is not a terminal
 BAR = 20  # characters of the progress bar
-SUBCOMMANDS = ("run", "report", "compare")
+SUBCOMMANDS = tuple(FORMS)
 
 
 class Progress:
@@ -88,39 +87,6 @@ class Progress:
         self.drawn = True
 
 
-def add_experiment_command(sub: Any, store_help: str) -> None:
-    p = sub.add_parser(
-        "experiment",
-        help="run a task many times, or compare agents on tasks, and report with intervals",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "words", nargs="*", metavar="TASK | run SPEC | report ID | compare ID A B", default=[]
-    )
-    p.add_argument("--store", default=None, help=store_help)
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--confidence", type=float, default=None, help="of the intervals (0.95)")
-    p.add_argument("--runs", type=int, default=None, help="runs of each task (TASK: 10)")
-    p.add_argument("--concurrency", type=int, default=None, help="runs at once (4)")
-    one = p.add_argument_group("TASK: one task on one agent")
-    one.add_argument("--task", default=None, help="the task, when it is a subcommand's word")
-    one.add_argument("--model", default=None, help="as for `tether run`")
-    one.add_argument("--tools", **TOOLS_ARGUMENT)
-    one.add_argument("--system", default=None)
-    one.add_argument("--max-steps", type=int, default=50)
-    many = p.add_argument_group("run, report, compare: experiments that compare")
-    many.add_argument("--id", default=None, help="run: the experiment's id (continues it)")
-    many.add_argument("--max-cost", type=float, default=None, metavar="USD", help="run: cap")
-    many.add_argument(
-        "--metric",
-        default="pass_rate",
-        choices=MATRIX_METRICS,
-        help="compare, and the chart: what to compare (pass_rate)",
-    )
-    many.add_argument("--chart", default=None, metavar="FILE.svg", help="run, report: a chart")
-
-
 async def cmd_experiment(args: argparse.Namespace) -> int:
     words: list[str] = args.words
     if args.task is not None:
@@ -130,10 +96,11 @@ async def cmd_experiment(args: argparse.Namespace) -> int:
     if not words:
         raise CliError("tether experiment needs a TASK, or run SPEC, report ID, compare ID A B")
     form, rest = words[0], words[1:]
-    _check_numbers(args)
     if form not in SUBCOMMANDS:
         if rest:
             raise CliError(f"one TASK, not {len(words)} words: quote the task")
+        if not form.strip():
+            raise CliError("the TASK must not be empty")
         return await cmd_one_task(args, form)
     if args.model is not None or args.tools or args.system is not None:
         raise CliError(f"--model, --tools and --system are the TASK form's; {form} reads a spec")
@@ -155,24 +122,10 @@ async def cmd_experiment(args: argparse.Namespace) -> int:
     return await cmd_read(args, form, rest)
 
 
-def _check_numbers(args: argparse.Namespace) -> None:
-    """Everything the user named is checked before the store is touched."""
-    for name, value in (("runs", args.runs), ("concurrency", args.concurrency)):
-        if value is not None and value < 1:
-            raise CliError(f"--{name} must be at least 1, not {value}")
-    if args.max_steps <= 0:
-        raise CliError(f"--max-steps must be positive, not {args.max_steps}")
-    if args.confidence is not None and not 0 < args.confidence < 1:
-        raise CliError(f"--confidence must be between 0 and 1, not {args.confidence}")
-    if args.max_cost is not None and not args.max_cost > 0:
-        raise CliError(f"--max-cost must be positive, not {args.max_cost}")
-
-
 async def cmd_one_task(args: argparse.Namespace, task: str) -> int:
     """`tether experiment TASK --model MODEL`: the task run `--runs` times on one agent."""
     from tether.experiment import run_experiment
 
-    _check_numbers(args)
     if args.model is None:
         raise CliError("tether experiment TASK needs --model (or: run SPEC.toml)")
     if args.id is not None or args.max_cost is not None or args.chart is not None:

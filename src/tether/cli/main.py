@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import tether
+from tether import documents
 from tether.agent import Agent, RunResult, resolve_model
+from tether.cli.args import COUNT, SECONDS, Parser, nonblank, number
 from tether.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -23,11 +25,13 @@ from tether.cli.common import (
     TOOLS_ARGUMENT,
     AgentsFile,
     CliError,
+    Kept,
     agent_tools,
     agents_record,
     error_text,
     existing_store,
     exit_code,
+    failed,
     import_from_cwd,
     load_agents,
     load_mcp_tools,
@@ -57,8 +61,7 @@ def _output_schema(path: str | None) -> OutputType | None:
     if path is None:
         return None
     try:
-        with open(path, encoding="utf-8") as file:
-            schema = json.load(file)
+        schema = documents.read(path, "json")
     except (OSError, ValueError) as exc:
         raise CliError(f"--output-schema {path}: {error_text(exc)}") from exc
     if not isinstance(schema, dict):
@@ -158,10 +161,12 @@ async def _run_agent(
     timeline = Timeline()
     view = LiveView(sys.stdout, Style.for_stream(sys.stdout))
     interrupts: Interrupts = getattr(args, "interrupts", None) or Interrupts()
+    kept: Kept = getattr(args, "kept", None) or Kept()
     caps = getattr(args, "agents_file", None) or AgentsFile({})  # the sub-agents' caps
 
     def show(event: Event) -> None:
         interrupts.session_id = event.session_id
+        kept.saw(event)
         if mode == "timeline":
             print(timeline.line(event), flush=True)
         elif mode == "live":
@@ -329,14 +334,13 @@ def _print_events(events: list[Event], as_json: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tether", description="A durable agent runtime.")
+    parser = Parser(prog="tether", description="A durable agent runtime.")
     parser.add_argument("--version", action="version", version=f"tether {tether.__version__}")
-    add_log_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     store_help = f"event store URL (default: $TETHER_STORE or {DEFAULT_STORE_URL})"
 
     run = sub.add_parser("run", help="run a task in a new session")
-    run.add_argument("task")
+    run.add_argument("task", type=nonblank)
     run.add_argument(
         "--model", required=True, help="e.g. scripted:demo, anthropic:MODEL, openai:MODEL"
     )
@@ -355,14 +359,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--system", default=None)
     run.add_argument("--store", default=None, help=store_help)
-    run.add_argument("--max-steps", type=int, default=50)
-    run.add_argument("--max-tokens", type=int, default=None, metavar="N", help="token budget")
+    run.add_argument("--max-steps", type=COUNT, default=50)
+    run.add_argument("--max-tokens", type=COUNT, default=None, metavar="N", help="token budget")
     run.add_argument(
-        "--max-seconds", type=float, default=None, metavar="S", help="wall time of the run"
+        "--max-seconds", type=SECONDS, default=None, metavar="S", help="wall time of the run"
     )
     run.add_argument(
         "--retries",
-        type=int,
+        type=number(int, at_least=0),
         default=None,
         metavar="N",
         help=f"retries of a failed model call (default {DEFAULT_RETRY.max_attempts - 1}; 0: none)",
@@ -383,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     sessions = sub.add_parser("sessions", help="inspect stored sessions")
     ssub = sessions.add_subparsers(dest="sessions_command", required=True)
     ls = ssub.add_parser("ls", help="list sessions, newest first")
-    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--limit", type=COUNT, default=50)
     for name, text in (
         ("show", "state, stop reason, usage and transcript"),
         ("events", "the event log"),
@@ -407,18 +411,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_review_command(sub, store_help)
     add_chat_command(sub, store_help)
     add_mcp_commands(sub)
+    add_log_options(parser)  # before the command and after it, in every command
     return parser
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
-        if args.max_steps <= 0:
-            raise CliError(f"--max-steps must be positive, not {args.max_steps}")
-        if args.retries is not None and args.retries < 0:
-            raise CliError(f"--retries must be 0 or more, not {args.retries}")
-        for flag, value in (("--max-tokens", args.max_tokens), ("--max-seconds", args.max_seconds)):
-            if value is not None and value <= 0:
-                raise CliError(f"{flag} must be positive, not {value}")
         args.output = _output_schema(args.output_schema)
         return await cmd_run(args, task=args.task, model=args.model, tool_specs=args.tools)
     if args.command == "db":
@@ -475,16 +473,19 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    args.interrupts = Interrupts()
-    configure_logs(args)
-    import_from_cwd()
-    configure_gc()
     try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a usage error (2, said in one line), --help or --version (0)
+        return exc.code if isinstance(exc.code, int) else 2
+    args.interrupts = Interrupts()
+    args.kept = Kept()
+    try:
+        configure_logs(args)
+        import_from_cwd()
+        configure_gc()
         return asyncio.run(_main(args))
     except (CliError, TetherError) as exc:
-        print(f"tether: error: {error_text(exc)}", file=sys.stderr)
-        return 2
+        return failed(exc, args.kept, getattr(args, "store", None))
     except (KeyboardInterrupt, asyncio.CancelledError):
         # The first Ctrl-C cancelled the command, which closed what it ran (the second one
         # exits at once, in `Interrupts`).
@@ -498,7 +499,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 from tether.cli.chat import add_chat_command, cmd_chat  # noqa: E402
 from tether.cli.db import add_db_commands, cmd_db  # noqa: E402
-from tether.cli.experiment import add_experiment_command, cmd_experiment  # noqa: E402
+from tether.cli.experiment import cmd_experiment  # noqa: E402
+from tether.cli.experiment_args import add_experiment_command  # noqa: E402
 from tether.cli.mcp import add_mcp_commands, cmd_mcp  # noqa: E402
 from tether.cli.observe import TRACE_COMMANDS, add_log_options, add_trace_command, configure_logs  # noqa: E402
 from tether.cli.review import add_review_command, cmd_review  # noqa: E402

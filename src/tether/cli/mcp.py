@@ -61,6 +61,9 @@ async def cmd_mcp(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     try:
         configs = load_mcp_config(args.file)
+    except TetherError as exc:
+        raise CliError(str(exc)) from exc  # it names the file
+    try:
         if args.server is not None:
             configs = [c for c in configs if c.name == args.server] or _unknown(args, configs)
         source = McpToolSource(configs, credentials=args.store)

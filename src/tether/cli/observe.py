@@ -5,6 +5,7 @@ collector after the fact (a thin adapter over `tether.telemetry.export`); and th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -53,21 +54,41 @@ TRACE_COMMANDS = {"trace": cmd_trace}
 
 
 def add_log_options(parser: argparse.ArgumentParser) -> None:
-    """`tether --log-format json --log-level info COMMAND ...`: for every command, given once
-    before it (or as $TETHER_LOG_FORMAT and $TETHER_LOG_LEVEL)."""
+    """`tether --log-format json --log-level info COMMAND ...` or `tether COMMAND ...
+    --log-format json`: for every command, before it or after it (or as $TETHER_LOG_FORMAT
+    and $TETHER_LOG_LEVEL). After it, they are added to every subcommand's own parser."""
+    _log_options(parser, None)
+    for command in _commands(parser):
+        _log_options(command, argparse.SUPPRESS)  # not given here: what was given before
+
+
+def _log_options(parser: argparse.ArgumentParser, default: str | None) -> None:
     parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
-        default=None,
+        default=default,
         help="process log records as text or JSON lines, on stderr (default: text)",
     )
-    parser.add_argument(
-        "--log-level",
-        dest="global_log_level",
-        default=None,
-        metavar="LEVEL",
-        help="the least severe log records shown: debug, info, warning (default), error",
-    )
+    # `serve` and `worker` have a --log-level of their own (it sets uvicorn's too).
+    with contextlib.suppress(argparse.ArgumentError):
+        parser.add_argument(
+            "--log-level",
+            dest="global_log_level",
+            default=default,
+            metavar="LEVEL",
+            help="the least severe log records shown: debug, info, warning (default), error",
+        )
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers of the commands that run (`tether sessions ls`, not `tether sessions`),
+    found through argparse's subparser actions: it has no public way to list them."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # an alias is listed again
+                found.extend(_commands(sub) or [sub])
+    return found
 
 
 def configure_logs(args: argparse.Namespace) -> None:
@@ -82,7 +103,7 @@ def configure_logs(args: argparse.Namespace) -> None:
     if log_format is None and level is None:
         return
     if log_format not in (None, *LOG_FORMATS):
-        raise SystemExit(f"tether: error: TETHER_LOG_FORMAT must be text or json, not {log_format}")
+        raise CliError(f"TETHER_LOG_FORMAT must be text or json, not {log_format}")
     if logging.getLevelName(str(level or "warning").upper()) not in range(0, 60):
-        raise SystemExit(f"tether: error: no log level {level!r} (debug, info, warning, error)")
+        raise CliError(f"no log level {level!r} (debug, info, warning, error)")
     configure(str(level or "warning"), cast(LogFormat, log_format or "text"))

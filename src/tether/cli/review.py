@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.cli.args import COUNT, SECONDS, USD
 from tether.cli.common import (
     EXIT_AWAITING_APPROVAL,
     EXIT_ERROR,
@@ -62,12 +63,12 @@ def add_review_command(sub: Any, store_help: str) -> None:
         metavar="MODEL",
         help="a critic's model (repeat for more critics: critic1, critic2, ...)",
     )
-    p.add_argument("--max-rounds", type=int, default=6, metavar="N")
-    p.add_argument("--stable-rounds", type=int, default=2, metavar="N")
-    p.add_argument("--max-steps", type=int, default=None, metavar="N", help="model calls in all")
-    p.add_argument("--max-tokens", type=int, default=None, metavar="N", help="token budget")
-    p.add_argument("--max-cost", type=float, default=None, metavar="USD", help="cost budget")
-    p.add_argument("--max-seconds", type=float, default=None, metavar="S", help="wall time")
+    p.add_argument("--max-rounds", type=COUNT, default=6, metavar="N")
+    p.add_argument("--stable-rounds", type=COUNT, default=2, metavar="N")
+    p.add_argument("--max-steps", type=COUNT, default=None, metavar="N", help="model calls in all")
+    p.add_argument("--max-tokens", type=COUNT, default=None, metavar="N", help="token budget")
+    p.add_argument("--max-cost", type=USD, default=None, metavar="USD", help="cost budget")
+    p.add_argument("--max-seconds", type=SECONDS, default=None, metavar="S", help="wall time")
     p.add_argument("--out", default=None, metavar="PATH", help="default: FILE.reviewed")
     p.add_argument("--store", default=None, help=store_help)
     p.add_argument("--json", action="store_true")
@@ -81,18 +82,6 @@ def _checked(args: argparse.Namespace) -> tuple[str, Path, Limits]:
         raise CliError(f"{args.file}: cannot read it: {exc}") from exc
     if not text.strip():
         raise CliError(f"{args.file}: there is nothing to review: the file is empty")
-    for flag, value in (("--max-rounds", args.max_rounds), ("--stable-rounds", args.stable_rounds)):
-        if value < 1:
-            raise CliError(f"{flag} must be 1 or more, not {value}")
-    budgets = (
-        ("--max-steps", args.max_steps),
-        ("--max-tokens", args.max_tokens),
-        ("--max-cost", args.max_cost),
-        ("--max-seconds", args.max_seconds),
-    )
-    for flag, budget in budgets:
-        if budget is not None and budget <= 0:
-            raise CliError(f"{flag} must be positive, not {budget}")
     out = Path(args.out) if args.out else Path(f"{args.file}.reviewed")
     if not out.parent.is_dir():
         raise CliError(f"--out {out}: no directory {out.parent}")

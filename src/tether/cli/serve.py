@@ -16,6 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from tether.cli.args import COUNT, PORT, SECONDS, WAIT, number
 from tether.cli.common import store_from
 from tether.errors import UsageError
 from tether.store.base import redact_url
@@ -29,10 +30,10 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
     serve = sub.add_parser("serve", help="serve the HTTP API (sessions, events, health, metrics)")
     serve.add_argument("--store", default=None, help=store_help)
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8700, help="0: any free port (printed)")
+    serve.add_argument("--port", type=PORT, default=8700, help="0: any free port (printed)")
     serve.add_argument(
         "--workers",
-        type=int,
+        type=number(int, at_least=0),
         default=8,
         metavar="N",
         help="sessions run at once in the server process (0: leave them to `tether worker`)",
@@ -68,10 +69,10 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
     )
     worker = sub.add_parser("worker", help="run sessions from a store (apart from the server)")
     worker.add_argument("--store", default=None, help=store_help)
-    worker.add_argument("--concurrency", type=int, default=16, metavar="N")
+    worker.add_argument("--concurrency", type=COUNT, default=16, metavar="N")
     worker.add_argument(
         "--drain",
-        type=float,
+        type=WAIT,
         default=10.0,
         metavar="SECONDS",
         help="on SIGTERM, let running turns finish this long, then hand the rest over "
@@ -79,7 +80,7 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
     )
     worker.add_argument(
         "--poison-after",
-        type=int,
+        type=COUNT,
         default=3,
         metavar="N",
         help="end a session failed once N workers in a row died while one of its tool calls "
@@ -87,7 +88,7 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
     )
     worker.add_argument(
         "--metrics-port",
-        type=int,
+        type=PORT,
         default=None,
         metavar="PORT",
         help="serve GET /metrics (Prometheus text) on this port (0: any free one, printed)",
@@ -103,12 +104,12 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
     for p in (serve, worker):
         p.add_argument(
             "--lease-ttl",
-            type=float,
+            type=SECONDS,
             default=30.0,
             metavar="SECONDS",
             help="how soon another worker takes over a session whose worker died",
         )
-        p.add_argument("--poll-interval", type=float, default=0.1, metavar="SECONDS")
+        p.add_argument("--poll-interval", type=SECONDS, default=0.1, metavar="SECONDS")
         p.add_argument(
             "--allow-endpoint",
             action="append",
@@ -124,28 +125,28 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
         )
         gateway.add_argument(
             "--max-concurrency",
-            type=int,
+            type=COUNT,
             default=16,
             metavar="N",
             help="model requests in flight at once per backend (default 16)",
         )
         gateway.add_argument(
             "--rpm",
-            type=int,
+            type=COUNT,
             default=None,
             metavar="N",
             help="requests per minute per backend (default: learned from rate-limit headers)",
         )
         gateway.add_argument(
             "--tpm",
-            type=int,
+            type=COUNT,
             default=None,
             metavar="N",
             help="tokens per minute per backend (default: learned from rate-limit headers)",
         )
         gateway.add_argument(
             "--park-after",
-            type=float,
+            type=WAIT,
             default=10.0,
             metavar="SECONDS",
             help="a session whose model call must wait this long for a spent budget or an "
@@ -168,11 +169,6 @@ def endpoint_policy(args: argparse.Namespace) -> EndpointPolicy:
 def gateway_config(args: argparse.Namespace) -> GatewayConfig:
     from tether.scheduler import GatewayConfig
 
-    _positive("max-concurrency", args.max_concurrency)
-    for name in ("rpm", "tpm"):
-        value = getattr(args, name)
-        if value is not None:
-            _positive(name, value)
     return GatewayConfig(
         max_concurrency=args.max_concurrency,
         requests_per_minute=args.rpm,
@@ -184,7 +180,6 @@ STREAM_GRACE = 3  # seconds (uvicorn takes whole seconds)
 
 
 def park_after(args: argparse.Namespace) -> float | None:
-    _positive("park-after", args.park_after, allow_zero=True)
     return args.park_after or None
 
 
@@ -206,13 +201,6 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def _positive(name: str, value: float, allow_zero: bool = False) -> None:
-    if value < 0 or (value == 0 and not allow_zero):
-        raise UsageError(
-            f"--{name} must be {'0 or more' if allow_zero else 'positive'}, not {value}"
-        )
-
-
 async def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -226,9 +214,6 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         ) from exc
     from tether.runtime.local import LocalRuntime
 
-    _positive("workers", args.workers, allow_zero=True)
-    _positive("lease-ttl", args.lease_ttl)
-    _positive("poll-interval", args.poll_interval)
     gateway = gateway_config(args)
     endpoints = endpoint_policy(args)
     if args.no_auth and not _loopback(args.host):
@@ -311,11 +296,6 @@ async def cmd_serve(args: argparse.Namespace) -> int:
 async def cmd_worker(args: argparse.Namespace) -> int:
     from tether.runtime.worker import Worker
 
-    _positive("concurrency", args.concurrency)
-    _positive("lease-ttl", args.lease_ttl)
-    _positive("poll-interval", args.poll_interval)
-    _positive("drain", args.drain, allow_zero=True)
-    _positive("poison-after", args.poison_after)
     gateway = gateway_config(args)
     endpoints = endpoint_policy(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")

@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tether import documents
+from tether.cli.args import COUNT, WAIT, nonblank
 from tether.cli.common import (
     AGENTS_FILE_KEYS,
     TIMELINE_HELP,
@@ -34,7 +36,7 @@ def add_steering_commands(ssub: Any) -> None:
         "send", help="add a message to a session and run its turn here (--no-run: only add it)"
     )
     send.add_argument("id")
-    send.add_argument("text")
+    send.add_argument("text", type=nonblank)
     send.add_argument(
         "--no-run",
         action="store_true",
@@ -45,10 +47,10 @@ def add_steering_commands(ssub: Any) -> None:
         p.add_argument("--model", default=None, help="default: the model the session ran with")
         p.add_argument("--tools", **{**TOOLS_ARGUMENT, "default": None})
         p.add_argument("--mcp", default=None, metavar="FILE")
-        p.add_argument("--max-steps", type=int, default=50)
+        p.add_argument("--max-steps", type=COUNT, default=50)
         p.add_argument(
             "--lease-wait",
-            type=float,
+            type=WAIT,
             default=0.0,
             metavar="SECONDS",
             help="wait this long for another worker's lease to be released or expire",
@@ -211,12 +213,15 @@ async def cmd_deny(args: argparse.Namespace) -> int:
 
 
 async def cmd_answer(args: argparse.Namespace) -> int:
-    data = None
+    data: dict[str, object] | None = None
     if args.data is not None:
         try:
-            data = json.loads(args.data)
+            given = documents.parse(args.data, "json")
         except ValueError as exc:
-            raise CliError(f"the answer is not JSON: {exc}") from None
+            raise CliError(f"the answer: {exc}") from None
+        if not isinstance(given, dict):
+            raise CliError(f"the answer must be a JSON object, not {args.data[:40]!r}")
+        data = given
     elif args.action == "accept":
         raise CliError("give the answer as a JSON object, or --action decline|cancel")
     return await _steer(

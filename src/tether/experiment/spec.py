@@ -5,14 +5,12 @@ running it is `matrix`'s."""
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from tether import documents
 from tether.agent import Agent, resolve_model
 from tether.errors import UsageError
 from tether.experiment.plan import Task, import_check
@@ -97,11 +95,11 @@ class ExperimentSpec(_Strict):
 def load_spec(path: str) -> ExperimentSpec:
     """The spec in a TOML file; `UsageError` naming the file and what is wrong with it."""
     try:
-        data: dict[str, Any] = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+        data = documents.read(path, "toml")
+    except OSError as exc:
         raise UsageError(f"{path}: cannot read it: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML: {exc}") from exc
+    except ValueError as exc:
+        raise UsageError(f"{path}: {exc}") from exc
     try:
         return ExperimentSpec.model_validate(data)
     except pydantic.ValidationError as exc:

@@ -10,13 +10,12 @@ Environment: `TETHER_TOKENS="acme=TOKEN,globex=TOKEN"` (no quotas).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
+from tether import documents
 from tether.errors import ConfigError, UsageError
 from tether.runtime.quotas import Quota
 
@@ -81,8 +80,7 @@ class Tokens:
 
 def _from_file(path: Path) -> Tokens:
     try:
-        text = path.read_text()
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        data = documents.read(path, "toml" if path.suffix == ".toml" else "json")
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read tokens from {path}: {exc}") from exc
     tenants = data.get("tenants") if isinstance(data, dict) else None

@@ -257,8 +257,10 @@ class SessionLog:
         """One batch to the store. Under a lease, a transient failure (the store restarting,
         a dropped connection) is tried again, the same events with the same ids, for as long
         as the lease lasts: a try whose commit landed though its answer was lost is accepted
-        once by the store. A refusal (a conflict, a lost lease) is never retried."""
+        once by the store. A refusal (a conflict, a lost lease) is never retried. Each
+        distinct failure is logged once, not each try."""
         delay = blips.FIRST_DELAY
+        said = None
         while True:
             try:
                 await self.store.append(self.session_id, events, base, self.lease)
@@ -267,13 +269,15 @@ class SessionLog:
                 lease = self.lease  # renewed meanwhile by the watcher, while it could
                 if lease is None or not blips.transient(exc) or not blips.lasts(lease, delay):
                     raise
-                _log.warning(
-                    "session %s: a commit of %d events failed (%s); trying again in %.2f s",
-                    self.session_id,
-                    len(events),
-                    exc,
-                    delay,
-                )
+                if str(exc) != said:
+                    said = str(exc)
+                    _log.warning(
+                        "session %s: a commit of %d events failed (%s); trying again while "
+                        "its lease lasts",
+                        self.session_id,
+                        len(events),
+                        exc,
+                    )
             await asyncio.sleep(delay)
             delay = blips.backoff(delay)
 

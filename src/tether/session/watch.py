@@ -30,6 +30,7 @@ class Watched:
     ttl: float
     on_news: Callable[[], None]
     on_lease_lost: Callable[[], None]
+    failing: str | None = None  # the renewal's failure, said once until it changes or ends
 
 
 class Watcher:
@@ -90,8 +91,11 @@ class Watcher:
             w.on_lease_lost()
         except StoreError as exc:
             # A blip: the next round tries again, and the other leases are renewed.
-            log.warning("session %s: renewing its lease failed: %s", sid, exc)
+            if str(exc) != w.failing:
+                w.failing = str(exc)
+                log.warning("session %s: renewing its lease failed: %s", sid, exc)
         else:
+            w.failing = None
             if w.log.lease is lease:  # not released or replaced while the renewal ran
                 w.log.lease = renewed
 

@@ -72,17 +72,20 @@ def sqlite_path(url: str) -> str | None:
 
 def sqlite_synchronous(url: str) -> str:
     """The `synchronous` a SQLite store URL asks for (`?synchronous=normal|full`, any case):
-    NORMAL when it asks for none. Any other parameter or value is a `ConfigError`."""
+    NORMAL when it asks for none. Any other parameter or value, or one given twice, is a
+    `ConfigError` (never the last one silently winning)."""
     query = url.partition("?")[2] if url.startswith("sqlite://") else ""
-    synchronous = "NORMAL"
+    synchronous = None
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key != "synchronous":
             raise ConfigError(
                 f"store URL {url!r}: unknown parameter {key!r} (SQLite takes only synchronous)"
             )
+        if synchronous is not None:
+            raise ConfigError(f"store URL {url!r}: synchronous is given more than once")
         if value.upper() not in SQLITE_SYNCHRONOUS:
             raise ConfigError(
                 f"store URL {url!r}: synchronous must be normal or full, not {value!r}"
             )
         synchronous = value.upper()
-    return synchronous
+    return synchronous or "NORMAL"

@@ -76,6 +76,10 @@ def parse_url(url: str) -> tuple[str, int]:
     size = DEFAULT_POOL_SIZE
     rest: list[tuple[str, str]] = []
     synchronous: str | None = None
+    ours = [key for key, _ in query if key in ("pool_size", "synchronous_commit")]
+    for key in ours:
+        if ours.count(key) > 1:  # never the last one silently winning
+            raise ConfigError(f"{key} is given more than once in the store URL")
     for key, value in query:
         if key == "pool_size":
             if not value.isdigit() or int(value) < 1:

@@ -6,16 +6,15 @@ the server and the key. It starts nothing and needs no MCP SDK.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tether import documents
 from tether.errors import ConfigError
 from tether.tools.base import DEFAULT_TIMEOUT
 from tether.tools.mcp.auth_config import McpOAuth, oauth_from_mapping
@@ -77,8 +76,9 @@ _KNOWN_KEYS = frozenset(
         "transport",
     }
 )
-# `${VAR}`, or `${VAR:-default}` (the default when VAR is unset or empty, as in a shell).
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# `${VAR}`, or `${VAR:-default}` (the default when VAR is unset or empty, as in a shell);
+# `$${` is a literal `${`, and any other `${` an error (a typo, never passed on silently).
+_ENV_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,17 +176,11 @@ def load_mcp_config(path: str | os.PathLike[str]) -> list[McpServerConfig]:
     """Read the `mcpServers` (or `mcp_servers`) mapping of a JSON or TOML file."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        data = documents.read(file, "toml" if file.suffix.lower() == ".toml" else "json")
     except OSError as exc:
         raise ConfigError(f"cannot read MCP config {file}: {exc.strerror or exc}") from exc
-    try:
-        if file.suffix.lower() == ".toml":
-            data: Any = tomllib.loads(text)
-        else:
-            data = json.loads(text)
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        kind = "TOML" if file.suffix.lower() == ".toml" else "JSON"
-        raise ConfigError(f"MCP config {file} is not valid {kind}: {exc}") from exc
+    except ValueError as exc:
+        raise ConfigError(f"MCP config {file}: {exc}") from exc
     return parse_mcp_config(data, source=str(file))
 
 
@@ -308,6 +302,13 @@ def _str_map(value: object, key: str, where: str) -> dict[str, str]:
 def _expand(text: str, where: str) -> str:
     def value(match: re.Match[str]) -> str:
         var, default = match.group(1), match.group(2)
+        if match.group() == "$${":
+            return "${"
+        if var is None:
+            raise ConfigError(
+                f"{where}: the ${{ at character {match.start() + 1} starts no ${{VAR}} or "
+                f"${{VAR:-default}} (write $${{ for a literal ${{)"
+            )
         if default is not None:
             return os.environ.get(var) or default
         if var not in os.environ:
