@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tether.events import Event, ToolFinished, ToolStarted, TurnEnded
-from tether.recovery import closing
+from tether.recovery import closing, threads_of
 from tether.session.lease import holding
 from tether.session.log import SessionLog
 from tether.store.base import Claimed, Lease, Store
@@ -162,7 +162,7 @@ async def end_poisoned(
         if session_log.folder.turn_open:
             batch = closing(session_log.folder, "error", reason, calls="abandoned", end="failed")
             if batch:
-                await session_log.append(*batch)
+                await session_log.append(*batch, threads=threads_of(batch, ""))
                 log.warning("session %s failed: %s", item.lease.session_id, reason)
                 metrics.parked("poisoned")
         await store.clear_runnable(item.wakeup)

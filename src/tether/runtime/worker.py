@@ -26,7 +26,7 @@ from tether.events import Event, SessionCreated
 from tether.loop import Engine
 from tether.providers.base import Caller, Model
 from tether.providers.endpoints import EndpointPolicy
-from tether.recovery import closing
+from tether.recovery import closing, threads_of
 from tether.runtime.claims import DEFAULT_MAX_CLAIMS, Probation, take_work
 from tether.runtime.gateways import Gateways
 from tether.runtime.sessions import Runner, build_runner, subagent_tools
@@ -390,5 +390,5 @@ class Worker:
                     session_log.folder, "error", detail, calls="abandoned", end="failed"
                 )
                 if batch:
-                    await session_log.append(*batch)
+                    await session_log.append(*batch, threads=threads_of(batch, ""))
                     log.warning("session %s failed: %s", session_id, detail)
