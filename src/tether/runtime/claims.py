@@ -7,8 +7,9 @@ log says whether the session could have done it: a death with one of its tool ca
 its model is none of its doing, and is forgiven (`Store.acquit`), as are the strikes before
 a run in which its calls return (`Probation`). A session struck `poison_after` times in a
 row, with no progress between, is ended `failed`, naming the calls; the store hands one
-struck twice only to a worker running nothing else, so its later strikes are on workers
-that ran little besides it. What a worker does with a session (run its turn) is the caller's: see
+struck twice to any worker with a free slot that runs no other such suspect, in a claim of
+its own, so it never waits for a worker that runs nothing, and no worker runs two of them.
+What a worker does with a session (run its turn) is the caller's: see
 `run_session(lease=)`.
 """
 
@@ -89,7 +90,7 @@ async def take_work(
     max_claims: int = DEFAULT_MAX_CLAIMS,
 ) -> list[Claimed]:
     """Claim up to `limit` runnable sessions; those struck `max_claims` times in a row are
-    ended, not returned. `alone`: the worker runs nothing now, so it may take a suspect (by
+    ended, not returned. `alone`: the worker runs no suspect now, so it may take one (by
     itself). The caller runs each returned session under its lease and releases it."""
     while True:
         claimed = await store.claim_runnable(owner, ttl, limit, alone=alone)

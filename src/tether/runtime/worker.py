@@ -37,7 +37,7 @@ from tether.session.log import SessionLog
 from tether.session.run import Runs, run_session
 from tether.session.tail import Tail
 from tether.state import TERMINAL_STATES, session_outcome
-from tether.store.base import Claimed, DeferReason, Lease, News, Store, Wakeup
+from tether.store.base import SUSPECT_CLAIMS, Claimed, DeferReason, Lease, News, Store, Wakeup
 from tether.telemetry import metrics
 from tether.tools.base import Tool, Toolbox
 
@@ -112,6 +112,7 @@ class Worker:
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self.gateways = Gateways(gateway, park_after=park_after)
         self._attempts: dict[str, int] = {}  # failed runs in a row, by session
+        self._suspect: str | None = None  # the suspect running here: one at a time
         self._chores: set[asyncio.Task[None]] = set()  # acquittals under way
         metrics.watch(self)  # its slots, leases and sessions' states, read at a scrape
 
@@ -176,7 +177,8 @@ class Worker:
     async def dispatch(self) -> int:
         """Claim a session for each free slot and start its run; how many started. The store
         hands out what is marked, unleased and not deferred; those that took down too many
-        workers are ended here (`take_work`)."""
+        workers are ended here (`take_work`). A suspect comes by itself, to any worker with
+        a free slot that runs no other suspect."""
         free = self.concurrency - len(self._running)
         if free <= 0:
             return 0
@@ -185,7 +187,7 @@ class Worker:
             self.owner,
             ttl=self.lease_ttl,
             limit=free,
-            alone=not self._running,
+            alone=self._suspect is None,
             max_claims=self.max_claims or DEFAULT_MAX_CLAIMS,
         )
         started = 0
@@ -196,6 +198,8 @@ class Worker:
                 # finds its lease lost and stops; the session waits for the next look.
                 await self.store.release(item.lease)
                 continue
+            if item.claims > SUSPECT_CLAIMS:  # handed out as a suspect, and not forgiven
+                self._suspect = sid
             self._start(sid, self._take(item))
             started += 1
         return started
@@ -207,6 +211,8 @@ class Worker:
 
     def _done(self, session_id: str, task: asyncio.Task[None]) -> None:
         self._running.pop(session_id, None)
+        if self._suspect == session_id:
+            self._suspect = None
         self._wake.set()  # a slot is free
         # `_take` handles what a run raises; anything that still gets out is logged here,
         # once, rather than left for "Task exception was never retrieved".
