@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 from tether.agent import SessionDeltaObserver
 from tether.context import make_context
 from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
-from tether.events import Event, SessionCreated
+from tether.events import Event, SessionCreated, parse_time
+from tether.fold import Folder
 from tether.loop import Engine
 from tether.providers.base import Caller, Model
 from tether.providers.endpoints import EndpointPolicy
 from tether.recovery import closing, threads_of
 from tether.runtime.claims import DEFAULT_MAX_CLAIMS, Probation, take_work
-from tether.runtime.gateways import Gateways
+from tether.runtime.gateways import Gateways, SessionRouted
 from tether.runtime.sessions import Runner, build_runner, subagent_tools
 from tether.scheduler import GatewayConfig
 from tether.session import blips
@@ -313,6 +314,7 @@ class Worker:
         session_log = await SessionLog.load(self.store, sid, observers=self._observers() + watch)
         ended = session_log.folder.terminal
         if not ended:
+            await self._keep_place(engine.model, session_log.folder)
             view = await run_session(
                 self.runs,
                 engine,
@@ -327,6 +329,16 @@ class Worker:
         if runner.end_after_turn and not ended:
             await self._settle(sid)  # e.g. a turn closed by someone else: end it here
         await self.store.clear_runnable(wakeup)
+
+    async def _keep_place(self, model: Model, folder: Folder) -> None:
+        """A session whose request is still open (it parked, or its runner stopped, in this
+        process or another) keeps its place in its gateway's queue from when that request
+        was first asked, as its log says."""
+        if not folder.model_request_open or not isinstance(model, SessionRouted):
+            return
+        asked = await self.store.read(folder.session_id, folder.asked_seq - 1, limit=1)
+        if asked:
+            model.gateway.keep_place(folder.session_id, parse_time(asked[0].time))
 
     def _engine(self, runner: Runner) -> Engine:
         key = runner.key()
