@@ -104,7 +104,7 @@ def test_aging_must_not_be_negative() -> None:
 def parked_then_back(back_at: float, asked_ago: float | None = None) -> list[tuple[str, float]]:
     """A spent budget (6 a minute: one call every 10 s); a session's call parks at 0, three
     other calls queue after it, and the parked session asks again at `back_at`. With
-    `asked_ago`, its worker first says it asked that many seconds ago (`keep_place`, as
+    `asked_ago`, its worker first says it asked that many seconds ago (`Gateway.resume`, as
     its log says)."""
 
     async def main() -> list[tuple[str, float]]:
@@ -124,7 +124,7 @@ def parked_then_back(back_at: float, asked_ago: float | None = None) -> list[tup
         others = [asyncio.create_task(ask(f"other-{n}")) for n in range(3)]
         await asyncio.sleep(back_at)
         if asked_ago is not None:
-            gateway.keep_place("parks", time.time() - asked_ago)
+            gateway.resume("parks", time.time() - asked_ago)
         await ask("parks", parks)
         await asyncio.gather(*others)
         return sent
@@ -165,7 +165,7 @@ def first_asked_elsewhere(asked_ago: float) -> list[str]:
 
         others = [asyncio.create_task(ask(f"other-{n}")) for n in range(3)]
         await asyncio.sleep(5.0)
-        gateway.keep_place("elsewhere", time.time() - asked_ago)
+        gateway.resume("elsewhere", time.time() - asked_ago)
         await asyncio.gather(ask("elsewhere"), *others)
         return sent
 

@@ -163,7 +163,7 @@ async def end_poisoned(
         if session_log.folder.turn_open:
             batch = closing(session_log.folder, "error", reason, calls="abandoned", end="failed")
             if batch:
-                await session_log.append(*batch, threads=threads_of(batch, ""))
+                await session_log.append(*batch, threads=threads_of(batch, session_log.thread))
                 log.warning("session %s failed: %s", item.lease.session_id, reason)
                 metrics.parked("poisoned")
         await store.clear_runnable(item.wakeup)

@@ -314,7 +314,7 @@ class Worker:
         session_log = await SessionLog.load(self.store, sid, observers=self._observers() + watch)
         ended = session_log.folder.terminal
         if not ended:
-            await self._keep_place(engine.model, session_log.folder)
+            await self._resume_place(engine.model, session_log.folder)
             view = await run_session(
                 self.runs,
                 engine,
@@ -330,7 +330,7 @@ class Worker:
             await self._settle(sid)  # e.g. a turn closed by someone else: end it here
         await self.store.clear_runnable(wakeup)
 
-    async def _keep_place(self, model: Model, folder: Folder) -> None:
+    async def _resume_place(self, model: Model, folder: Folder) -> None:
         """A session whose request is still open (it parked, or its runner stopped, in this
         process or another) keeps its place in its gateway's queue from when that request
         was first asked, as its log says."""
@@ -338,7 +338,7 @@ class Worker:
             return
         asked = await self.store.read(folder.session_id, folder.asked_seq - 1, limit=1)
         if asked:
-            model.gateway.keep_place(folder.session_id, parse_time(asked[0].time))
+            model.gateway.resume(folder.session_id, parse_time(asked[0].time))
 
     def _engine(self, runner: Runner) -> Engine:
         key = runner.key()
@@ -408,5 +408,5 @@ class Worker:
                     session_log.folder, "error", detail, calls="abandoned", end="failed"
                 )
                 if batch:
-                    await session_log.append(*batch, threads=threads_of(batch, ""))
+                    await session_log.append(*batch, threads=threads_of(batch, session_log.thread))
                     log.warning("session %s failed: %s", session_id, detail)

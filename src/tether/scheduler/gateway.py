@@ -237,7 +237,7 @@ class Gateway:
         place = self._places.pop(session_id, None)
         return place if place is not None and now <= place.until else None
 
-    def keep_place(self, session_id: str, asked_at: float) -> None:
+    def resume(self, session_id: str, asked_at: float) -> None:
         """The session's next call is one it first asked at `asked_at` (epoch seconds, by
         the clock of whoever asked: the time its log records) and that is still unanswered:
         parked, or left by a runner that stopped, in this process or another. It keeps the
