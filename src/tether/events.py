@@ -412,6 +412,11 @@ def format_time(epoch_seconds: float) -> str:
     return f"{_second_cache[1]}.{micros:06d}Z"
 
 
+def parse_time(text: str) -> float:
+    """Epoch seconds of an event time (`format_time`'s form)."""
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+
+
 def _encode(value: object) -> Any:
     if isinstance(value, Message | Usage | Image):
         return value.to_json()

@@ -131,6 +131,9 @@ class Folder:
         self.input_answers: dict[tuple[str, str], InputAnswered] = {}
         self.samplings: dict[tuple[str, str], SamplingAnswered] = {}  # the same, for sampling
         self.model_request_open = False
+        # While a request is open: the seq of the `model.requested` that first asked it (a
+        # park, a hand-over or a crash asks it again, each time with another).
+        self.asked_seq = 0
         # Open from a user message (or a decision that makes the session runnable again)
         # until turn.ended: whether a runner has work to do.
         self.turn_open = False
@@ -275,6 +278,8 @@ class Folder:
         if p.tools_digest:  # the request offered other tools than the one before it
             self._offered = (p.tools, p.tools_digest)
         self._request_chars = self.transcript_chars
+        if not self.model_request_open:
+            self.asked_seq = self.last_seq
         self.model_request_open = True
         self._set_running("waiting_model")
 

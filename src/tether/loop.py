@@ -31,7 +31,7 @@ from tether.fold import Folder
 from tether.limits import Limits, Stop, StopCondition, check_before_request, estimate_input_tokens
 from tether.messages import ToolCall, foreign_thinking
 from tether.providers.base import Caller, DeltaObserver, FirstDelta, Model, ModelRequest
-from tether.recovery import Decision, closing, decide_calls, decide_open_calls
+from tether.recovery import Decision, closing, decide_calls, decide_open_calls, threads_of
 from tether.retrying import DEFAULT_RETRY, complete
 from tether.scheduler.retry import RetryPolicy
 from tether.session import threads
@@ -592,4 +592,4 @@ async def close_canceled_turn(
         gone=gone,
     )
     if batch:
-        await log.append(*batch)
+        await log.append(*batch, threads=threads_of(batch, log.thread))

@@ -11,7 +11,7 @@ one batch, so no observer and no crash ever sees a session half closed.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,6 +22,7 @@ from tether.events import (
     Outcome,
     Payload,
     SessionEnded,
+    ThreadFinished,
     ToolFinished,
     TurnEnded,
 )
@@ -159,9 +160,11 @@ def closing(
     toolbox: Toolbox | None = None,
     gone: Container[str] | None = None,
 ) -> list[Payload]:
-    """The payloads that close what `folder` has open, to append as ONE batch: with an open
-    turn, an answer for each unanswered call (as `calls` says) and `turn.ended` (`stop`,
-    `detail`); then, with `end`, `session.ended` (`end_detail`, else `detail`, else `stop`).
+    """The payloads that close what `folder` has open, to append as ONE batch (each on the
+    thread `threads_of` says): with an open turn, an answer for each unanswered call (as
+    `calls` says) and `turn.ended` (`stop`, `detail`); unless `calls` is "keep", a
+    `thread.finished` (`stop`, `detail`) for each sub-agent thread below that has not
+    finished; then, with `end`, `session.ended` (`end_detail`, else `detail`, else `stop`).
     Empty for a session that has ended already.
 
     With `canceled`, a started call is answered by the rule for a call a gone runner started
@@ -181,9 +184,23 @@ def closing(
                 if call.id not in folder.results
             )
         batch.append(TurnEnded(stop, detail))
+    if calls != "keep" and (folder.turn_open or end is not None):
+        # The sub-agent threads below that never finished end here too: nothing would run
+        # them again (their calls are answered, or the session ends).
+        batch.extend(
+            ThreadFinished(node.thread, "", stop, detail)
+            for node in folder.thread_nodes.values()
+            if node.status != "finished"
+        )
     if end is not None:
         batch.append(SessionEnded(end, end_detail or detail or stop))
     return batch
+
+
+def threads_of(batch: Sequence[Payload], thread: str) -> list[str]:
+    """The thread of each payload of a `closing` batch: a `thread.finished` on the thread
+    it ends, the rest on the closer's own `thread`."""
+    return [p.thread if isinstance(p, ThreadFinished) else thread for p in batch]
 
 
 def _answer(

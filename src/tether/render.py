@@ -5,8 +5,6 @@ Owns formatting only; the CLI decides where it goes.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from tether.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -27,6 +25,7 @@ from tether.events import (
     TurnEnded,
     UserMessage,
     format_time,
+    parse_time,
 )
 from tether.fold import Transcript
 from tether.messages import (
@@ -132,10 +131,6 @@ def _indent(thread: str) -> str:
     return "  " * (thread.count("/") + 1)
 
 
-def _seconds(time_text: str) -> float:
-    return datetime.strptime(time_text, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
-
-
 class Timeline:
     """Formats events one line each, with the time since the first event it saw, and on a
     request that offered other tools than its thread's last, what changed."""
@@ -145,7 +140,7 @@ class Timeline:
         self._offered: dict[str, tuple[str, ...]] = {}  # per thread, the last set it saw
 
     def line(self, event: Event) -> str:
-        t = _seconds(event.time)
+        t = parse_time(event.time)
         if self._start is None:
             self._start = t
         indent = thread_label(event.thread) + ("  " if event.type.startswith("tool.") else "")

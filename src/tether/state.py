@@ -68,8 +68,9 @@ def approval_key(thread: str, call_id: str) -> str:
 @dataclass(frozen=True, slots=True)
 class ThreadNode:
     """One sub-agent thread of a session: who runs it, for which call of which thread, and
-    where it stands (`running`, `waiting_approval`, `stopped` after an interrupt, or
-    `finished` with the stop reason of its last turn)."""
+    where it stands (`running`, `waiting_approval`, `stopped` when its turn was cut short
+    and its caller's closer has not yet ended it, or `finished` with the stop reason of its
+    last turn, or of the closer that ended it)."""
 
     thread: str
     agent: str

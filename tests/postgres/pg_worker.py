@@ -30,7 +30,7 @@ from tether.runtime.claims import take_work
 from tether.session.lease import worker_id
 from tether.session.log import SessionLog, new_session_id
 from tether.session.run import Runs, run_session
-from tether.store.base import Lease
+from tether.store.base import SUSPECT_CLAIMS, Lease
 from tether.store.postgres import Claimed, PostgresStore
 from tether.testing import Delay, ScriptedModel, call
 from tether.tools import Toolbox, ToolContext, tool
@@ -148,6 +148,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
     owner = worker_id()
     news = store.subscribe()
     running: set[asyncio.Task[None]] = set()
+    suspects: set[asyncio.Task[None]] = set()  # one at a time, as `Worker` runs them
     idle_since = asyncio.get_running_loop().time()
     try:
         while True:
@@ -159,13 +160,16 @@ async def main(argv: Sequence[str] | None = None) -> int:
                     owner,
                     ttl=args.ttl,
                     limit=free,
-                    alone=not running,
+                    alone=not suspects,
                     max_claims=args.max_claims,
                 )
             for item in got:
                 task = asyncio.create_task(run_one(runs, engine, store, item))
                 running.add(task)
                 task.add_done_callback(running.discard)
+                if item.claims > SUSPECT_CLAIMS:
+                    suspects.add(task)
+                    task.add_done_callback(suspects.discard)
             now = asyncio.get_running_loop().time()
             if got or running:
                 idle_since = now

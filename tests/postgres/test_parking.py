@@ -33,7 +33,7 @@ async def test_a_parked_session_is_deferred_on_the_queue_and_counts_no_claim(
     pg_store: PostgresStore,
 ) -> None:
     # Parking takes no lease: a lease that counted as a claim would make the session, once it
-    # ran out, a suspect of killing its worker, handed out only to an idle worker.
+    # ran out, a suspect of killing its worker, handed out only by itself.
     await pg_store.mark_runnable("s")
     await pg_store.defer("s", 30.0, "parked")
     assert await pg_store.current_lease("s") is None and await pg_store.claims("s") == 0

@@ -89,7 +89,7 @@ async def test_a_session_that_keeps_killing_its_workers_is_parked_failed(
     await store.close()
 
 
-async def test_a_suspect_goes_only_to_a_worker_running_nothing_else(pg_url: str) -> None:
+async def test_a_suspect_goes_only_to_a_claim_that_may_take_one(pg_url: str) -> None:
     store = PostgresStore(pg_url)
     await store.mark_runnable("suspect")
     await store.claim_runnable("w1", ttl=0.1, limit=1)  # w1 dies holding it
@@ -103,8 +103,8 @@ async def test_a_suspect_goes_only_to_a_worker_running_nothing_else(pg_url: str)
         await asyncio.sleep(0.2)  # and dies holding it too, unforgiven
     busy = await store.claim_runnable("w2", ttl=30, limit=10, alone=False)
     assert sorted(c.lease.session_id for c in busy) == ["fresh0", "fresh1", "fresh2"]
-    idle = await store.claim_runnable("w3", ttl=30, limit=10, alone=True)
-    assert [(c.lease.session_id, c.claims) for c in idle] == [("suspect", 4)]
+    free = await store.claim_runnable("w3", ttl=30, limit=10, alone=True)
+    assert [(c.lease.session_id, c.claims) for c in free] == [("suspect", 4)]
     await store.close()
 
 

@@ -5,6 +5,7 @@ next call keeps the place its parked one had (on a virtual clock)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -100,9 +101,11 @@ def test_aging_must_not_be_negative() -> None:
         FairQueue(batch_aging=-1.0)
 
 
-def parked_then_back(back_at: float) -> list[tuple[str, float]]:
+def parked_then_back(back_at: float, asked_ago: float | None = None) -> list[tuple[str, float]]:
     """A spent budget (6 a minute: one call every 10 s); a session's call parks at 0, three
-    other calls queue after it, and the parked session asks again at `back_at`."""
+    other calls queue after it, and the parked session asks again at `back_at`. With
+    `asked_ago`, its worker first says it asked that many seconds ago (`Gateway.resume`, as
+    its log says)."""
 
     async def main() -> list[tuple[str, float]]:
         model = ScriptedModel([lambda messages: "ok"])
@@ -120,6 +123,8 @@ def parked_then_back(back_at: float) -> list[tuple[str, float]]:
             await ask("parks", parks)
         others = [asyncio.create_task(ask(f"other-{n}")) for n in range(3)]
         await asyncio.sleep(back_at)
+        if asked_ago is not None:
+            gateway.resume("parks", time.time() - asked_ago)
         await ask("parks", parks)
         await asyncio.gather(*others)
         return sent
@@ -135,3 +140,40 @@ def test_a_parked_session_keeps_its_place_in_the_queue_when_it_comes_back() -> N
 def test_a_parked_session_that_comes_back_too_late_queues_anew() -> None:
     sent = parked_then_back(10.0 + PLACE_GRACE + 1)
     assert [s for s, _ in sent] == ["other-0", "other-1", "other-2", "parks"]
+
+
+def test_the_place_a_call_kept_here_outranks_one_its_log_names() -> None:
+    # Its worker says it asked just now (the log's time of a later ask): the place it kept
+    # when it parked here, before the others, stays.
+    assert parked_then_back(9.9, asked_ago=0.0)[0] == ("parks", pytest.approx(10.0))
+
+
+def first_asked_elsewhere(asked_ago: float) -> list[str]:
+    """A spent budget; three calls queue; then a session whose call was first asked
+    `asked_ago` seconds ago in another process (this gateway never saw it) asks here."""
+
+    async def main() -> list[str]:
+        model = ScriptedModel([lambda messages: "ok"])
+        gateway = Gateway(model, GatewayConfig(requests_per_minute=6))
+        for _ in range(6):
+            await gateway.complete(request())
+        sent: list[str] = []
+
+        async def ask(session: str) -> None:
+            await gateway.submit(request(), Ticket(session_id=session))
+            sent.append(session)
+
+        others = [asyncio.create_task(ask(f"other-{n}")) for n in range(3)]
+        await asyncio.sleep(5.0)
+        gateway.resume("elsewhere", time.time() - asked_ago)
+        await asyncio.gather(ask("elsewhere"), *others)
+        return sent
+
+    return run_virtual(main())
+
+
+def test_a_call_first_asked_in_another_process_keeps_its_place_here() -> None:
+    # Asked a minute ago: before the calls that queued here five seconds ago.
+    assert first_asked_elsewhere(60.0) == ["elsewhere", "other-0", "other-1", "other-2"]
+    # Asked after them (a second ago): behind them, in arrival order.
+    assert first_asked_elsewhere(1.0) == ["other-0", "other-1", "other-2", "elsewhere"]

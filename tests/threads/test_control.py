@@ -108,7 +108,79 @@ async def test_a_cancel_reaches_a_grandchild(store: Store) -> None:
     }
     assert set(answers.values()) == {"canceled"} and len(answers) == 3
     assert [t.thread for t in payloads(events, ThreadStarted)] == ["middle-1", "middle-1/leaf-1"]
-    assert payloads(events, ThreadFinished) == []
+    # Each closer closes the threads below it: no thread is left open for good.
+    finished = {
+        e.thread: e.payload.stop_reason for e in events if isinstance(e.payload, ThreadFinished)
+    }
+    assert finished == {"middle-1": "interrupted", "middle-1/leaf-1": "interrupted"}
+    assert {(n.thread, n.status) for n in fold(events)[1].threads} == {
+        ("middle-1", "finished"),
+        ("middle-1/leaf-1", "finished"),
+    }
+
+
+def _waiting_tree(began: asyncio.Event) -> Agent:
+    """A parent that asks a child, which asks a grandchild that waits until cancelled."""
+
+    @tool(effect="read")
+    async def wait_forever() -> str:
+        """Wait."""
+        began.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    leaf = Agent(ScriptedModel([call("wait_forever")]), name="leaf", tools=[wait_forever])
+    return Agent(ScriptedModel([call("leaf", task="wait")]), name="middle", tools=[leaf.as_tool()])
+
+
+async def test_an_interrupted_parent_closes_its_open_child_threads(store: Store) -> None:
+    began = asyncio.Event()
+    top = Agent(
+        ScriptedModel([call("middle", task="go"), "after the interrupt"]),
+        tools=[_waiting_tree(began).as_tool()],
+        store=store,
+    )
+    run = asyncio.create_task(top.run("go"))
+    await asyncio.wait_for(began.wait(), 5)
+    sid = next(iter(top.runs))
+    await top.interrupt(sid)
+    result = await asyncio.wait_for(run, 5)
+
+    assert (result.state, result.stop_reason) == ("idle", "interrupted")
+    events = await read_checked(store, sid)
+    ends = [
+        (e.thread, e.payload.stop_reason) for e in events if isinstance(e.payload, ThreadFinished)
+    ]
+    assert sorted(ends) == [("middle-1", "interrupted"), ("middle-1/leaf-1", "interrupted")]
+    view = fold(events)[1]
+    assert [(n.thread, n.status, n.stop_reason) for n in view.threads] == [
+        ("middle-1", "finished", "interrupted"),
+        ("middle-1/leaf-1", "finished", "interrupted"),
+    ]
+    # The session stays usable, and its next turn finds nothing of the old threads to go on.
+    again = await top.run("again", session_id=sid)
+    assert (again.stop_reason, again.output) == ("end_turn", "after the interrupt")
+    assert len(payloads(await read_checked(store, sid), ThreadFinished)) == 2
+
+
+async def test_a_session_cancelled_while_a_child_waits_for_approval_closes_the_child(
+    store: Store,
+) -> None:
+    sent: list[int] = []
+    boss = _boss(store, sent)
+    result = await boss.run("pay")
+    assert result.state == "waiting_approval"
+    # Nobody runs the session: the cancel is closed by the control plane itself.
+    await control.request_stop(store, result.session_id, "session")
+    # Read plainly: the call waiting on the child's approval is left unanswered as a call
+    # waiting on its own approval is when its session is cancelled.
+    events = await store.read(result.session_id)
+    (finished,) = [e for e in events if isinstance(e.payload, ThreadFinished)]
+    assert (finished.thread, finished.payload.stop_reason) == ("payer-1", "interrupted")
+    view = fold(events)[1]
+    assert view.state == "canceled"
+    assert [(n.thread, n.status) for n in view.threads] == [("payer-1", "finished")]
+    assert sent == []
 
 
 async def test_a_handoff_takes_the_rest_of_the_turn_with_the_conversation(store: Store) -> None:

@@ -7,8 +7,9 @@ log says whether the session could have done it: a death with one of its tool ca
 its model is none of its doing, and is forgiven (`Store.acquit`), as are the strikes before
 a run in which its calls return (`Probation`). A session struck `poison_after` times in a
 row, with no progress between, is ended `failed`, naming the calls; the store hands one
-struck twice only to a worker running nothing else, so its later strikes are on workers
-that ran little besides it. What a worker does with a session (run its turn) is the caller's: see
+struck twice to any worker with a free slot that runs no other such suspect, in a claim of
+its own, so it never waits for a worker that runs nothing, and no worker runs two of them.
+What a worker does with a session (run its turn) is the caller's: see
 `run_session(lease=)`.
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tether.events import Event, ToolFinished, ToolStarted, TurnEnded
-from tether.recovery import closing
+from tether.recovery import closing, threads_of
 from tether.session.lease import holding
 from tether.session.log import SessionLog
 from tether.store.base import Claimed, Lease, Store
@@ -89,7 +90,7 @@ async def take_work(
     max_claims: int = DEFAULT_MAX_CLAIMS,
 ) -> list[Claimed]:
     """Claim up to `limit` runnable sessions; those struck `max_claims` times in a row are
-    ended, not returned. `alone`: the worker runs nothing now, so it may take a suspect (by
+    ended, not returned. `alone`: the worker runs no suspect now, so it may take one (by
     itself). The caller runs each returned session under its lease and releases it."""
     while True:
         claimed = await store.claim_runnable(owner, ttl, limit, alone=alone)
@@ -162,7 +163,7 @@ async def end_poisoned(
         if session_log.folder.turn_open:
             batch = closing(session_log.folder, "error", reason, calls="abandoned", end="failed")
             if batch:
-                await session_log.append(*batch)
+                await session_log.append(*batch, threads=threads_of(batch, session_log.thread))
                 log.warning("session %s failed: %s", item.lease.session_id, reason)
                 metrics.parked("poisoned")
         await store.clear_runnable(item.wakeup)

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 from tether.agent import SessionDeltaObserver
 from tether.context import make_context
 from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
-from tether.events import Event, SessionCreated
+from tether.events import Event, SessionCreated, parse_time
+from tether.fold import Folder
 from tether.loop import Engine
 from tether.providers.base import Caller, Model
 from tether.providers.endpoints import EndpointPolicy
-from tether.recovery import closing
+from tether.recovery import closing, threads_of
 from tether.runtime.claims import DEFAULT_MAX_CLAIMS, Probation, take_work
-from tether.runtime.gateways import Gateways
+from tether.runtime.gateways import Gateways, SessionRouted
 from tether.runtime.sessions import Runner, build_runner, subagent_tools
 from tether.scheduler import GatewayConfig
 from tether.session import blips
@@ -37,7 +38,7 @@ from tether.session.log import SessionLog
 from tether.session.run import Runs, run_session
 from tether.session.tail import Tail
 from tether.state import TERMINAL_STATES, session_outcome
-from tether.store.base import Claimed, DeferReason, Lease, News, Store, Wakeup
+from tether.store.base import SUSPECT_CLAIMS, Claimed, DeferReason, Lease, News, Store, Wakeup
 from tether.telemetry import metrics
 from tether.tools.base import Tool, Toolbox
 
@@ -112,6 +113,7 @@ class Worker:
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self.gateways = Gateways(gateway, park_after=park_after)
         self._attempts: dict[str, int] = {}  # failed runs in a row, by session
+        self._suspect: str | None = None  # the suspect running here: one at a time
         self._chores: set[asyncio.Task[None]] = set()  # acquittals under way
         metrics.watch(self)  # its slots, leases and sessions' states, read at a scrape
 
@@ -176,7 +178,8 @@ class Worker:
     async def dispatch(self) -> int:
         """Claim a session for each free slot and start its run; how many started. The store
         hands out what is marked, unleased and not deferred; those that took down too many
-        workers are ended here (`take_work`)."""
+        workers are ended here (`take_work`). A suspect comes by itself, to any worker with
+        a free slot that runs no other suspect."""
         free = self.concurrency - len(self._running)
         if free <= 0:
             return 0
@@ -185,7 +188,7 @@ class Worker:
             self.owner,
             ttl=self.lease_ttl,
             limit=free,
-            alone=not self._running,
+            alone=self._suspect is None,
             max_claims=self.max_claims or DEFAULT_MAX_CLAIMS,
         )
         started = 0
@@ -196,6 +199,8 @@ class Worker:
                 # finds its lease lost and stops; the session waits for the next look.
                 await self.store.release(item.lease)
                 continue
+            if item.claims > SUSPECT_CLAIMS:  # handed out as a suspect, and not forgiven
+                self._suspect = sid
             self._start(sid, self._take(item))
             started += 1
         return started
@@ -207,6 +212,8 @@ class Worker:
 
     def _done(self, session_id: str, task: asyncio.Task[None]) -> None:
         self._running.pop(session_id, None)
+        if self._suspect == session_id:
+            self._suspect = None
         self._wake.set()  # a slot is free
         # `_take` handles what a run raises; anything that still gets out is logged here,
         # once, rather than left for "Task exception was never retrieved".
@@ -307,6 +314,7 @@ class Worker:
         session_log = await SessionLog.load(self.store, sid, observers=self._observers() + watch)
         ended = session_log.folder.terminal
         if not ended:
+            await self._resume_place(engine.model, session_log.folder)
             view = await run_session(
                 self.runs,
                 engine,
@@ -321,6 +329,16 @@ class Worker:
         if runner.end_after_turn and not ended:
             await self._settle(sid)  # e.g. a turn closed by someone else: end it here
         await self.store.clear_runnable(wakeup)
+
+    async def _resume_place(self, model: Model, folder: Folder) -> None:
+        """A session whose request is still open (it parked, or its runner stopped, in this
+        process or another) keeps its place in its gateway's queue from when that request
+        was first asked, as its log says."""
+        if not folder.model_request_open or not isinstance(model, SessionRouted):
+            return
+        asked = await self.store.read(folder.session_id, folder.asked_seq - 1, limit=1)
+        if asked:
+            model.gateway.resume(folder.session_id, parse_time(asked[0].time))
 
     def _engine(self, runner: Runner) -> Engine:
         key = runner.key()
@@ -390,5 +408,5 @@ class Worker:
                     session_log.folder, "error", detail, calls="abandoned", end="failed"
                 )
                 if batch:
-                    await session_log.append(*batch)
+                    await session_log.append(*batch, threads=threads_of(batch, session_log.thread))
                     log.warning("session %s failed: %s", session_id, detail)

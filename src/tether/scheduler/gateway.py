@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -92,9 +93,11 @@ MAX_PLACES = 10_000
 
 @dataclass(frozen=True, slots=True)
 class _Place:
-    """Where a parked call stood: its arrival order and queue time, kept until `until`."""
+    """Where a parked call stood: its arrival order (None: it queued in another process),
+    when it first queued and when its wait for a turn began (aging), kept until `until`."""
 
-    seq: int
+    seq: int | None
+    arrived: float
     since: float
     until: float
 
@@ -187,7 +190,8 @@ class Gateway:
         estimate = estimate_request_tokens(request)
         output_cap = request.max_output_tokens or self.config.default_output_tokens
         place = self._place_of(ticket.session_id, now)
-        seq = next(self._seq) if place is None else place.seq
+        seq = next(self._seq) if place is None or place.seq is None else place.seq
+        arrived = now if place is None else place.arrived
         track = _Track("waiting", now)
         self._tracks[ticket.session_id] = track
         watch = OutputWatch(request)
@@ -198,7 +202,7 @@ class Gateway:
                 reservation = self._budgets.reservation(estimate, output_cap)
                 since = place.since if place is not None and attempt == 1 else None
                 lease = await self._acquire(
-                    ticket, seq, reservation, track, first=attempt == 1, since=since
+                    ticket, seq, arrived, reservation, track, first=attempt == 1, since=since
                 )
                 track.kind, track.since = "sending", self._clock.now()
                 try:
@@ -233,10 +237,24 @@ class Gateway:
         place = self._places.pop(session_id, None)
         return place if place is not None and now <= place.until else None
 
+    def resume(self, session_id: str, asked_at: float) -> None:
+        """The session's next call is one it first asked at `asked_at` (epoch seconds, by
+        the clock of whoever asked: the time its log records) and that is still unanswered:
+        parked, or left by a runner that stopped, in this process or another. It keeps the
+        place of a call that queued then: before every call here that queued later, and
+        aged from then. A place this gateway kept when the call parked here stays (it knows
+        the call's own arrival order); this one lasts `PLACE_GRACE` seconds."""
+        now = self._clock.now()
+        kept = self._places.get(session_id)
+        if kept is None or now > kept.until:
+            arrived = now - max(0.0, time.time() - asked_at)
+            self._remember(session_id, _Place(None, arrived, arrived, now + PLACE_GRACE))
+
     async def _acquire(
         self,
         ticket: Ticket,
         seq: int,
+        arrived: float,
         reservation: int,
         track: _Track,
         *,
@@ -255,6 +273,7 @@ class Gateway:
             waiter,
             False,
             since=now if since is None else since,
+            arrived=arrived,
         )
         full = len(self._queue) >= self.config.max_queue or any(self._overflow.values())
         if first and full:
@@ -358,11 +377,16 @@ class Gateway:
             waiter.future.set_exception(Parked(wait, reason))
 
     def _keep_place(self, waiter: _Waiter, entry: Entry[_Waiter], wait: float) -> None:
-        """Remember a parked call's place (its arrival seq and queue time) for its session's
-        next call, made when the session runs again after `wait` (and `PLACE_GRACE` more)."""
+        """Remember a parked call's place (its arrival seq and time, and queue time) for its
+        session's next call, made when the session runs again after `wait` (and
+        `PLACE_GRACE` more)."""
         until = self._clock.now() + wait + PLACE_GRACE
-        self._places[waiter.ticket.session_id] = _Place(entry.seq, entry.since, until)
-        self._places.move_to_end(waiter.ticket.session_id)
+        place = _Place(entry.seq, entry.arrived, entry.since, until)
+        self._remember(waiter.ticket.session_id, place)
+
+    def _remember(self, session_id: str, place: _Place) -> None:
+        self._places[session_id] = place
+        self._places.move_to_end(session_id)
         while len(self._places) > MAX_PLACES:
             self._places.popitem(last=False)
 

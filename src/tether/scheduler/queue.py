@@ -26,8 +26,10 @@ T = TypeVar("T")
 
 @dataclass(eq=False, slots=True)
 class Entry(Generic[T]):
-    """One waiting request. `seq` is its arrival order, kept across retries so a retried
-    request does not lose its place among equals."""
+    """One waiting request. Its place among equals is (`arrived`, `seq`): when it first
+    queued (seconds, the caller's clock) and its arrival order, both kept across retries so
+    a retried request does not lose its place; a request that queued elsewhere first (a
+    parked session's, asked again by another process) brings an earlier `arrived`."""
 
     tenant: str
     priority: Priority
@@ -36,19 +38,20 @@ class Entry(Generic[T]):
     payload: T
     live: bool = True
     since: float = 0.0  # when it was queued (seconds, the caller's clock): for aging
+    arrived: float = 0.0
 
 
 @dataclass(slots=True)
 class _TenantQueue(Generic[T]):
-    heap: list[tuple[int, int, Entry[T]]] = field(default_factory=list)
+    heap: list[tuple[float, int, int, Entry[T]]] = field(default_factory=list)
     live: int = 0
     start: float = 0.0  # virtual start tag of the head, while the tenant has live entries
     finish: float = 0.0  # virtual finish tag of its last served request
 
     def head(self) -> Entry[T] | None:
-        while self.heap and not self.heap[0][2].live:
+        while self.heap and not self.heap[0][3].live:
             heapq.heappop(self.heap)
-        return self.heap[0][2] if self.heap else None
+        return self.heap[0][3] if self.heap else None
 
 
 @dataclass(slots=True)
@@ -108,7 +111,7 @@ class FairQueue(Generic[T]):
             queue.start = max(queue.finish, cls.vtime)
         # The counter breaks ties so entries themselves are never compared.
         self._pushes += 1
-        heapq.heappush(queue.heap, (entry.seq, self._pushes, entry))
+        heapq.heappush(queue.heap, (entry.arrived, entry.seq, self._pushes, entry))
         if self._aging is not None:
             heapq.heappush(cls.arrivals, (entry.since, self._pushes, entry))
         queue.live += 1
@@ -153,7 +156,7 @@ class FairQueue(Generic[T]):
     def entries(self) -> Iterator[Entry[T]]:
         for cls in self._classes.values():
             for queue in cls.tenants.values():
-                yield from (e for _, _, e in queue.heap if e.live)
+                yield from (e for *_, e in queue.heap if e.live)
 
     def _forget(self, cls: _Class[T], queue: _TenantQueue[T], entry: Entry[T]) -> None:
         entry.live = False
@@ -175,7 +178,7 @@ class FairQueue(Generic[T]):
             cls = self._classes[priority]
             if not cls.live:
                 continue
-            best: tuple[float, int, _TenantQueue[T], Entry[T]] | None = None
+            best: tuple[float, float, int, _TenantQueue[T], Entry[T]] | None = None
             idle: list[str] = []
             for tenant, queue in cls.tenants.items():
                 if not queue.live:
@@ -185,11 +188,12 @@ class FairQueue(Generic[T]):
                     continue
                 head = queue.head()
                 if head is not None and (
-                    best is None or (queue.start, head.seq) < (best[0], best[1])
+                    best is None
+                    or (queue.start, head.arrived, head.seq) < (best[0], best[1], best[2])
                 ):
-                    best = (queue.start, head.seq, queue, head)
+                    best = (queue.start, head.arrived, head.seq, queue, head)
             for tenant in idle:
                 del cls.tenants[tenant]
             if best is not None:
-                return cls, best[2], best[3]
+                return cls, best[3], best[4]
         return None

@@ -172,9 +172,9 @@ class WorkQueue(Protocol):
         or hung holding it), fewer than `SUSPECT_CLAIMS`: any worker takes it, before fresh
         work, oldest expiry first, as many as its `limit`. A *suspect* ran out with
         `SUSPECT_CLAIMS` or more (its workers died holding it that many times in a row, no
-        death forgiven: `acquit`): it goes only to a worker
-        that runs nothing else (`alone`), and by itself, first; so a session that kills its
-        worker takes no other down with it. A worker not alone is never handed one.
+        death forgiven: `acquit`): it goes only to a claim that may take one (`alone`: the
+        worker runs no other suspect), by itself, first; so no worker runs two sessions that
+        kill workers, and a claim with `alone` False is never handed one.
         `UsageError` for a `limit` below 1."""
         ...
 

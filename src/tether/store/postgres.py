@@ -293,8 +293,8 @@ class PostgresStore:
         waiting on each other (SKIP LOCKED).
 
         A suspect — a session whose workers died holding it `SUSPECT_CLAIMS` times in a row,
-        no death forgiven (`acquit`) — goes only to a worker that runs nothing else (`alone`), and by itself, so
-        that a session that kills its worker takes no other down with it."""
+        no death forgiven (`acquit`) — goes only to a claim that may take one (`alone`: the
+        worker runs no other suspect), and by itself."""
         check_claim(ttl, limit)
         rows = await self.fetch_all(
             "SELECT * FROM tether_claim_runnable(%s, %s, %s, %s)", (owner, ttl, limit, alone)

@@ -82,7 +82,7 @@ def free(
     conn: sqlite3.Connection, now: float, limit: int, alone: bool
 ) -> list[tuple[Wakeup, int, int]]:
     """What `claim_runnable` takes, as (wakeup, the lease's generation now, its claims now):
-    a suspect (`SUSPECT_CLAIMS` or more on a lease that ran out) alone and only when `alone`,
+    a suspect (`SUSPECT_CLAIMS` or more on a lease that ran out) by itself, only when `alone`,
     otherwise up to `limit` others: takeovers (one claim on a lease that ran out) oldest
     expiry first, then fresh work oldest mark first. Run under the write lock, so nobody
     else takes them before the caller writes their leases."""

@@ -125,7 +125,7 @@ async def a_dead_workers_sessions_go_to_any_worker_oldest_expiry_first(store: St
     assert _taken(rest) == [("fresh0", 1)]
 
 
-async def a_suspect_goes_only_to_a_worker_running_nothing_else_and_alone(store: Store) -> None:
+async def a_suspect_goes_only_to_a_claim_that_may_take_one_and_alone(store: Store) -> None:
     await store.mark_runnable("suspect")
     await _dies_holding(store, "suspect", "worker-a")
     await _dies_holding(store, "suspect", "worker-b")
@@ -145,7 +145,7 @@ async def a_suspect_goes_only_to_a_worker_running_nothing_else_and_alone(store: 
     assert _taken(rest) == [("suspect", 1), ("fresh3", 1)]
 
 
-async def an_idle_worker_takes_the_oldest_suspect_before_older_work(store: Store) -> None:
+async def a_claim_that_may_take_a_suspect_takes_the_oldest_before_older_work(store: Store) -> None:
     await store.mark_runnable("old")
     await asyncio.sleep(0.002)
     await store.mark_runnable("suspect")
@@ -237,8 +237,8 @@ CLAIM_CHECKS: list[Check] = [
     claimed_sessions_come_oldest_first_within_the_limit_and_fence_appends,
     a_deferred_mark_is_not_claimed_until_its_time,
     a_dead_workers_sessions_go_to_any_worker_oldest_expiry_first,
-    a_suspect_goes_only_to_a_worker_running_nothing_else_and_alone,
-    an_idle_worker_takes_the_oldest_suspect_before_older_work,
+    a_suspect_goes_only_to_a_claim_that_may_take_one_and_alone,
+    a_claim_that_may_take_a_suspect_takes_the_oldest_before_older_work,
     an_acquitted_session_is_no_suspect_when_its_worker_dies_again,
     a_clean_release_resets_the_claims,
     an_append_under_a_released_lease_is_refused,
