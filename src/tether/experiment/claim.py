@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import secrets
 import socket
@@ -62,7 +63,7 @@ class ExperimentClaim:
 async def claiming(store: Store, experiment_id: str, ttl: float) -> AsyncIterator[ExperimentClaim]:
     """The experiment's claim for the block (`ExperimentRunning` when another process holds
     it), renewed meanwhile and released at the end, whatever happened."""
-    if not ttl > 0 or ttl == float("inf"):
+    if not (ttl > 0 and math.isfinite(ttl)):
         raise UsageError(f"an experiment's lease_ttl must be positive and finite, not {ttl!r}")
     claim = ExperimentClaim(store, await _claim(store, experiment_id, ttl), ttl)
     keeper = asyncio.create_task(claim.keep())
@@ -70,11 +71,14 @@ async def claiming(store: Store, experiment_id: str, ttl: float) -> AsyncIterato
         yield claim
     finally:
         keeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await keeper
-        await blips.shielded(
-            blips.release(store, claim.lease), f"experiment {experiment_id}: a release"
-        )
+        # Shielded: cancelled while it ends, the claim is still let go.
+        await blips.shielded(_let_go(claim, keeper), f"experiment {experiment_id}: a release")
+
+
+async def _let_go(claim: ExperimentClaim, keeper: asyncio.Task[None]) -> None:
+    """Release the claim once the renewal under way (if any) is over."""
+    await asyncio.wait([keeper])
+    await blips.release(claim.store, claim.lease)
 
 
 async def _claim(store: Store, experiment_id: str, ttl: float) -> Lease:
