@@ -27,6 +27,7 @@ these at the adapter boundary (provider codecs, stores), nowhere else.
         ├── Conflict             stale expected_seq: someone else appended first
         ├── LeaseLost            this worker no longer holds the session's lease
         ├── LeaseHeld            another worker holds the session's lease
+        │   └── ExperimentRunning  another process runs the experiment (holds its claim)
         ├── SessionNotFound      no session with that id
         ├── CorruptLog           the stored log cannot be read as events
         └── StoreUnavailable     the store cannot take a write and a read now (readiness)
@@ -202,6 +203,24 @@ class LeaseHeld(StoreError):
             f"(in {left:.0f} s), unless that worker lets it go sooner"
         )
         self.session_id = session_id
+        self.owner = owner
+        self.expires = expires
+
+
+class ExperimentRunning(LeaseHeld):
+    """Another process runs the experiment now (holds its claim, `experiment.claim`): this
+    one refuses to run it beside it, which would run its missing runs twice."""
+
+    def __init__(self, experiment_id: str, owner: str, expires: float) -> None:
+        until = datetime.fromtimestamp(expires, UTC).strftime("%H:%M:%S UTC")
+        StoreError.__init__(
+            self,
+            f"experiment {experiment_id} is being run by {owner}: one process runs an "
+            f"experiment at a time; run it again once that one has ended (if it died, its "
+            f"claim runs out at {until})",
+        )
+        self.session_id = f"experiment:{experiment_id}"
+        self.experiment_id = experiment_id
         self.owner = owner
         self.expires = expires
 

@@ -1,11 +1,14 @@
 """Resources in MCP tool results, against a real SDK server over stdio: a `resource_link` is
 read from the server that returned it (its text inlined, an image shown as an image), an
 embedded image resource is an image, and what cannot be read is named in the text without
-failing the call."""
+failing the call. Over streamable HTTP, a link's reply is bounded while it is read."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +25,11 @@ from tether.tools.mcp import McpServerConfig, McpToolSource, links
 from tether.tools.run import MAX_RESULT_IMAGES, CallOutcome, execute
 
 try:
-    from .mcp_servers.harness import PYTHON, no_orphan_servers
-    from .mcp_servers.links_server import GUIDE, PNG
+    from .mcp_servers.harness import PYTHON, HttpServer, no_orphan_servers
+    from .mcp_servers.links_server import FLOOD, GUIDE, PNG
 except ImportError:
-    from mcp_servers.harness import PYTHON, no_orphan_servers
-    from mcp_servers.links_server import GUIDE, PNG
+    from mcp_servers.harness import PYTHON, HttpServer, no_orphan_servers
+    from mcp_servers.links_server import FLOOD, GUIDE, PNG
 
 __all__ = ["no_orphan_servers"]
 
@@ -182,3 +185,71 @@ async def test_an_agent_sees_the_linked_text_and_records_the_linked_image() -> N
         "[image/png resource memo://chart: shown as an image]",
     ]
     assert [[i.data for i in f.images] for f in finished] == [[], [PNG]]
+
+
+@pytest.fixture
+def links_http() -> Iterator[McpServerConfig]:
+    server = HttpServer(LINKS)
+    server.start()
+    try:
+        yield McpServerConfig("links", url=server.url)
+    finally:
+        server.stop()
+
+
+OVER_THE_CAP = (
+    f"[resource memo://flood (flood): not read: its reply ran over "
+    f"{links.MAX_LINK_REPLY_BYTES:,} bytes, past the cap of {links.MAX_LINK_BYTES:,}; "
+    "the rest stays on the server]"
+)
+
+
+async def test_over_http_a_links_reply_past_the_cap_is_named_and_the_next_link_read(
+    links_http: McpServerConfig,
+) -> None:
+    (flooded,) = await outcomes("link_flood", server=links_http)
+    assert flooded.content.split("\n") == [
+        OVER_THE_CAP,
+        # the same connection, still sound: the next link is read
+        "[resource memo://guide (guide)]",
+        *GUIDE.split("\n"),
+    ]
+    # a reply within the cap is read as before
+    (linked,) = await outcomes("link_text", server=links_http)
+    assert linked.content == f"see the guide\n[resource memo://guide (guide)]\n{GUIDE}"
+
+
+# In a process of its own, whose peak resident memory says what the read held at most.
+MEASURE = """
+import asyncio, resource, sys
+from tether.messages import ToolCall
+from tether.tools.mcp import McpServerConfig, McpToolSource
+from tether.tools.run import execute
+
+async def main():
+    async with McpToolSource([McpServerConfig("links", url=sys.argv[1])]) as source:
+        tools = {t.name: t for t in await source.list_tools()}
+        await execute(tools["link_text"], ToolCall("warm", "link_text", {}), "ses_m")
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        outcome = await execute(tools["link_flood"], ToolCall("c", "link_flood", {}), "ses_m")
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print((after - before) * 1024)
+    print(outcome.content.split("\\n")[0])
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss is KiB on Linux only")
+def test_over_http_a_links_reply_is_not_held_whole_while_it_is_read(
+    links_http: McpServerConfig,
+) -> None:
+    assert links_http.url is not None
+    out = subprocess.run(
+        [PYTHON, "-c", MEASURE, str(links_http.url)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    grown, first = out.stdout.splitlines()
+    assert first == OVER_THE_CAP
+    # The reply is 50 MiB; what the read held is about the cap (7 MiB), once or twice over.
+    assert int(grown) < 3 * links.MAX_LINK_REPLY_BYTES < FLOOD / 2, out.stdout

@@ -213,14 +213,17 @@ async def cmd_run_spec(args: argparse.Namespace, path: str) -> int:
     progress: Progress | None = None
     so_far: list[MatrixReport] = []
 
-    def on_progress(report: MatrixReport) -> None:
+    def on_start(report: MatrixReport) -> None:
+        # Said once the experiment is this process's: a refusal is then the only line.
         nonlocal progress
-        so_far[:] = [report]
-        if progress is None:  # made at the first run's end: a continued one starts part-done
-            progress = Progress(sys.stderr, total, len(report.runs))
-        progress.update(len(report.runs), _tally(report))
+        print(f"tether: experiment {experiment_id} · {total} runs planned", file=sys.stderr)
+        progress = Progress(sys.stderr, total, len(report.runs))  # continued: part-done
 
-    print(f"tether: experiment {experiment_id} · {total} runs planned", file=sys.stderr)
+    def on_progress(report: MatrixReport) -> None:
+        so_far[:] = [report]
+        if progress is not None:
+            progress.update(len(report.runs), _tally(report))
+
     try:
         report = await run_matrix(
             agents,
@@ -232,6 +235,7 @@ async def cmd_run_spec(args: argparse.Namespace, path: str) -> int:
             max_cost_usd=args.max_cost or spec.max_cost_usd,
             confidence=args.confidence or spec.confidence,
             on_progress=on_progress,
+            on_start=on_start,
         )
     except asyncio.CancelledError:
         if progress is not None:

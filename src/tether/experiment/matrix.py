@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from tether.agent import Agent
 from tether.errors import UsageError
+from tether.experiment.claim import ExperimentClaim, claiming
 from tether.experiment.plan import NAME, Cell, Check, Plan, Task, import_check, make_plan
 from tether.experiment.records import (
     MatrixRun,
@@ -41,6 +42,8 @@ async def run_matrix(
     max_cost_usd: float | None = None,
     confidence: float = 0.95,
     on_progress: Progress | None = None,
+    on_start: Progress | None = None,
+    lease_ttl: float = 30.0,
 ) -> MatrixReport:
     """Run each task `runs` times on each variant, at most `concurrency` runs at once, each
     run a new session (ended with its turn) whose `session.created` metadata `experiment`
@@ -56,51 +59,62 @@ async def run_matrix(
 
     `max_cost_usd` caps the experiment's spend, over all its sessions: once the known cost
     reaches it, or a run's cost is unknown (so it cannot be kept), no new run starts (the
-    runs under way finish) and the report says so. `on_progress` is told the report so far
-    as each run ends. All variants must share one store object."""
+    runs under way finish) and the report says so. `on_start` is told the report of the runs
+    done before, once the experiment is this process's and before any run starts;
+    `on_progress` the report so far as each run ends. All variants must share one store
+    object.
+
+    One process runs an experiment at a time: the run holds a claim on the experiment id in
+    the store for as long as it runs, and raises `ExperimentRunning` (naming the holder)
+    when another process holds it. A holder that died lets its claim run out `lease_ttl`
+    seconds after its last renewal, or at once when it died on this machine (`claim`)."""
     if concurrency < 1:
         raise UsageError(f"concurrency must be at least 1, not {concurrency}")
     check_confidence(confidence)
     plan = make_plan(list(variants), list(tasks), runs, seed, max_cost_usd)
     experiment_id = _experiment_id(experiment_id)
     store = _one_store(variants)
-    by_name = {t.key: t for t in tasks}
-    checks = {t.key: t.check for t in tasks}
-    earlier = await read_sessions(store, experiment_id)
-    for stored in earlier:
-        _check_same_agent(stored, variants, experiment_id)
-    records = await _records(earlier, plan, checks)
-    tag: JSONObject = {"id": experiment_id, "plan": plan.to_json()}
-    agents = {name: _tagged_copies(agent) for name, agent in variants.items()}
+    # Taken before anything of the experiment is read: what is missing is this process's.
+    async with claiming(store, experiment_id, lease_ttl) as claim:
+        by_name = {t.key: t for t in tasks}
+        checks = {t.key: t.check for t in tasks}
+        earlier = await read_sessions(store, experiment_id)
+        for stored in earlier:
+            _check_same_agent(stored, variants, experiment_id)
+        records = await _records(earlier, plan, checks)
+        tag: JSONObject = {"id": experiment_id, "plan": plan.to_json()}
+        agents = {name: _tagged_copies(agent) for name, agent in variants.items()}
 
-    state = _Live(experiment_id, plan, confidence, records)
-    todo = iter(_order(state.todo(), seed))
+        state = _Live(experiment_id, plan, confidence, records, claim)
+        todo = iter(_order(state.todo(), seed))
+        if on_start is not None:
+            on_start(state.report())
 
-    async def worker() -> None:
-        while True:
-            # No await between the check of the cap and the take of the next cell: no other
-            # worker can take one in between.
-            cell = None if state.halted() is not None else next(todo, None)
-            if cell is None:
-                return
-            task = by_name[cell.task]
-            agent = agents[cell.variant](
-                {**tag, "variant": cell.variant, "task": cell.task, "repeat": cell.repeat}
-            )
-            result = await agent.run(task.prompt, end_session=True)
-            stored = StoredRun(result.session_id, {}, await store.read(result.session_id))
-            state.add(await record_of(stored, cell, task.check, task.pass_at))
-            if on_progress is not None:
-                on_progress(state.report())
+        async def worker() -> None:
+            while True:
+                # No await between the check of the cap and the take of the next cell: no other
+                # worker can take one in between.
+                cell = None if state.halted() is not None else next(todo, None)
+                if cell is None:
+                    return
+                task = by_name[cell.task]
+                agent = agents[cell.variant](
+                    {**tag, "variant": cell.variant, "task": cell.task, "repeat": cell.repeat}
+                )
+                result = await agent.run(task.prompt, end_session=True)
+                stored = StoredRun(result.session_id, {}, await store.read(result.session_id))
+                state.add(await record_of(stored, cell, task.check, task.pass_at))
+                if on_progress is not None:
+                    on_progress(state.report())
 
-    try:
-        # A task group: cancelled, it returns once every run has closed its turn.
-        async with asyncio.TaskGroup() as group:
-            for _ in range(min(concurrency, len(plan.cells()))):
-                group.create_task(worker())
-    except BaseExceptionGroup as failed:
-        raise failed.exceptions[0] from None  # the first run that raised, as itself
-    return state.report()
+        try:
+            # A task group: cancelled, it returns once every run has closed its turn.
+            async with asyncio.TaskGroup() as group:
+                for _ in range(min(concurrency, len(plan.cells()))):
+                    group.create_task(worker())
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None  # the first run that raised, as itself
+        return state.report()
 
 
 async def read_matrix(
@@ -158,10 +172,16 @@ class _Live:
     """The records of a running experiment, and whether it may start another run."""
 
     def __init__(
-        self, experiment_id: str, plan: Plan, confidence: float, records: list[MatrixRun]
+        self,
+        experiment_id: str,
+        plan: Plan,
+        confidence: float,
+        records: list[MatrixRun],
+        claim: ExperimentClaim,
     ) -> None:
         self.experiment_id, self.plan, self.confidence = experiment_id, plan, confidence
         self.records = records
+        self.claim = claim
         self.ran = 0
 
     def add(self, record: MatrixRun) -> None:
@@ -173,6 +193,8 @@ class _Live:
         return [c for c in self.plan.cells() if c not in counted]
 
     def halted(self) -> str | None:
+        if self.claim.lost:
+            return "another process took the experiment over (this one stalled past its claim)"
         cap = self.plan.max_cost_usd
         if cap is None:
             return None

@@ -88,10 +88,11 @@ def no_orphan_servers() -> Iterator[None]:
 
 
 class HttpServer:
-    """The toy server over streamable HTTP in a subprocess; `restart()` brings it back on the
-    same port after it crashed."""
+    """The toy server (or another of `script`'s, served as `script http PORT`) over streamable
+    HTTP in a subprocess; `restart()` brings it back on the same port after it crashed."""
 
-    def __init__(self) -> None:
+    def __init__(self, script: Path = TOY) -> None:
+        self.script = script
         self.port = 0
         self.process: subprocess.Popen[str] | None = None
 
@@ -101,7 +102,7 @@ class HttpServer:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [PYTHON, str(TOY), "http", str(self.port)],
+            [PYTHON, str(self.script), "http", str(self.port)],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -111,7 +112,7 @@ class HttpServer:
         line = self.process.stdout.readline()  # the server prints its port once it listens
         if not line.startswith("PORT "):
             self.stop()
-            raise RuntimeError(f"the toy HTTP server did not start: {line!r}")
+            raise RuntimeError(f"{self.script.name} over HTTP did not start: {line!r}")
         self.port = int(line.split()[1])
 
     def restart(self) -> None:

@@ -1,9 +1,10 @@
 """An MCP server whose tools answer with resources: links to a text, an image, a binary, a
 large, a slow and a missing resource, many links, and embedded images.
 
-`python links_server.py` serves the SDK's `MCPServer` over stdio; `python links_server.py
-bare` serves a low-level `Server` with tools only (no resources capability) whose one tool
-answers a link all the same.
+`python links_server.py` serves the SDK's `MCPServer` over stdio, `python links_server.py http
+[PORT]` over streamable HTTP as the toy server does; `python links_server.py bare` serves a
+low-level `Server` with tools only (no resources capability) whose one tool answers a link all
+the same.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
 PDF = b"%PDF-1.4 not really"
 GUIDE = "Step one: read the guide.\nStep two: follow it."
 BIG = "x" * 150_000  # past a tool's output cap (100,000 characters)
+FLOOD = 50 * 1024 * 1024  # a reply ten times a link's cap, its size not declared
 Block = TextContent | ResourceLink | EmbeddedResource
 
 
@@ -51,6 +53,11 @@ def poster() -> bytes:
 @server.resource("memo://big", name="big", mime_type="text/plain")
 def big() -> str:
     return BIG
+
+
+@server.resource("memo://flood", name="flood", mime_type="text/plain")
+def flood() -> str:
+    return "x" * FLOOD
 
 
 @server.resource("memo://slow", name="slow", mime_type="text/plain")
@@ -97,6 +104,12 @@ def link_unreadable() -> list[Block]:
 def link_big() -> list[Block]:
     """A link to a text longer than a tool's output cap."""
     return [link("memo://big", "big")]
+
+
+@server.tool(annotations=READ)
+def link_flood() -> list[Block]:
+    """A link to a 50 MiB text that does not say its size, then a link to the guide."""
+    return [link("memo://flood", "flood"), link("memo://guide", "guide")]
 
 
 @server.tool(annotations=READ)
@@ -157,5 +170,9 @@ async def _serve_bare() -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["bare"]:
         anyio.run(_serve_bare)
+    elif sys.argv[1:2] == ["http"]:
+        from toy_server import serve_http
+
+        serve_http(int(sys.argv[2]) if len(sys.argv) > 2 else 0, server)
     else:
         server.run("stdio")

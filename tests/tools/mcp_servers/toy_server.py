@@ -138,7 +138,8 @@ async def grow(name: str, ctx: Context) -> str:
     return f"added {name}"
 
 
-def serve_http(port: int) -> None:
+def serve_http(port: int, served: MCPServer = server) -> None:
+    """`served` over streamable HTTP (other test servers run theirs through this too)."""
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -146,7 +147,7 @@ def serve_http(port: int) -> None:
     sock.bind(("127.0.0.1", port))
     sock.listen(64)
     print(f"PORT {sock.getsockname()[1]}", flush=True)
-    app = server.streamable_http_app()
+    app = served.streamable_http_app()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     anyio.run(uvicorn.Server(config).serve, [sock])
 

@@ -48,6 +48,22 @@ DELIVERY: ContextVar[Delivery | None] = ContextVar("tether_mcp_delivery", defaul
 
 
 @dataclass(eq=False)
+class ReplyCap:
+    """A bound on the reply to a `resources/read` sent in its context (`REPLY_CAP`): the reply
+    is read as it arrives, at most `limit` bytes of it (decoded), and past that not a byte
+    more; the request is then answered with an error in its place, and `passed` says so.
+    `read`: the bytes of the reply received, counting the chunk that passed the limit."""
+
+    limit: int
+    read: int = 0
+    passed: bool = False
+
+
+REPLY_CAP: ContextVar[ReplyCap | None] = ContextVar("tether_mcp_reply_cap", default=None)
+_CAPPED_METHOD = "resources/read"
+
+
+@dataclass(eq=False)
 class HttpState:
     """What one connection's HTTP requests have learnt of the server."""
 
@@ -64,6 +80,9 @@ class _WatchedTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         delivery = DELIVERY.get()
+        cap = _cap_of(request)
+        if cap is not None:  # counted as it arrives: a compressed reply would be counted packed
+            request.headers["accept-encoding"] = "identity"
         try:
             response = await self._inner.handle_async_request(request)
         except httpx2.ConnectError:
@@ -92,6 +111,9 @@ class _WatchedTransport(httpx2.AsyncBaseTransport):
                 delivery.status = status
         if delivery is not None:
             delivery.reached = True
+        if cap is not None and response.status_code < 300:
+            return await _capped(request, response, cap, delivery)
+        if delivery is not None:
             assert isinstance(response.stream, httpx2.AsyncByteStream)  # an async transport's
             return httpx2.Response(
                 response.status_code,
@@ -127,6 +149,62 @@ async def _session_refusal(response: httpx2.Response) -> tuple[httpx2.Response, 
     except (ValueError, KeyError, TypeError):
         return kept, False
     return kept, isinstance(message, str) and _NO_SESSION.search(message) is not None
+
+
+def _cap_of(request: httpx2.Request) -> ReplyCap | None:
+    """The cap on this request's reply: one is set in its context and it is a POST of the
+    method capped (not the notifications or other requests of a connection started there)."""
+    cap = REPLY_CAP.get()
+    if cap is None or request.method != "POST":
+        return None
+    try:
+        method = json.loads(request.content).get("method")
+    except (ValueError, AttributeError):
+        return None
+    return cap if method == _CAPPED_METHOD else None
+
+
+async def _capped(
+    request: httpx2.Request, response: httpx2.Response, cap: ReplyCap, delivery: Delivery | None
+) -> httpx2.Response:
+    """The reply read whole if it fits `cap`, given back read for the SDK to parse; else read
+    no further than the chunk that passed it, closed, and replaced by a JSON-RPC error for
+    the request (which the SDK answers its caller with). The SDK would read any reply whole
+    (`aread`, or an SSE event's every line) before a size could be looked at."""
+    reading = httpx2.Response(
+        response.status_code, headers=response.headers, stream=response.stream, request=request
+    )
+    body = bytearray()
+    try:
+        async for chunk in reading.aiter_bytes():  # decoded, should the server compress anyway
+            cap.read += len(chunk)
+            if len(body) + len(chunk) > cap.limit:
+                cap.passed = True
+                break
+            body += chunk
+    except httpx2.TransportError:
+        if delivery is not None:
+            delivery.broken = True
+        raise
+    finally:
+        await reading.aclose()
+    if cap.passed:
+        body = bytearray(_over_cap(request, cap))
+        headers = httpx2.Headers({"content-type": "application/json"})
+    else:
+        headers = httpx2.Headers(response.headers)
+        for spent in ("content-encoding", "content-length", "transfer-encoding"):
+            headers.pop(spent, None)
+    return httpx2.Response(
+        response.status_code, headers=headers, content=bytes(body), extensions=response.extensions
+    )
+
+
+def _over_cap(request: httpx2.Request, cap: ReplyCap) -> bytes:
+    request_id = json.loads(request.content).get("id")
+    message = f"the reply ran over {cap.limit:,} bytes, and was not read further"
+    error = {"code": -32603, "message": message}
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).encode()
 
 
 class _WatchedStream(httpx2.AsyncByteStream):

@@ -18,6 +18,7 @@ from tether.messages import MAX_IMAGE_BYTES
 from tether.tools.mcp import catalog
 from tether.tools.mcp.connection import McpConnection
 from tether.tools.mcp.errors import McpError, McpUnsupported
+from tether.tools.mcp.http import REPLY_CAP, ReplyCap
 
 # More links than this in one result are named, not read: each is a round trip to the server.
 MAX_LINKS_READ = 8
@@ -27,6 +28,9 @@ LINKS_READ_TIMEOUT = 10.0
 TIMEOUT_MARGIN = 0.5
 # A link whose server declares a larger `size` is not read; an image is capped by the same.
 MAX_LINK_BYTES = MAX_IMAGE_BYTES
+# The most of a `resources/read` reply read over HTTP: enough for `MAX_LINK_BYTES` of
+# contents as base64 in JSON, with room for the envelope; reading stops past it.
+MAX_LINK_REPLY_BYTES = MAX_LINK_BYTES * 4 // 3 + 64 * 1024
 
 Contents = mcp_types.TextResourceContents | mcp_types.BlobResourceContents
 
@@ -70,6 +74,8 @@ async def read_links(
 async def _read(connection: McpConnection, uri: str, deadline: float, seconds: float) -> LinkRead:
     if deadline <= time.monotonic():
         return LinkRead(problem=f"not read: the {seconds:.3g} s for links ran out")
+    cap = ReplyCap(MAX_LINK_REPLY_BYTES)
+    capping = REPLY_CAP.set(cap)  # the SDK sends the request in this context
     try:
         async with asyncio.timeout(deadline - time.monotonic()):
             read = await catalog.read_resource(connection, uri)
@@ -78,7 +84,14 @@ async def _read(connection: McpConnection, uri: str, deadline: float, seconds: f
     except McpUnsupported:
         return LinkRead(problem="not read: its server offers no resources")
     except McpError as exc:  # the server's own words; the call itself went well
+        if cap.passed:
+            return LinkRead(
+                problem=f"not read: its reply ran over {cap.limit:,} bytes, past the cap of "
+                f"{MAX_LINK_BYTES:,}; the rest stays on the server"
+            )
         return LinkRead(problem=f"not read: {exc}")
+    finally:
+        REPLY_CAP.reset(capping)
     return LinkRead(contents=read.contents)
 
 
