@@ -95,7 +95,8 @@ def serve(
 
 def start_worker(store: str, *args: str) -> subprocess.Popen[str]:
     process = subprocess.Popen(
-        [*TETHER, "worker", "--store", store, "--poll-interval", "0.05", *args],
+        [*TETHER, "worker", "--store", store, "--poll-interval", "0.05",
+         "--allow-code", "tether.testing.runtime_fixtures:*", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
     )  # fmt: skip
     line = process.stdout.readline() if process.stdout else ""
