@@ -183,25 +183,32 @@ def _attribute(module_name: str, name: str, what: str) -> object:
     namespace = vars(module)
     if name not in namespace:
         raise UsageError(f"{what}: module {module_name} has no attribute {name!r}")
-    if name in _imported(module):
+    if name not in _defined(module):
         raise UsageError(f"{what}: imported into {module_name}, not defined there")
     return namespace[name]
 
 
 @functools.lru_cache(maxsize=256)
-def _imported(module: ModuleType) -> frozenset[str]:
-    """The names the module's top level binds by `import` (in `if` and `try` blocks too).
-    Without its source, which tells them apart, every name counts as imported."""
+def _defined(module: ModuleType) -> frozenset[str]:
+    """The names the module's top level binds itself: by `def`, `class` or an assignment (in
+    `if`, `try` and `with` blocks too), not by `import` (a star import included). Without
+    its source, which tells them apart, the module defines nothing a tenant may name."""
     try:
         tree = ast.parse(inspect.getsource(module))
     except (OSError, TypeError, SyntaxError):
-        return frozenset(vars(module))
+        return frozenset()
     names: set[str] = set()
     statements: list[ast.stmt] = list(tree.body)
     while statements:
         statement = statements.pop()
-        if isinstance(statement, ast.Import | ast.ImportFrom):
-            names.update((a.asname or a.name).partition(".")[0] for a in statement.names)
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(statement.name)
+        elif isinstance(statement, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            if isinstance(statement, ast.AnnAssign) and statement.value is None:
+                continue  # an annotation alone binds nothing
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
         elif isinstance(statement, ast.If | ast.Try | ast.With):
             statements.extend(statement.body)
             statements.extend(getattr(statement, "orelse", []))
