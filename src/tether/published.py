@@ -101,7 +101,7 @@ class Published:
 
     def tools(self, spec: str) -> list[Tool]:
         """The tools published under a tool spec (`MODULE:NAME`, or `MODULE` for its
-        `tools`): a `Tool`, or a list or tuple of them, each made in that module."""
+        `tools`): a `Tool`, or a list or tuple of them, bound to a name the module defines."""
         module, name = self.allowed(tool_ref(spec), "tool", self.code, "--allow-code")
         value = _attribute(module, name, f"tool {spec}")
         items: list[object] = list(value) if isinstance(value, list | tuple) else [value]
