@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -361,3 +362,28 @@ async def test_the_server_resolves_only_a_plain_allowed_check_defined_where_it_s
     for nothing in (Published(code=("exp_reach:*",)), None):
         found, decided = await checks.resolve(nothing, ["exp_reach:fine"])
         assert found == {} and decided == {"exp_reach:fine": NOT_RUN}
+
+
+async def test_check_threads_are_bounded_and_one_that_overruns_is_left_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(checks, "_alive", threading.BoundedSemaphore(1))
+    release = threading.Event()
+    # It overruns its limit: the caller is told so, and its thread keeps the only place.
+    with pytest.raises(TimeoutError):
+        await checks.in_thread(lambda: release.wait(30), seconds=0.05)
+    with pytest.raises(checks.Busy, match="check threads are all taken"):
+        await checks.in_thread(lambda: True)
+    release.set()  # it ends on its own and gives its place back
+    async with asyncio.timeout(10):
+        while True:
+            try:
+                assert await checks.in_thread(lambda: 42) == 42
+                break
+            except checks.Busy:
+                await asyncio.sleep(0.01)
+    # What a check raises reaches the caller as itself; a SystemExit does not end the server.
+    with pytest.raises(ValueError, match="bad check"):
+        await checks.in_thread(lambda: (_ for _ in ()).throw(ValueError("bad check")))
+    with pytest.raises(RuntimeError, match="SystemExit raised"):
+        await checks.in_thread(lambda: sys.exit(3))
