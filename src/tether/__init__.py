@@ -11,6 +11,7 @@ from tether.events import SCHEMA_VERSION, Event
 from tether.fold import Folder, Transcript, fold
 from tether.limits import Limits
 from tether.messages import Image, Message, Text, ToolCall, ToolResult, Usage
+from tether.published import model_factory
 from tether.scheduler.retry import RetryPolicy
 from tether.state import SessionView, validate_observation
 from tether.store import open_store
@@ -67,6 +68,7 @@ __all__ = [
     "Transcript",
     "Usage",
     "fold",
+    "model_factory",
     "open_store",
     "tool",
     "validate_observation",

@@ -51,6 +51,11 @@ class ConfigError(UsageError):
     """Configuration that cannot be used."""
 
 
+class KeyMissing(ConfigError):
+    """A provider model needs an API key this process does not have. Its message names the
+    variable, for the operator; a server tells a tenant only that the model is unavailable."""
+
+
 class IdempotencyConflict(UsageError):
     """An idempotency key was used again with a different request."""
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from tether import ToolContext, tool
+from tether.published import model_factory
 from tether.testing import ScriptedModel, call
 from tether.tools import Tool
 
@@ -85,6 +86,7 @@ CRASH_TOOLS: list[Tool] = [read_note, set_flag, append_line]
 FINAL_ANSWER = "done: the journal has hello and world"
 
 
+@model_factory
 def crash_model() -> ScriptedModel:
     return ScriptedModel(
         [
@@ -198,11 +200,13 @@ async def quick_read(ctx: ToolContext) -> str:
 LONG_TOOLS: list[Tool] = [long_write, quick_read]
 
 
+@model_factory
 def long_model() -> ScriptedModel:
     """A long write first; after an interrupt, a user's next message gets a plain answer."""
     return ScriptedModel([call("long_write", text="slowly"), "stopped as asked", "fine, done"])
 
 
+@model_factory
 def quick_model() -> ScriptedModel:
     return ScriptedModel([call("quick_read"), "all quiet here"])
 
@@ -220,6 +224,7 @@ def transfer(amount: int, ctx: ToolContext) -> str:
 APPROVAL_TOOLS: list[Tool] = [transfer]
 
 
+@model_factory
 def approval_model() -> ScriptedModel:
     return ScriptedModel([call("transfer", amount=30), "transfer handled"])
 

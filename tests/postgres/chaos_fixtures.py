@@ -15,6 +15,7 @@ import signal
 from collections.abc import Sequence
 
 from tether.messages import Message
+from tether.published import model_factory
 from tether.testing import Delay, ScriptedModel, call
 from tether.testing.scripted import Reply
 from tether.tools import ToolContext, tool
@@ -58,5 +59,6 @@ def _first(messages: Sequence[Message]) -> Reply:
     return call("write", n=1)
 
 
+@model_factory
 def model() -> ScriptedModel:
     return ScriptedModel([_first, Delay(0.02, call("write", n=2)), "done"])

@@ -92,7 +92,7 @@ class Fleet:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tether", "worker", "--store", self.url,
             "--concurrency", "8", "--lease-ttl", str(TTL), "--poll-interval", "0.1",
-            "--drain", "0", "--log-level", "error",
+            "--drain", "0", "--allow-code", "postgres.chaos_fixtures:*", "--log-level", "error",
             env=env, stdout=log, stderr=log,
         )  # fmt: skip
         self.pids[name] = proc.pid

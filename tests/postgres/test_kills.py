@@ -57,7 +57,8 @@ class Fleet:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tether", "worker", "--store", self.url,
             "--concurrency", "8", "--lease-ttl", str(TTL), "--poll-interval", "0.1",
-            "--poison-after", str(POISON_AFTER), "--drain", "0", "--log-level", "error",
+            "--poison-after", str(POISON_AFTER), "--drain", "0",
+            "--allow-code", "postgres.chaos_fixtures:*", "--log-level", "error",
             env=env, stdout=log, stderr=log,
         )  # fmt: skip
         self.procs.append(proc)

@@ -86,7 +86,7 @@ async def _start_workers(url: str, tmp: Path) -> list[tuple[asyncio.subprocess.P
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "tether", "worker", "--store", url,
                 "--concurrency", "8", "--lease-ttl", str(TTL), "--poll-interval", "0.1",
-                "--drain", "0", "--log-level", "warning",
+                "--drain", "0", "--allow-code", "postgres.chaos_fixtures:*", "--log-level", "warning",
                 env=env, stdout=log, stderr=log,
             )  # fmt: skip
         workers.append((proc, log_path))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tether.messages import Message
+from tether.published import model_factory
 from tether.testing.scripted import Reply, ScriptedModel, call
 
 PARENT = "python:runtime.subagent_models:parent"
@@ -29,5 +30,6 @@ def _reply(messages: Sequence[Message]) -> Reply:
     return f"parent: {messages[last].text}"
 
 
+@model_factory
 def parent() -> ScriptedModel:
     return ScriptedModel([_reply], repeat_last=True, name="scripted:parent")

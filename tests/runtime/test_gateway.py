@@ -10,6 +10,7 @@ import pytest
 
 from tether.errors import RateLimited
 from tether.fold import fold
+from tether.published import model_factory
 from tether.runtime import LocalRuntime, SessionRef
 from tether.runtime.base import SessionSpec, SessionStatus
 from tether.scheduler import GatewayConfig
@@ -22,6 +23,7 @@ HOLD = "note 1 30"  # the first model call answers after 30 s: it holds the only
 THROTTLED = "python:runtime.test_gateway:throttled"
 
 
+@model_factory
 def throttled() -> ScriptedModel:
     """A backend whose first answer is a 429 asking for 30 s of quiet."""
     return ScriptedModel(

@@ -12,6 +12,7 @@ from invariants import kinds
 from server.support import check_documented
 from tether.errors import RateLimited
 from tether.messages import Message
+from tether.published import model_factory
 from tether.runtime import LocalRuntime
 from tether.runtime.base import SessionSpec, SessionStatus
 from tether.scheduler import GatewayConfig
@@ -25,6 +26,7 @@ ONCE = "python:runtime.test_parking:throttled_once"
 THIRTY = "python:runtime.test_parking:throttled_for_thirty"
 
 
+@model_factory
 def throttled_once() -> ScriptedModel:
     """A backend whose very first call, of any session, is a 429 asking for `PAUSE` seconds."""
     calls = itertools.count()
@@ -37,6 +39,7 @@ def throttled_once() -> ScriptedModel:
     return ScriptedModel([reply], repeat_last=True, name="scripted:throttled-once")
 
 
+@model_factory
 def throttled_for_thirty() -> ScriptedModel:
     """A backend whose every first answer is a 429 asking for 30 s of quiet."""
     return ScriptedModel(

@@ -93,10 +93,13 @@ def serve(
         _stop(process)
 
 
-def start_worker(store: str, *args: str) -> subprocess.Popen[str]:
+def start_worker(
+    store: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     process = subprocess.Popen(
-        [*TETHER, "worker", "--store", store, "--poll-interval", "0.05", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+        [*TETHER, "worker", "--store", store, "--poll-interval", "0.05",
+         "--allow-code", "tether.testing.runtime_fixtures:*", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(env),
     )  # fmt: skip
     line = process.stdout.readline() if process.stdout else ""
     assert "running sessions" in line, line

@@ -1,13 +1,17 @@
 """`GET /v1/experiments`, `/v1/experiments/{id}` and its `chart.svg` over a real `tether
 serve`: a tenant sees only experiments run in its own sessions (another's is a 404 that
-names nothing of it); a check the operator's --allow-code does not allow is never imported
+names nothing of it); a check the operator's --allow-check does not allow, or that is not a
+plain public function defined in its module (a tool's raw function, say), is never imported
 nor called on the server, and its runs' pass and score are unknown while their figures show;
-whatever a log names reaches the chart escaped, and the chart runs no script."""
+an allowed check runs off the event loop, within a time limit; whatever a log names reaches
+the chart escaped, and the chart runs no script."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,22 +25,53 @@ from server.support import ACME, GLOBEX, Server, check_documented, serve
 from tether import Agent
 from tether.experiment import Task, run_matrix
 from tether.experiment.plan import Check, import_check
-from tether.server.experiments import NOT_RUN, SCAN, SVG_CSP, guarded_finder
+from tether.published import Published
+from tether.server import checks
+from tether.server.checks import NOT_RUN
+from tether.server.experiments import SCAN, SVG_CSP
 from tether.store import open_store
 from tether.store.base import Store
 from tether.testing import ScriptedModel
 
-# Checks the server may run (`--allow-code exp_allowed:*`): each call leaves a mark in
+# Checks the server may run (`--allow-check exp_allowed:*`): each call leaves a mark in
 # $EXP_MARKS, which only the server's environment sets, so a mark is the server's doing.
+# Under the same pattern: a write tool (its raw function leaves an `evil` mark), a private
+# function and an imported one, none of which is a check the server may call.
 ALLOWED = """
 import os
+import time
+from os.path import join
 from pathlib import Path
+
+from tether import tool
+
+
+def _mark(what):
+    if os.environ.get("EXP_MARKS"):
+        (Path(os.environ["EXP_MARKS"]) / what).write_text("")
 
 
 def said_ok(result):
-    if os.environ.get("EXP_MARKS"):
-        (Path(os.environ["EXP_MARKS"]) / "allowed-called").write_text("")
+    _mark("allowed-called")
     return result.output == "ok"
+
+
+def slow(result):
+    _mark("slow-called")
+    time.sleep(8)
+    return True
+
+
+@tool(effect="write")
+def write_mark(what: str) -> str:
+    \"\"\"Write a mark down.\"\"\"
+    _mark("evil-tool-fn-called")
+    return what
+
+
+def _private(result):
+    _mark("evil-private-called")
+    return True
 """
 # Checks no pattern allows: importing the module or calling the check leaves a mark.
 EVIL = """
@@ -57,6 +92,16 @@ def writes_mark(result):
     return True
 """
 HOSTILE = "<script>alert(1)</script>\"&'"
+# Checks a log may name under an allowed pattern that are not plain functions defined there:
+# a tool's raw function, the tool itself, a private function, an imported one, a dunder.
+FORGED_UNDER_A_PATTERN = (
+    "tether.demo:save_plan.fn",
+    "exp_allowed:write_mark.fn",
+    "exp_allowed:write_mark",
+    "exp_allowed:_private",
+    "exp_allowed:join",
+    "exp_allowed:__dict__",
+)
 
 
 def auth(token: str) -> dict[str, str]:
@@ -91,15 +136,17 @@ def marks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, marks: Path) -> Iterator[Server]:
-    """A server with no worker, whose --allow-code allows `exp_allowed:*` and nothing of
-    `exp_evil`; both modules are on its path (and this process's, to run the experiments)."""
+    """A server with no worker, whose --allow-check allows `exp_allowed:*` and `tether.demo:*`
+    and nothing of `exp_evil`; both modules are on its path (and this process's, to run the
+    experiments)."""
     directory = tmp_path_factory.mktemp("serve")
     (directory / "exp_allowed.py").write_text(ALLOWED)
     (directory / "exp_evil.py").write_text(EVIL)
     sys.path.insert(0, str(directory))
     env = {"PYTHONPATH": str(directory), "EXP_MARKS": str(marks)}
     try:
-        with serve(directory, "--workers", "0", "--allow-code", "exp_allowed:*", env=env) as s:
+        allow = ("--allow-check", "exp_allowed:*", "--allow-check", "tether.demo:*")
+        with serve(directory, "--workers", "0", *allow, env=env) as s:
             yield s
     finally:
         sys.path.remove(str(directory))
@@ -131,6 +178,9 @@ async def run_experiments(server: Server) -> dict[str, Any]:
         await run_matrix(globex_variant, fetch, 1, experiment_id="shared")
         await forged_run(store, "acme", "v", None, runs=10**12, id="huge")
         await forged_run(store, "acme", HOSTILE, "exp_evil:writes_mark")
+        for ref in FORGED_UNDER_A_PATTERN:
+            await forged_run(store, "acme", "v", ref, id=f"reach-{ref.replace(':', '-')}")
+        await forged_run(store, "acme", "v", "exp_allowed:slow", runs=1, id="slow")
         return {"shared": shared}
     finally:
         await store.close()
@@ -147,10 +197,11 @@ async def test_a_tenant_lists_only_the_experiments_run_in_its_own_sessions(
     listed = (await get(server, "/v1/experiments")).json()
     check_documented(listed, "ExperimentList")
     by_id = {e["experiment_id"]: e for e in listed["experiments"]}
-    assert set(by_id) == {"shared", "unallowed", "forged", "huge"}
+    reaches = {f"reach-{ref.replace(':', '-')}" for ref in FORGED_UNDER_A_PATTERN}
+    assert set(by_id) == {"shared", "unallowed", "forged", "huge", "slow", *reaches}
     assert by_id["shared"]["variants"] == ["a", "b"] and by_id["shared"]["tasks"] == ["fetch"]
     assert by_id["shared"]["runs"] == 8  # acme's runs only: globex's `shared` is not counted
-    assert listed["experiments"][0]["experiment_id"] == "forged"  # the newest first
+    assert listed["experiments"][0]["experiment_id"] == "slow"  # the newest first
     assert listed["scanned"]["limit"] == SCAN and listed["scanned"]["complete"] is True
 
     theirs = (await get(server, "/v1/experiments", GLOBEX)).json()
@@ -255,21 +306,84 @@ async def test_a_plan_too_large_to_report_on_is_refused_not_expanded(
         assert "larger than the server reports on" in refused.json()["error"]["message"]
 
 
-def test_the_server_imports_only_a_plain_allowed_check_defined_where_it_says(
+async def test_a_check_under_an_allowed_pattern_that_is_no_plain_function_is_never_called(
+    server: Server, experiments: dict[str, Any], marks: Path
+) -> None:
+    # A tool's raw function (a `write` tool's: the forgery the review found), the tool, a
+    # private function, an imported one, a dunder: each unknown, none called.
+    for ref in FORGED_UNDER_A_PATTERN:
+        report = (await get(server, f"/v1/experiments/reach-{ref.replace(':', '-')}")).json()
+        (decided,) = report["checks"].values()
+        assert decided.startswith("not run on the server"), (ref, decided)
+        assert all(r["passed"] is None and r["score"] is None for r in report["runs"]), ref
+        assert "<" not in decided and "0x" not in decided, decided  # a type named, no repr
+    assert evil_marks(marks) == []
+
+
+async def test_an_allowed_check_runs_off_the_event_loop_and_is_stopped_at_its_limit(
+    server: Server, experiments: dict[str, Any], marks: Path
+) -> None:
+    async with httpx.AsyncClient(base_url=server.url, headers=auth(ACME), timeout=60) as client:
+        report = asyncio.create_task(client.get("/v1/experiments/slow"))
+        while not (marks / "slow-called").exists():  # the check is running in the server now
+            assert not report.done(), report.result().text
+            await asyncio.sleep(0.01)
+        began = time.monotonic()
+        health = await client.get("/healthz")
+        assert health.status_code == 200 and time.monotonic() - began < 1.0
+        assert not report.done()  # the check still runs, in its thread
+        answered = (await report).json()
+    (decided,) = answered["checks"].values()
+    assert decided == f"stopped on the server: it took longer than {checks.SECONDS:g} s on a run"
+    (run,) = answered["runs"]
+    assert run["passed"] is False and "TimeoutError" in run["check_error"]
+
+
+async def test_the_server_resolves_only_a_plain_allowed_check_defined_where_it_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "exp_reach.py").write_text("import os\n\ndef fine(result):\n    return True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    decided, find = guarded_finder(["exp_reach:*"])
-    assert find("exp_reach:fine") is not None and decided["exp_reach:fine"] == "run"
-    # The pattern matches each of these, and none is run: a walk through another module,
-    # or through a private or dunder attribute to anything the module can reach.
-    for ref in ("exp_reach:os.system", "exp_reach:fine.__globals__", "exp_reach:_x"):
-        assert find(ref) is None and decided[ref].startswith("not run on the server"), ref
-    assert find("os:system") is None and decided["os:system"] == NOT_RUN
-    _, closed = guarded_finder([])
-    assert closed("exp_reach:fine") is None
-    # An allowed name that does not import: not run, and the import's error stays here.
-    decided, find = guarded_finder(["exp_absent:*"])
-    assert find("exp_absent:check") is None
-    assert decided["exp_absent:check"] == "not run on the server: it does not import there"
+    code = Published(checks=("exp_reach:*", "exp_absent:*"))
+    refs = ["exp_reach:fine", "exp_reach:os", "exp_reach:fine.__globals__", "exp_reach:_x"]
+    found, decided = await checks.resolve(code, [*refs, "os:system", "exp_absent:check"])
+    assert list(found) == ["exp_reach:fine"] and decided["exp_reach:fine"] == "run"
+    # The pattern matches each of these, and none is run: an imported module, a walk
+    # through an attribute, a private name.
+    for ref in refs[1:]:
+        assert decided[ref].startswith("not run on the server"), ref
+    assert decided["exp_reach:os"].endswith("imported into exp_reach, not defined there")
+    assert decided["os:system"] == NOT_RUN
+    assert (
+        decided["exp_absent:check"]
+        == "not run on the server: check exp_absent:check: no module named 'exp_absent'"
+    )
+    # No --allow-check (or a library's runtime that allows any code): no check runs.
+    for nothing in (Published(code=("exp_reach:*",)), None):
+        found, decided = await checks.resolve(nothing, ["exp_reach:fine"])
+        assert found == {} and decided == {"exp_reach:fine": NOT_RUN}
+
+
+async def test_check_threads_are_bounded_and_one_that_overruns_is_left_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(checks, "_alive", threading.BoundedSemaphore(1))
+    release = threading.Event()
+    # It overruns its limit: the caller is told so, and its thread keeps the only place.
+    with pytest.raises(TimeoutError):
+        await checks.in_thread(lambda: release.wait(30), seconds=0.05)
+    with pytest.raises(checks.Busy, match="check threads are all taken"):
+        await checks.in_thread(lambda: True)
+    release.set()  # it ends on its own and gives its place back
+    async with asyncio.timeout(10):
+        while True:
+            try:
+                assert await checks.in_thread(lambda: 42) == 42
+                break
+            except checks.Busy:
+                await asyncio.sleep(0.01)
+    # What a check raises reaches the caller as itself; a SystemExit does not end the server.
+    with pytest.raises(ValueError, match="bad check"):
+        await checks.in_thread(lambda: (_ for _ in ()).throw(ValueError("bad check")))
+    with pytest.raises(RuntimeError, match="SystemExit raised"):
+        await checks.in_thread(lambda: sys.exit(3))

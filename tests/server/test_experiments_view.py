@@ -60,7 +60,7 @@ async def test_the_web_view_shows_an_experiments_chart_verdicts_and_runs(
     sys.path.insert(0, str(tmp_path))
     env = {"PYTHONPATH": str(tmp_path)}
     try:
-        with serve(tmp_path, "--workers", "0", "--allow-code", "exp_view:*", env=env) as server:
+        with serve(tmp_path, "--workers", "0", "--allow-check", "exp_view:*", env=env) as server:
             await asyncio.wait_for(run_experiments(server.store), 120)
             page = await browser.new_page()
             dialogs: list[str] = []

@@ -167,7 +167,7 @@ async def test_the_web_view_shows_model_and_tool_text_as_text(
 # down (`manager-1/payer-1:call_0_0`). Loaded by the server's worker from the test's directory;
 # each model answers from its messages alone, so a worker that rebuilds it goes on the same.
 THREADED_MODULE = '''
-from tether import Agent, tool
+from tether import Agent, model_factory, tool
 from tether.testing import ScriptedModel, call
 
 
@@ -190,6 +190,7 @@ manager = Agent(_asks("payer", task="pay 30"), name="manager", tools=[payer.as_t
 tools = [manager.as_tool()]
 
 
+@model_factory
 def model():
     return _asks("manager", task="get it paid")
 '''

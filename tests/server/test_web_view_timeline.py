@@ -29,7 +29,7 @@ __all__ = ["browser"]  # the fixture, shared with the sessions' browser tests
 # A reader that fetches 40 pages of 20,000 characters, one step each, then answers: 41 steps.
 # Page 7 fails (an error in the timeline). Loaded by the server's worker from the test's folder.
 READER_MODULE = '''
-from tether import tool
+from tether import model_factory, tool
 from tether.testing import ScriptedModel, call
 
 PAGES = 40
@@ -51,6 +51,7 @@ def _reply(messages):
 tools = [fetch]
 
 
+@model_factory
 def model():
     return ScriptedModel(
         [_reply], repeat_last=True, name="claude-3-5-haiku-latest", price_per_million=(1.0, 5.0)

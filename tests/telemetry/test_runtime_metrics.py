@@ -11,6 +11,7 @@ import pytest
 from tether.errors import RateLimited
 from tether.events import ModelResponded, SessionCreated, ToolStarted, UserMessage
 from tether.messages import Message, ToolCall, user
+from tether.published import model_factory
 from tether.runtime import LocalRuntime
 from tether.runtime.base import SessionSpec, SessionStatus
 from tether.runtime.claims import take_work
@@ -26,6 +27,7 @@ TTL = 0.1
 THROTTLED = "python:telemetry.test_runtime_metrics:throttled"
 
 
+@model_factory
 def throttled() -> ScriptedModel:
     """A backend whose every first answer is a 429 asking for 30 s of quiet."""
     return ScriptedModel(

@@ -60,12 +60,13 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
         "$TETHER_METRICS_TOKEN; without one, /metrics names none of them)",
     )
     serve.add_argument(
-        "--allow-code",
+        "--allow-check",
         action="append",
         default=None,
         metavar="PATTERN",
-        help="MODULE:ATTR (fnmatch) that specs may name as python: models or tools; "
-        "repeatable; default: none (provider models and scripted:demo only)",
+        help="MODULE:NAME (fnmatch) of experiment checks the server may run to report on an "
+        "experiment (plain functions defined there, in a thread, time-limited); repeatable; "
+        "default: none (their pass and score show as unknown)",
     )
     worker = sub.add_parser("worker", help="run sessions from a store (apart from the server)")
     worker.add_argument("--store", default=None, help=store_help)
@@ -102,6 +103,16 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
         "tool and tenant; 16 characters or more (default: $TETHER_METRICS_TOKEN)",
     )
     for p in (serve, worker):
+        p.add_argument(
+            "--allow-code",
+            action="append",
+            default=None,
+            metavar="PATTERN",
+            help="MODULE:NAME (fnmatch) that specs may name as tools (a Tool, or a list of "
+            "them, made in that module) or python: models (a Model, or a function marked "
+            "@tether.model_factory); repeatable; default: none (provider models and "
+            "scripted:demo only)",
+        )
         p.add_argument(
             "--lease-ttl",
             type=SECONDS,
@@ -247,6 +258,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval,
         lease_ttl=args.lease_ttl,
         allow_code=args.allow_code or (),
+        allow_check=args.allow_check or (),
         gateway=gateway,
         park_after=park_after(args),
         endpoints=endpoints,
@@ -294,6 +306,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def cmd_worker(args: argparse.Namespace) -> int:
+    from tether.published import Published
     from tether.runtime.worker import Worker
 
     gateway = gateway_config(args)
@@ -309,6 +322,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         gateway=gateway,
         park_after=park_after(args),
         endpoints=endpoints,
+        code=Published(tuple(args.allow_code or ())),
         max_claims=args.poison_after,
     )
     stopping = asyncio.Event()

@@ -1,6 +1,6 @@
 """Model specs: `PREFIX:MODEL` -> a configured codec. Keys and hosts come from arguments, then
-from the environment; a missing key is a `ConfigError` naming the variable, raised before any
-request. The `scripted:` test model is not built here: the core owns it.
+from the environment; a missing key is a `KeyMissing` (a `ConfigError`) naming the variable,
+raised before any request. The `scripted:` test model is not built here: the core owns it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from tether.errors import ConfigError, UsageError
+from tether.errors import KeyMissing, UsageError
 from tether.providers import anthropic, ollama, openai_chat, openai_responses
 from tether.providers.base import Model
 
@@ -38,7 +38,7 @@ class _Spec:
     def key(self, variable: str, prefix: str) -> str:
         key = self.api_key or self.env.get(variable)
         if not key:
-            raise ConfigError(
+            raise KeyMissing(
                 f"{prefix}:{self.model} needs an API key: set {variable} or pass api_key="
             )
         return key

@@ -8,7 +8,6 @@ creation and folds (`sessions`), running (`worker`), streams (`hub`), steering (
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -20,6 +19,7 @@ from tether.fold import Folder
 from tether.messages import JSONObject
 from tether.providers.base import Delta, Model
 from tether.providers.endpoints import EndpointPolicy
+from tether.published import Published
 from tether.runtime.base import (
     AgentSpec,
     Capabilities,
@@ -69,7 +69,7 @@ class _Core:
     )
     started: int = 0
     closed: bool = False
-    allow_code: tuple[str, ...] | None = None
+    code: Published | None = None
     endpoints: EndpointPolicy | None = None
 
 
@@ -77,8 +77,10 @@ class LocalRuntime:
     """`LocalRuntime(store, workers=8)`: `store` is a `Store` or a store URL; `workers` is
     how many sessions this process runs at once (0: none, `tether worker` processes run
     them). `lease_ttl`: how soon another worker takes over a session whose worker died.
-    `allow_code`: fnmatch patterns of the `MODULE:ATTR` a spec may name (a `python:` model,
-    tools), for callers that are not trusted to import code; None allows all. `gateway`:
+    `allow_code`: fnmatch patterns of the `MODULE:NAME` a spec may name (a `python:` model,
+    tools), for callers that are not trusted to import code: then only what the operator
+    published loads (`tether.published`); None allows all. `allow_check`: the patterns of
+    the experiment checks a server may run (only with `allow_code`). `gateway`:
     the limits of the model gateway each backend gets in this process (default
     `GatewayConfig()`: 16 requests at once, rates learned from the backend's headers).
     `park_after`: a session whose model call would wait that many seconds or more for a
@@ -96,6 +98,7 @@ class LocalRuntime:
         watch_interval: float = 0.2,
         views: int = 1_000,
         allow_code: Sequence[str] | None = None,
+        allow_check: Sequence[str] = (),
         gateway: GatewayConfig | None = None,
         park_after: float | None = 10.0,
         endpoints: EndpointPolicy | None = None,
@@ -106,6 +109,7 @@ class LocalRuntime:
         # (lease renewals, cancels from elsewhere) follow it, one `last_seqs` per round.
         tail = Tail(the_store)
         hub = EventHub(the_store, interval=poll_interval, tail=tail)
+        code = None if allow_code is None else Published(tuple(allow_code), tuple(allow_check))
         worker = None
         if workers > 0:
             worker = Worker(
@@ -119,11 +123,12 @@ class LocalRuntime:
                 park_after=park_after,
                 on_delta=hub.publish_delta,
                 endpoints=endpoints,
+                code=code,
                 tail=tail,
             )
         folds = Views(the_store, views)
         self._core = _Core(the_store, owns, hub, folds, worker, Admission(the_store, folds))
-        self._core.allow_code = None if allow_code is None else tuple(allow_code)
+        self._core.code = code
         self._core.endpoints = endpoints
         self.tenant: str | None = None
         self.quota = Quota()
@@ -140,6 +145,11 @@ class LocalRuntime:
     @property
     def store(self) -> Store:
         return self._core.store
+
+    @property
+    def code(self) -> Published | None:
+        """What a spec may name here (None: any code, for a library's own callers)."""
+        return self._core.code
 
     @property
     def worker(self) -> Worker | None:
@@ -218,24 +228,13 @@ class LocalRuntime:
         return SessionRef(sid)
 
     def _check_code(self, spec: SessionSpec) -> None:
-        """Refuse a `python:` model or tools, the session's or any sub-agent's, that the
-        operator did not allow."""
-        allowed = self._core.allow_code
-        if allowed is None:
-            return
-        code: list[str] = []
-        for model, tools in [
-            (spec.model, spec.tools),
-            *((a.model, a.tools) for a in spec.agents.values()),
-        ]:
-            code += [model.removeprefix("python:")] if model.startswith("python:") else []
-            code += tools
-        for named in code:
-            if not any(fnmatch.fnmatchcase(named, pattern) for pattern in allowed):
-                raise UsageError(
-                    f"{named!r} is not code this runtime may load (allowed: "
-                    f"{', '.join(allowed) or 'none'}; see tether serve --allow-code)"
-                )
+        """Refuse, before importing any, a `python:` model or tools, the session's or any
+        sub-agent's, that the operator did not allow."""
+        if self._core.code is not None:
+            self._core.code.check_names(
+                [spec.model, *(a.model for a in spec.agents.values())],
+                [*spec.tools, *(t for a in spec.agents.values() for t in a.tools)],
+            )
 
     def _check_endpoint(self, model_spec: str, model: Model) -> None:
         """Refuse a model that would call a URL the operator did not allow."""
@@ -251,7 +250,7 @@ class LocalRuntime:
         key = (model, tools)
         built = self._core.built.get(key)
         if built is None:
-            built = build_runner(model, tools)
+            built = build_runner(model, tools, code=self._core.code)
             self._core.built[key] = built
             while len(self._core.built) > BUILT:
                 self._core.built.popitem(last=False)

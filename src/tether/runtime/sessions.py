@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tether.agent import Agent, resolve_model
-from tether.errors import Conflict, IdempotencyConflict, TetherError, UsageError
+from tether.errors import Conflict, IdempotencyConflict, KeyMissing, TetherError, UsageError
 from tether.events import Event, SessionCreated, UserMessage, format_time
 from tether.fold import Folder
 from tether.limits import Limits
 from tether.messages import JSONObject, JSONValue, canonical_json, user
 from tether.providers.base import Model
+from tether.published import Published, unavailable
 from tether.runtime import wire
 from tether.runtime.base import AgentSpec, SessionSpec, agents_from_json, check_agents, root_agents
 from tether.runtime.gateways import priority_of
@@ -152,17 +153,33 @@ def _name_in(exc: UsageError, name: str) -> None:
 
 
 def build_runner(
-    model: str, tools: tuple[str, ...], http_client: httpx.AsyncClient | None = None
+    model: str,
+    tools: tuple[str, ...],
+    http_client: httpx.AsyncClient | None = None,
+    code: Published | None = None,
 ) -> tuple[Model, list[Tool]]:
     """Resolve the model string (a provider model making its requests with `http_client`)
-    and load the tools, or say clearly which one is wrong."""
-    try:
-        resolved = resolve_model(model, http_client)
-    except TetherError as exc:
-        raise UsageError(f"model {model!r}: {exc}") from exc
-    except Exception as exc:  # a model factory of the user's that raised
-        raise UsageError(f"model {model!r}: {type(exc).__name__}: {exc}") from exc
-    return resolved, load_tools(tools)
+    and load the tools, or say clearly which one is wrong. With `code` (a spec a tenant
+    wrote), only what the operator published loads, and an error says no more than the
+    tenant may know: a provider key this process lacks is not named."""
+    if code is None:
+        try:
+            resolved = resolve_model(model, http_client)
+        except TetherError as exc:
+            raise UsageError(f"model {model!r}: {exc}") from exc
+        except Exception as exc:  # a model factory of the user's that raised
+            raise UsageError(f"model {model!r}: {type(exc).__name__}: {exc}") from exc
+        return resolved, load_tools(tools)
+    if model.startswith("python:"):
+        made = code.model(model)  # its refusals name the model
+    else:
+        try:
+            made = resolve_model(model, http_client)
+        except KeyMissing as exc:
+            raise unavailable(model, exc) from None
+        except TetherError as exc:
+            raise UsageError(f"model {model[:200]!r}: {exc}") from exc
+    return made, [t for spec in tools for t in code.tools(spec)]
 
 
 def fingerprint(spec: SessionSpec) -> str:

@@ -27,6 +27,7 @@ from tether.fold import Folder
 from tether.loop import Engine
 from tether.providers.base import Caller, Model
 from tether.providers.endpoints import EndpointPolicy
+from tether.published import Published
 from tether.recovery import closing, threads_of
 from tether.runtime.claims import DEFAULT_MAX_CLAIMS, Probation, take_work
 from tether.runtime.gateways import Gateways, SessionRouted
@@ -67,7 +68,9 @@ class Worker:
     is held off the queue until the wait is over (None: it waits in its slot). `on_delta`:
     the streamed output of the model calls it makes, with their sessions (never stored).
     `endpoints`: the model URLs it may call; a session whose model would call another is
-    failed, never run (None: any). `tail`: the process's tail of `store`, shared with
+    failed, never run (None: any). `code`: what a session's spec may name (the operator's
+    `--allow-code`; a session naming anything else is failed, never run; None: any code).
+    `tail`: the process's tail of `store`, shared with
     its event hub (None: the worker's runs make their own)."""
 
     def __init__(
@@ -84,6 +87,7 @@ class Worker:
         park_after: float | None = 10.0,
         on_delta: SessionDeltaObserver | None = None,
         endpoints: EndpointPolicy | None = None,
+        code: Published | None = None,
         tail: Tail | None = None,
     ) -> None:
         if concurrency < 1:
@@ -103,6 +107,7 @@ class Worker:
         self.owner = worker_id()
         self.park_after = park_after
         self.endpoints = endpoints
+        self.code = code
         self._http: httpx.AsyncClient | None = None  # guarded, made at the first model
         self.turns_run = 0
         self.failures = 0
@@ -366,7 +371,7 @@ class Worker:
         """A model string (the session's, or a sub-agent's: each is checked alike) resolved
         with this worker's guarded client, checked against the endpoint policy, and routed
         through its gateway; and its tools."""
-        model, tools = build_runner(model_spec, tool_specs, self._model_client())
+        model, tools = build_runner(model_spec, tool_specs, self._model_client(), self.code)
         if self.endpoints is not None:
             self.endpoints.check_model(model)  # a session written by an older or laxer server
         return self.gateways.route(model, model_spec), tools

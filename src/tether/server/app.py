@@ -306,9 +306,12 @@ class Api:
             raise ApiError(
                 "store_unavailable", f"the store did not answer within {READY_TIMEOUT:g} s"
             ) from None
-        except Exception as exc:
-            reason = str(exc)[:300] or type(exc).__name__
-            raise ApiError("store_unavailable", f"the store is not ready: {reason}") from None
+        except Exception as exc:  # its message may name the database: for the log only
+            log.warning("/readyz: the store is not ready: %s", exc)
+            raise ApiError(
+                "store_unavailable",
+                f"the store is not ready ({type(exc).__name__}); the server's log says why",
+            ) from None
         return JSONResponse({"status": "ready"})
 
     async def metrics_text(self, request: Request, rt: LocalRuntime) -> Response:

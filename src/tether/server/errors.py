@@ -4,6 +4,7 @@ codes back (`CODES`)."""
 
 from __future__ import annotations
 
+import logging
 import math
 
 from starlette.responses import JSONResponse
@@ -19,6 +20,7 @@ from tether.errors import (
 )
 from tether.runtime.base import CapabilityRefused, StateConflict
 
+log = logging.getLogger("tether.server")
 # code -> (HTTP status, what it means)
 CODES: dict[str, tuple[int, str]] = {
     "invalid_json": (400, "the body is not a JSON document"),
@@ -91,7 +93,10 @@ def classify(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, CorruptLog):  # its text names the session and the damage, nothing stored
         return "session_unreadable", str(exc)
     if isinstance(exc, StoreError):
-        return "store_unavailable", str(exc)
+        # Its message may name the database (user, host, port, name): the operator's log
+        # has it, a tenant is told what to do.
+        log.warning("the store failed: %s", exc)
+        return "store_unavailable", CODES["store_unavailable"][1]
     if isinstance(exc, TimeoutError):
         return "timeout", "the operation passed its deadline"
     return "internal", f"{type(exc).__name__}: the server failed while handling this request"

@@ -1,13 +1,11 @@
 """Experiments over HTTP: a tenant's experiments, found among the store's newest sessions
 as its own sessions tagged by `run_matrix`; an experiment's report (intervals, each variant
-against the first, the runs) and its chart. A log is tenant input: a check it names is
-imported only when the operator's `--allow-code` patterns allow it. Routes: `app`."""
+against the first, the runs) and its chart. A log is tenant input: a check it names is run
+only as `checks` allows (the operator's `--allow-check`). Routes: `app`."""
 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,11 +14,12 @@ from starlette.responses import JSONResponse, Response
 
 from tether.errors import UsageError
 from tether.events import SessionCreated
-from tether.experiment import MATRIX_METRICS, FindCheck, MatrixReport, chart_svg, matrix_report
-from tether.experiment.plan import NAME, Check, Plan, import_check
+from tether.experiment import MATRIX_METRICS, MatrixReport, chart_svg, matrix_report
+from tether.experiment.plan import NAME, Plan
 from tether.experiment.records import METRICS, StoredRun
 from tether.messages import JSONObject, JSONValue
 from tether.runtime.local import LocalRuntime
+from tether.server import checks
 from tether.server.errors import ApiError
 
 SCAN = 2_000  # the newest sessions of the store a request looks through
@@ -28,13 +27,6 @@ MAX_RUNS = 500  # sessions of one experiment a report folds (the newest)
 MAX_EVENTS = 5_000  # a run with a longer log is left out of the report (and counted)
 LISTED = 50  # variant and task names per experiment in the list
 MAX_VARIANTS, MAX_CELLS = 20, 20_000  # a recorded plan larger than this is not reported on
-NOT_RUN = "not run on the server: its MODULE:ATTR is not allowed by --allow-code"
-# A check the server may import: a module path and a public attribute path, nothing else
-# (no `_private` or dunder step, which could walk from an allowed module to anything).
-CHECK_REF = re.compile(
-    r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*",
-    re.ASCII,
-)
 # The chart is an image: it runs no script and loads nothing, even opened on its own.
 SVG_CSP = "default-src 'none'; style-src 'unsafe-inline'; sandbox"
 
@@ -110,38 +102,6 @@ async def list_experiments(request: Request, rt: LocalRuntime) -> Response:
     return JSONResponse({"experiments": items, "scanned": found.to_json()})
 
 
-def code_patterns(rt: LocalRuntime) -> tuple[str, ...]:
-    """The operator's `--allow-code` patterns. A runtime built to allow all code (None)
-    allows no check here: a log's check is named by a tenant, not by the operator."""
-    return rt._core.allow_code or ()  # the runtime keeps them for `_check_code`
-
-
-def guarded_finder(patterns: Sequence[str]) -> tuple[dict[str, str], FindCheck]:
-    """A `find_check` that imports a recorded check only when it is a plain `MODULE:ATTR`
-    an operator pattern allows and is defined in that module; and what it decided, by ref."""
-    decided: dict[str, str] = {}
-
-    def find(ref: str) -> Check | None:
-        allowed = CHECK_REF.fullmatch(ref) is not None and any(
-            fnmatch.fnmatchcase(ref, p) for p in patterns
-        )
-        if not allowed:
-            decided[ref] = NOT_RUN
-            return None
-        try:
-            check = import_check(ref)
-        except UsageError:  # the import's own error is the operator's, not the tenant's
-            decided[ref] = "not run on the server: it does not import there"
-            return None
-        if getattr(check, "__module__", None) != ref.partition(":")[0]:
-            decided[ref] = "not run on the server: not defined in the module it names"
-            return None
-        decided[ref] = "run"
-        return check
-
-    return decided, find
-
-
 async def build(rt: LocalRuntime, experiment_id: str) -> tuple[MatrixReport, JSONObject]:
     """The report of the tenant's experiment and what the server did to make it; 404 as for
     a session when the tenant has no session of it."""
@@ -171,9 +131,9 @@ async def build(rt: LocalRuntime, experiment_id: str) -> tuple[MatrixReport, JSO
             f"experiment {experiment_id}: its plan is larger than the server reports on "
             f"({MAX_VARIANTS} variants, {MAX_CELLS} runs); use tether experiment report",
         )
-    decided, find = guarded_finder(code_patterns(rt))
-    report = await matrix_report(stored, experiment_id, find_check=find)
-    checks: JSONObject = {
+    runnable, decided = await checks.resolve(rt.code, [t.check for t in plan.tasks if t.check])
+    report = await matrix_report(stored, experiment_id, find_check=runnable.get)
+    by_task: JSONObject = {
         t.name: "none" if t.check is None else decided.get(t.check, "run") for t in plan.tasks
     }
     bounds: JSONObject = {
@@ -184,7 +144,7 @@ async def build(rt: LocalRuntime, experiment_id: str) -> tuple[MatrixReport, JSO
         "events_limit": MAX_EVENTS,
         "complete": found.complete and len(sessions) <= MAX_RUNS and len(stored) == len(kept),
     }
-    return report, {"checks": checks, "scanned": bounds}
+    return report, {"checks": by_task, "scanned": bounds}
 
 
 def comparisons(report: MatrixReport) -> list[JSONValue]:

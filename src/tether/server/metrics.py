@@ -2,9 +2,10 @@
 (`telemetry.metrics`: model and tool latency, time to first token, tokens, cost, outcomes,
 worker slots, leases, states, takeovers, parks), and the figures of the model gateways (the
 runtime's own, one per backend its workers used, and any others it is given), in the
-Prometheus text format (0.0.4). Backends, models, tools and tenants are named only to the
-operator (`names`, the bearer of the metrics token): a backend is what a tenant chose, and
-which tenants there are and what they spend is the operator's business, not another's."""
+Prometheus text format (0.0.4). Backends, models, tools, tenants and routes are named only
+to the operator (`names`, the bearer of the metrics token): a backend is what a tenant chose,
+and which tenants there are, what they spend and which routes they use is the operator's
+business, not another's."""
 
 from __future__ import annotations
 
@@ -44,9 +45,19 @@ class Metrics:
             lines.append(f"# TYPE tether_{name} {kind}")
             return f"tether_{name}"
 
-        metric = family("http_requests_total", "counter", "requests answered, by route and status")
-        for (route, status), count in sorted(self.requests.items()):
-            lines.append(f'{metric}{{route="{route}",status="{status}"}} {count}')
+        if names:
+            metric = family(
+                "http_requests_total", "counter", "requests answered, by route and status"
+            )
+            for (route, status), count in sorted(self.requests.items()):
+                lines.append(f'{metric}{{route="{route}",status="{status}"}} {count}')
+        else:  # which routes every tenant uses, and how often, is the operator's to know
+            metric = family("http_requests_total", "counter", "requests answered, by status")
+            by_status = Counter[int]()
+            for (_, status), count in self.requests.items():
+                by_status[status] += count
+            for status, count in sorted(by_status.items()):
+                lines.append(f'{metric}{{status="{status}"}} {count}')
         worker = self.runtime.worker
         for name, kind, help_text, value in (
             ("sse_streams_total", "counter", "event streams opened", self.streams),

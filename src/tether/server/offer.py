@@ -2,9 +2,10 @@
 view's start form): the operator's `--allow-code` patterns, and the tool specs they match.
 
 A pattern whose module part is a plain module name is imported (the operator allowed that
-code to load; a start would import it too) and its public attributes that are tools, or lists
-of tools, and match the pattern are offered. Nothing is called. Models are not enumerated: a
-model string may name any provider the endpoint policy allows, which only a start can check.
+code to load; a start would import it too) and each public name of it that matches the
+pattern and that a start would load as tools (`Published.tools`) is offered. Nothing is
+called. Models are not enumerated: a model string may name any provider the endpoint policy
+allows, which only a start can check.
 """
 
 from __future__ import annotations
@@ -18,26 +19,21 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from tether.errors import UsageError
+from tether.published import Published
 from tether.runtime.local import LocalRuntime
-from tether.tools.base import Tool
 
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 MAX_OFFERED = 200  # tool specs in one answer
 
 
-def _tools_of(value: object) -> list[Tool] | None:
-    items = value if isinstance(value, list | tuple) else [value]
-    if items and all(isinstance(item, Tool) for item in items):
-        return [item for item in items if isinstance(item, Tool)]
-    return None
-
-
 @lru_cache(maxsize=64)
-def tool_specs(patterns: tuple[str, ...]) -> tuple[dict[str, Any], ...]:
-    """Each `MODULE:ATTR` an allowed pattern names that holds tools, with the tools' names and
-    first description lines; a module that does not import offers nothing."""
+def tool_specs(code: Published) -> tuple[dict[str, Any], ...]:
+    """Each `MODULE:NAME` an allowed pattern names that a start would load as tools, with
+    the tools' names and first description lines; a module that does not import offers
+    nothing."""
     offered: dict[str, dict[str, Any]] = {}
-    for pattern in patterns:
+    for pattern in code.code:
         module_name, colon, attr_pattern = pattern.partition(":")
         if not colon or MODULE.fullmatch(module_name) is None:
             continue  # a wildcard in the module part names modules no one can list
@@ -47,12 +43,13 @@ def tool_specs(patterns: tuple[str, ...]) -> tuple[dict[str, Any], ...]:
             continue
         for attr in sorted(vars(module)):
             spec = f"{module_name}:{attr}"
-            if attr.startswith("_") or spec in offered:
+            if spec in offered or not fnmatch.fnmatchcase(attr, attr_pattern):
                 continue
-            if not fnmatch.fnmatchcase(attr, attr_pattern):
+            try:
+                tools = code.tools(spec)
+            except UsageError:  # not published as tools (or not a public name)
                 continue
-            tools = _tools_of(getattr(module, attr))
-            if tools is None:
+            if not tools:
                 continue
             offered[spec] = {
                 "spec": spec,
@@ -67,8 +64,8 @@ def tool_specs(patterns: tuple[str, ...]) -> tuple[dict[str, Any], ...]:
 async def start_options(request: Request, rt: LocalRuntime) -> Response:
     """`allow_code`: the patterns, or null when this runtime loads any code (a library's own
     server; `tether serve` always has a list, empty without `--allow-code`)."""
-    patterns = rt._core.allow_code  # the runtime keeps them for `_check_code`
-    offered = tool_specs(patterns) if patterns is not None else ()
+    code = rt.code
+    offered = tool_specs(code) if code is not None else ()
     return JSONResponse(
-        {"allow_code": None if patterns is None else list(patterns), "tools": list(offered)}
+        {"allow_code": None if code is None else list(code.code), "tools": list(offered)}
     )

@@ -11,17 +11,24 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
+from tether.errors import SessionNotFound
 from tether.runtime.base import SessionRef
 from tether.server.errors import ApiError
 from tether.server.schemas import MAX_SEQ
 
 B = TypeVar("B", bound=BaseModel)
 MAX_BODY = 1 << 20
+MAX_SESSION_ID = 200  # as `schemas.SESSION_ID` says
 NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?", re.ASCII)
 
 
 def session_ref(request: Request) -> SessionRef:
-    return SessionRef(str(request.path_params["session_id"]))
+    """The path's session id; one no session can have (a control character, longer than
+    the document allows) is not found, as an unknown one is, without asking the store."""
+    session_id = str(request.path_params["session_id"])
+    if len(session_id) > MAX_SESSION_ID or not session_id.isprintable():
+        raise SessionNotFound(session_id[:MAX_SESSION_ID])
+    return SessionRef(session_id)
 
 
 def idempotency_key(request: Request) -> str | None:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from tether.errors import ServerError
 from tether.messages import Message
+from tether.published import model_factory
 from tether.testing.scripted import Delay, Fail, Hang, Reply, ScriptedModel, call
 from tether.tools.base import tool
 
@@ -83,6 +84,7 @@ def _reply(messages: Sequence[Message]) -> Reply:
     return f"echo: {text.removeprefix('echo ')}"
 
 
+@model_factory
 def model() -> ScriptedModel:
     return ScriptedModel(
         [_reply], repeat_last=True, name="scripted:runtime", price_per_million=(1.0, 2.0)
@@ -97,11 +99,13 @@ def _twin(side: str) -> ScriptedModel:
     return ScriptedModel([reply], repeat_last=True, name="scripted:twin")
 
 
+@model_factory
 def twin_a() -> ScriptedModel:
     """`python:tether.testing.runtime_fixtures:twin_a`: answers "twin a: TASK"."""
     return _twin("a")
 
 
+@model_factory
 def twin_b() -> ScriptedModel:
     """`python:tether.testing.runtime_fixtures:twin_b`: the same name, answers "twin b: TASK"."""
     return _twin("b")

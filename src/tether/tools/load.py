@@ -1,6 +1,6 @@
 """Tools named by spec: `MODULE:ATTR` (a tool, a function, or a list of them) or `MODULE`
-(its `tools`). What the command line's `--tools` and a runtime spec's `tools` both load;
-whether a spec may name a module at all is the runtime's to decide (`allow_code`)."""
+(its `tools`). What the command line's `--tools` and a library runtime's specs load, for
+the operator; what a tenant's spec may load is `tether.published`'s to decide."""
 
 from __future__ import annotations
 

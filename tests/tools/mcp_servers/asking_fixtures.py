@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.messages import Message
+from tether.published import model_factory
 from tether.testing.scripted import Reply, ScriptedModel, call
 from tether.tools.base import Tool
 from tether.tools.mcp import McpConnection, McpServerConfig
@@ -78,5 +79,6 @@ def _reply(messages: Sequence[Message]) -> Reply:
     return f"greeted: {results[-1]}" if results else call("greet")
 
 
+@model_factory
 def model() -> ScriptedModel:
     return ScriptedModel([_reply], repeat_last=True, name="scripted:asking")
