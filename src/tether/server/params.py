@@ -80,16 +80,22 @@ def _no_constants(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
-async def parse(request: Request, model: type[B], *, required: bool = True) -> B:
+async def parse(
+    request: Request, model: type[B], *, required: bool = True, max_body: int = MAX_BODY
+) -> B:
     """The body as `model`, or a 4xx naming what is wrong."""
     size = request.headers.get("content-length")
-    if size is not None and size.isdigit() and int(size) > MAX_BODY:
-        raise ApiError("payload_too_large", f"the body has {size} bytes; the limit is {MAX_BODY}")
+    if size is not None and size.isdigit() and int(size) > max_body:
+        raise ApiError(
+            "payload_too_large", f"the body has {size} bytes; the limit is {max_body} (body_bytes)"
+        )
     raw = bytearray()
     async for chunk in request.stream():
         raw += chunk
-        if len(raw) > MAX_BODY:
-            raise ApiError("payload_too_large", f"the body is over the limit of {MAX_BODY} bytes")
+        if len(raw) > max_body:
+            raise ApiError(
+                "payload_too_large", f"the body is over the limit of {max_body} bytes (body_bytes)"
+            )
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if raw and kind != "application/json":  # a form or text/plain never passes for JSON
         given = repr(kind[:80]) if kind else "a body without Content-Type"
