@@ -138,8 +138,11 @@ class Api:
 
     # -- the operations --------------------------------------------------------------------
     async def start(self, request: Request, rt: LocalRuntime) -> Response:
-        body = await parse(request, StartBody, max_body=self.limits.body_bytes)
-        self.limits.check_start(body)
+        limits = self.limits
+        body = await parse(
+            request, StartBody, max_body=limits.body_bytes, check=limits.check_start_json
+        )
+        limits.check_start(body)
         key = idempotency_key(request)
         ref = await rt.start(body.to_spec(), idempotency_key=key)
         status = await rt.poll(ref)

@@ -57,19 +57,29 @@ class InputLimits:
                     f"--limit {pair[:60]!r}: say NAME=VALUE, NAME one of {', '.join(sorted(known))}"
                 )
             if not raw.strip().isdigit():
-                raise ValueError(f"--limit {name} must be a positive whole number, not {raw[:40]!r}")
+                raise ValueError(
+                    f"--limit {name} must be a positive whole number, not {raw[:40]!r}"
+                )
             values[name] = int(raw)
         return InputLimits(**values)
 
     # -- checks, each refusing with the limit's name ----------------------------------------
     def check_start(self, body: StartBody) -> None:
+        """The texts of a validated start (its metadata: `check_metadata`, before that)."""
         self.check_text("task", body.task)
         if body.system is not None:
             self.check_text("system", body.system)
         for name, agent in body.agents.items():
             if agent.system is not None:
                 self.check_text(f"agents.{name}.system", agent.system)
-        self.check_metadata(body.metadata)
+
+    def check_start_json(self, data: object) -> None:
+        """The metadata of a start body as parsed, before it is validated: validating a
+        mebibyte of small items costs the event loop most of a second, this walk stops at
+        the first item past the limit."""
+        metadata = data.get("metadata") if isinstance(data, dict) else None
+        if isinstance(metadata, dict):
+            self.check_metadata(metadata)
 
     def check_answer(self, body: AnswerBody) -> None:
         if body.data is not None:
@@ -89,47 +99,56 @@ class InputLimits:
             )
         total, items = 2, 0
         for key, value in metadata.items():
-            if len(key) > self.metadata_key_chars:
+            if not isinstance(key, str) or len(key) > self.metadata_key_chars:
                 raise ApiError(
                     "invalid_request",
-                    f"metadata key {key[:40]!r}… has {len(key)} characters; the limit is "
-                    f"{self.metadata_key_chars} (metadata_key_chars)",
+                    f"metadata key {str(key)[:40]!r}… has {len(str(key))} characters; the "
+                    f"limit is {self.metadata_key_chars} (metadata_key_chars)",
                 )
-            items = self._check_shape(key, value, items)
+            items, chars = self._walk(key, value, items)
+            where = f"metadata.{key[:40]}"
+            if chars > self.metadata_value_bytes:  # its text alone is over: never encoded
+                _over(where, chars, self.metadata_value_bytes, "metadata_value_bytes", "at least ")
             size = len(canonical_json(value).encode())
-            _over(f"metadata.{key}", size, self.metadata_value_bytes, "metadata_value_bytes")
+            _over(where, size, self.metadata_value_bytes, "metadata_value_bytes")
             total += size + len(key.encode()) + 4
         _over("metadata", total, self.metadata_bytes, "metadata_bytes")
 
-    def _check_shape(self, key: str, value: JSONValue, items: int) -> int:
-        """Depth, and the items of the metadata so far (`items`) with this value's, walked
-        without recursion and stopped at the first excess: a value within the body's size
-        can still be deep, or many small items that cost more decoded than as text."""
+    def _walk(self, key: str, value: JSONValue, items: int) -> tuple[int, int]:
+        """The metadata's items so far (`items`) with this value's, and the characters its
+        strings and keys hold (at most its JSON's bytes); walked without recursion and
+        stopped at the first excess of depth or items: a value within the body's size can
+        still be deep, or many small items that cost more decoded than as text."""
+        chars = 0
         stack: list[tuple[JSONValue, int]] = [(value, 0)]
         while stack:
             item, depth = stack.pop()
             items += 1
-            if items > self.metadata_items:
-                raise ApiError(
-                    "invalid_request",
-                    f"metadata holds more than {self.metadata_items} values at "
-                    f"metadata.{key[:40]} (metadata_items)",
-                )
-            if isinstance(item, dict | list):
+            if isinstance(item, str):
+                chars += len(item)
+            elif isinstance(item, dict | list):
                 if depth + 1 > self.metadata_depth:
                     raise ApiError(
                         "invalid_request",
                         f"metadata.{key[:40]} nests deeper than {self.metadata_depth} "
                         "(metadata_depth)",
                     )
-                inner = item.values() if isinstance(item, dict) else item
-                stack.extend((v, depth + 1) for v in inner)
-        return items
+                if items + len(item) > self.metadata_items:
+                    raise ApiError(
+                        "invalid_request",
+                        f"metadata holds more than {self.metadata_items} values at "
+                        f"metadata.{key[:40]} (metadata_items)",
+                    )
+                if isinstance(item, dict):
+                    chars += sum(len(k) for k in item)
+                    stack.extend((v, depth + 1) for v in item.values())
+                else:
+                    stack.extend((v, depth + 1) for v in item)
+        return items, chars
 
 
-def _over(where: str, size: int, limit: int, name: str) -> None:
+def _over(where: str, size: int, limit: int, name: str, bound: str = "") -> None:
     if size > limit:
         raise ApiError(
-            "payload_too_large", f"{where} has {size} bytes; the limit is {limit} ({name})"
+            "payload_too_large", f"{where} has {bound}{size} bytes; the limit is {limit} ({name})"
         )
-

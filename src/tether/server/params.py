@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -81,9 +82,15 @@ def _no_constants(name: str) -> object:
 
 
 async def parse(
-    request: Request, model: type[B], *, required: bool = True, max_body: int = MAX_BODY
+    request: Request,
+    model: type[B],
+    *,
+    required: bool = True,
+    max_body: int = MAX_BODY,
+    check: Callable[[object], None] | None = None,
 ) -> B:
-    """The body as `model`, or a 4xx naming what is wrong."""
+    """The body as `model`, or a 4xx naming what is wrong; `check` refuses what the parsed
+    JSON holds before it is validated (an `ApiError`)."""
     size = request.headers.get("content-length")
     if size is not None and size.isdigit() and int(size) > max_body:
         raise ApiError(
@@ -109,6 +116,8 @@ async def parse(
         json.dumps(data, ensure_ascii=False).encode()  # refuses lone surrogates
     except (ValueError, RecursionError, UnicodeError) as exc:
         raise ApiError("invalid_json", f"the body is not valid JSON: {str(exc)[:200]}") from None
+    if check is not None:
+        check(data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
