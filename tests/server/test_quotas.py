@@ -324,3 +324,26 @@ def test_the_tokens_file_takes_the_new_quotas(tmp_path: Path) -> None:
     path = tokens_with(tmp_path, max_threads=1.5)
     with pytest.raises(ConfigError, match="max_threads must be a positive whole number"):
         Tokens.load(str(path))
+
+
+async def test_every_thread_the_gate_counted_is_given_back_nested_ones_too() -> None:
+    from tether.runtime.base import AgentSpec
+
+    async with LocalRuntime(MemoryStore(), workers=2, poll_interval=0.02) as rt:
+        acme = rt.for_tenant("acme", Quota(max_threads=5))
+        agents = {
+            "researcher": AgentSpec(model=PARENT, agents=("helper",)),
+            "helper": AgentSpec(model=MODEL),
+        }
+        for _ in range(3):
+            spec = SessionSpec(
+                model=PARENT,
+                task="ask researcher ask helper echo hi",
+                agents=agents,
+                end_after_turn=True,
+            )
+            ref = await acme.start(spec)
+            status = await Observer(acme, ref).until("the end", lambda s: s.terminal)
+            assert status.view.last_output == "researcher said: helper said: echo: hi"
+        load = rt._core.admission.load
+        assert load.threads.get("acme") == 0  # each of the six threads was given back

@@ -152,10 +152,10 @@ class TenantLoad:
         ):
             if limit is not None and spent >= limit:
                 wait = self.spend.wait(tenant, now, limit, of)
+                amount = f"{spent} tokens" if of == "tokens" else f"{spent:.2f} USD"
                 return QuotaExceeded(
-                    f"tenant {tenant} spent {spent:g} {'tokens' if of == 'tokens' else 'USD'} "
-                    f"in the last 24 hours, its limit is {limit:g} ({name}); try again in "
-                    f"{wait:.0f} s",
+                    f"tenant {tenant} spent {amount} in the last 24 hours, its limit is "
+                    f"{limit} ({name}); try again in {wait:.0f} s",
                     wait,
                 )
         return None
@@ -279,7 +279,8 @@ class Admission:
     async def _admit(self, tenant: str, quota: Quota) -> None:
         """Raise `QuotaExceeded` unless one more running session fits, its counts brought up
         to date first when they say it does not."""
-        await self._seed(tenant)
+        if quota.counts_sessions or quota.counts_spend:
+            await self._seed(tenant)
         if self.load.refusal(tenant, quota) is not None:
             await self._prune(tenant)
         refused = self.load.refusal(tenant, quota)

@@ -131,18 +131,24 @@ async def gate(ctx: TurnContext, decisions: list[Decision], fresh: bool) -> list
             content = f"sub-agent {sub.name} was not started: {why}"
             out.append(Decision(d.call, "answer", ToolFinished(d.call.id, "error", content)))
             continue
-        root.gated.add(d.call.id)
+        root.gated.add(_gated(ctx, d.call.id))
         out.append(d)
     return out
 
 
+def _gated(ctx: TurnContext, call_id: str) -> str:
+    """A call's key among the counted ones: call ids repeat across threads."""
+    return f"{ctx.log.thread}\x00{call_id}"
+
+
 def release(ctx: TurnContext, call_id: str | None = None) -> None:
-    """Uncount one gated thread (`call_id`), or, with None, every one still counted."""
+    """Uncount the gated thread of the caller's call `call_id`, or, with None, every one
+    the session still counts."""
     root = ctx.root
     threads_gate = root.engine.thread_gate
     if threads_gate is None or ctx.caller is None:
         return
-    for gated in [call_id] if call_id is not None else list(root.gated):
+    for gated in [_gated(ctx, call_id)] if call_id is not None else list(root.gated):
         if gated in root.gated:
             root.gated.discard(gated)
             threads_gate.leave_thread(ctx.caller.tenant)
