@@ -55,7 +55,7 @@ class Quota:
     max_cost_usd_per_day: float | None = None
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
+        for f in dataclasses.fields(self):  # annotations are strings here (__future__)
             name, kinds = f.name, int if f.type == "int | None" else int | float
             value = getattr(self, name)
             if value is not None and (
