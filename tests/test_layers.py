@@ -24,6 +24,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "tether.limits",
         "tether.settings",
         "tether.stops",
+        "tether.bounded",
     ),
     "pieces": (
         "tether.providers",

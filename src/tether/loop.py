@@ -71,6 +71,8 @@ class Engine:
     # the session's main engine hold for the whole session).
     max_depth: int = DEFAULT_MAX_DEPTH
     max_threads: int = DEFAULT_MAX_THREADS
+    # Threads counted across the sessions of the caller's tenant (a runtime's quota).
+    thread_gate: threads.ThreadGate | None = None
     # How each request is sampled and shaped (None: the provider's defaults); a run's own
     # settings come as a copy of the engine with them merged in (`Agent.run(settings=)`).
     settings: ModelSettings | None = None
@@ -104,6 +106,7 @@ class TurnContext:
     reserved_tokens: int = 0
     reserved_cost: float = 0.0
     threads_running: int = 0  # on the session's own turn: sub-agent threads running now
+    gated: set[str] = field(default_factory=set)  # on it too: calls the thread gate counts
     # The calls started and unanswered when this run began: a gone runner's (`closing`).
     started_before: frozenset[str] = frozenset()
     # The lease the run holds, as its tools see it (`ToolContext.fence`); on the root only.
@@ -155,6 +158,9 @@ async def run_turn(ctx: TurnContext) -> None:
     except asyncio.CancelledError:
         await asyncio.shield(_close_cancelled(ctx))
         raise
+    finally:
+        if ctx.parent is None and ctx.gated:  # admitted threads that never ran
+            threads.release(ctx)
 
 
 async def _drive(ctx: TurnContext) -> None:
@@ -443,6 +449,8 @@ async def _settle_calls(
     log = ctx.log
     fresh = threads.fresh_answer(first)
     decisions = threads.admit(ctx, decisions, fresh)
+    if ctx.root.engine.thread_gate is not None:
+        decisions = await threads.gate(ctx, decisions, fresh)
     opened = threads.opening(ctx, decisions, fresh)
     batch: list[Payload] = list(first)
     on_threads: list[str] = [log.thread] * len(batch)  # each payload's thread

@@ -19,3 +19,22 @@ async def test_a_long_session_is_folded_a_page_at_a_time() -> None:
     assert max(store.reads) == PAGE and sum(store.reads) == 4 * PAGE + 1
     transcript, view = fold(await store.read("s"))
     assert folder.transcript() == transcript and folder.view() == view
+
+
+async def test_views_hold_at_most_their_byte_budget_and_fold_a_dropped_one_again() -> None:
+    store = CountingStore()
+    for n in range(30):  # a 10 KB task each: 300 KB of transcripts
+        task = UserMessage(user(f"{n}".ljust(10_000, "t")))
+        await store.append(f"s{n}", make_events(f"s{n}", 1, [SessionCreated(model="m"), task]), 0)
+    views = Views(store, size=1_000, budget=100_000)
+    for n in range(30):
+        await views.get(f"s{n}")
+        assert views.bytes <= 100_000
+    assert 0 < len(views) < 30
+    assert views.known("s0") is None  # dropped first, as the least recently polled
+    folder = await views.get("s0")
+    transcript, view = fold(await store.read("s0"))
+    assert folder.transcript() == transcript and folder.view() == view
+    big = UserMessage(user("b" * 30_000))  # past a quarter of the budget: never kept
+    await store.append("big", make_events("big", 1, [SessionCreated(model="m"), big]), 0)
+    assert (await views.get("big")).last_seq == 2 and views.known("big") is None

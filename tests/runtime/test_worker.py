@@ -121,3 +121,23 @@ def test_validate_capabilities_refuses_what_is_not_declared() -> None:
     validate_capabilities(declared, Capabilities())
     with pytest.raises(CapabilityRefused, match="approvals, live_deltas"):
         validate_capabilities(declared, Capabilities(cancel=True, approvals=True, live_deltas=True))
+
+
+async def test_the_worker_keeps_its_engines_within_their_byte_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tether.runtime import wire, worker
+    from tether.runtime.base import AgentSpec
+    from tether.runtime.sessions import Runner
+    from tether.testing.runtime_fixtures import MODEL
+
+    monkeypatch.setattr(worker, "ENGINE_BYTES", 400_000)
+    running = worker.Worker(MemoryStore(), concurrency=1)
+    for n in range(10):  # a 20,000-character sub-agent prompt each: charged 44 KB
+        helper = AgentSpec(model=MODEL, system=f"{n}".ljust(20_000, "s"))
+        agents = {"helper": wire.to_json(helper)}
+        built = running._engine(Runner(MODEL, (), {}, True, agents=agents))
+        assert running._engine(Runner(MODEL, (), {}, True, agents=agents)) is built  # kept
+        assert running._engines.bytes <= 400_000
+    assert 0 < len(running._engines) < 10
+    await running.gateways.aclose()

@@ -121,7 +121,6 @@ async def test_a_message_not_declared_as_json_is_not_sent_and_a_bodiless_cancel_
 @pytest.mark.parametrize(
     ("action", "body", "field"),
     [
-        ("messages", {"text": "x" * 200_001}, "text"),
         ("decisions", {"call_id": "call_1", "allow": True, "reason": "x" * 10_001}, "reason"),
         ("decisions", {"call_id": "c" * 201, "allow": False}, "call_id"),
         ("cancel", {"reason": "x" * 10_001}, "reason"),

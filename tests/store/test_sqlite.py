@@ -157,3 +157,27 @@ async def test_an_event_is_decoded_once_and_a_changed_row_again(tmp_path: Path) 
     finally:
         await store.close()
         await other.close()
+
+
+async def test_decoded_events_are_kept_within_their_byte_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.store import sqlite
+
+    monkeypatch.setattr(sqlite, "_DECODED_BYTES", 256 << 10)
+    store = SQLiteStore(str(tmp_path / "t.db"))
+    events = {}
+    for n in range(40):  # 40 sessions of a 20 KB first event: 800 KB, over the budget
+        sid = f"s{n}"
+        events[sid] = make_events(sid, 1, [UserMessage(user(f"{n}".ljust(20_000, "x")))])
+        await store.append(sid, events[sid], 0)
+        assert await store.read(sid) == events[sid]
+    held = store._decoded
+    assert held.bytes <= 256 << 10 and 0 < len(held) < 40
+    huge = make_events("huge", 1, [UserMessage(user("h" * (64 << 10)))])  # past an eighth
+    await store.append("huge", huge, 0)
+    assert await store.read("huge") == huge and ("huge", 1) not in held
+    for sid, written in events.items():  # the dropped ones are read and decoded again
+        assert await store.read(sid) == written
+    assert held.bytes <= 256 << 10
+    await store.close()

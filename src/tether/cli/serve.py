@@ -68,6 +68,16 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
         "experiment (plain functions defined there, in a thread, time-limited); repeatable; "
         "default: none (their pass and score show as unknown)",
     )
+    serve.add_argument(
+        "--limit",
+        action="append",
+        default=None,
+        metavar="NAME=VALUE",
+        help="what one request may hold (repeatable): body_bytes (1 MiB), text_bytes (256 KiB: "
+        "a task, a system prompt, a message), metadata_keys (64), metadata_key_chars (128), "
+        "metadata_value_bytes (4 KiB), metadata_bytes (16 KiB), metadata_depth (8), "
+        "metadata_items (1024)",
+    )
     worker = sub.add_parser("worker", help="run sessions from a store (apart from the server)")
     worker.add_argument("--store", default=None, help=store_help)
     worker.add_argument("--concurrency", type=COUNT, default=16, metavar="N")
@@ -218,6 +228,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
 
         from tether.server.app import create_app
         from tether.server.auth import Tokens
+        from tether.server.bounds import InputLimits
         from tether.server.metrics import check_token
     except ImportError as exc:
         raise UsageError(
@@ -227,6 +238,10 @@ async def cmd_serve(args: argparse.Namespace) -> int:
 
     gateway = gateway_config(args)
     endpoints = endpoint_policy(args)
+    try:
+        limits = InputLimits.parse(args.limit or [])
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if args.no_auth and not _loopback(args.host):
         raise UsageError(
             f"--no-auth serves on loopback only (127.0.0.1, ::1, localhost), not on {args.host}: "
@@ -262,8 +277,9 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         gateway=gateway,
         park_after=park_after(args),
         endpoints=endpoints,
+        quotas=None if tokens is None else tokens.quota,
     )
-    app = create_app(runtime, tokens, metrics_token=metrics_token)
+    app = create_app(runtime, tokens, metrics_token=metrics_token, limits=limits)
     # On SIGTERM, requests in flight get STREAM_GRACE seconds; an event stream never ends on
     # its own, so without a bound one open stream would hold the server up for good. Cut
     # streams resume elsewhere from their last event id.

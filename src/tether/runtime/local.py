@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from tether.errors import IdempotencyConflict, SessionNotFound, UsageError
@@ -86,7 +86,10 @@ class LocalRuntime:
     `park_after`: a session whose model call would wait that many seconds or more for a
     spent budget or an open circuit is parked rather than held in its slot (`Worker`).
     `endpoints`: the model URLs a spec may make this process call (`EndpointPolicy`), for
-    callers that are not trusted to choose them; None allows any."""
+    callers that are not trusted to choose them; None allows any. `quotas`: each tenant's
+    `Quota`, for what no request of the tenant brings (its sub-agent threads, its spending,
+    counted for the sessions this process's workers run); None: the quota of the tenant's
+    last `for_tenant`."""
 
     def __init__(
         self,
@@ -102,6 +105,7 @@ class LocalRuntime:
         gateway: GatewayConfig | None = None,
         park_after: float | None = 10.0,
         endpoints: EndpointPolicy | None = None,
+        quotas: Callable[[str], Quota] | None = None,
     ) -> None:
         owns = isinstance(store, str)
         the_store = open_store(store) if isinstance(store, str) else store
@@ -110,6 +114,8 @@ class LocalRuntime:
         tail = Tail(the_store)
         hub = EventHub(the_store, interval=poll_interval, tail=tail)
         code = None if allow_code is None else Published(tuple(allow_code), tuple(allow_check))
+        folds = Views(the_store, views)
+        admission = Admission(the_store, folds, quotas=quotas)
         worker = None
         if workers > 0:
             worker = Worker(
@@ -125,9 +131,9 @@ class LocalRuntime:
                 endpoints=endpoints,
                 code=code,
                 tail=tail,
+                quotas=admission,
             )
-        folds = Views(the_store, views)
-        self._core = _Core(the_store, owns, hub, folds, worker, Admission(the_store, folds))
+        self._core = _Core(the_store, owns, hub, folds, worker, admission)
         self._core.code = code
         self._core.endpoints = endpoints
         self.tenant: str | None = None
@@ -140,6 +146,7 @@ class LocalRuntime:
         scoped._core = self._core
         scoped.tenant = tenant
         scoped.quota = quota or Quota()
+        self._core.admission.quotas[tenant] = scoped.quota
         return scoped
 
     @property

@@ -9,12 +9,12 @@ sessions is `worker`; the operations themselves are `local`.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tether.agent import Agent, resolve_model
+from tether.bounded import ByteLRU, approx_size
 from tether.errors import Conflict, IdempotencyConflict, KeyMissing, TetherError, UsageError
 from tether.events import Event, SessionCreated, UserMessage, format_time
 from tether.fold import Folder
@@ -267,24 +267,40 @@ PAGE = 500
 class _View:
     folder: Folder
     keyed: dict[str, Event]  # events named by an idempotency key, for `control.send_message`
+    fixed: int = 0  # the estimated bytes of what never changes: system prompt and metadata
+
+    def size(self) -> int:
+        """About the bytes the view holds: its fixed part and the transcript."""
+        if not self.fixed and self.folder.last_seq:
+            folder = self.folder
+            self.fixed = len(folder.system or "") + approx_size(folder.metadata) + 1_024
+        return self.fixed + self.folder.transcript_chars
+
+
+VIEWS_BYTES = 64 << 20  # what `Views` holds at most: a view past a quarter of it is not kept
 
 
 class Views:
     """Incremental folds of the sessions this process was asked about, so a poll reads only
-    the events since the last one, and steering (`known`) reads no log at all. Bounded: the
-    least recently polled are dropped."""
+    the events since the last one, and steering (`known`) reads no log at all. Bounded by
+    count and by bytes (`budget`, each view charged its transcript, system prompt and
+    metadata): the least recently polled are dropped, and a view too large to keep is
+    folded again at each poll."""
 
-    def __init__(self, store: Store, size: int = 1_000) -> None:
+    def __init__(self, store: Store, size: int = 1_000, budget: int = VIEWS_BYTES) -> None:
         self.store = store
         self.size = size
-        self._views: OrderedDict[str, _View] = OrderedDict()
+        self._views: ByteLRU[str, _View] = ByteLRU(size, budget, budget // 4)
+
+    @property
+    def bytes(self) -> int:
+        return self._views.bytes
+
+    def __len__(self) -> int:
+        return len(self._views)
 
     async def get(self, session_id: str) -> Folder:
-        view = self._views.get(session_id)
-        if view is None:
-            view = _View(Folder(), {})
-        else:
-            self._views.move_to_end(session_id)
+        view = self._views.get(session_id) or _View(Folder(), {})
         folder = view.folder
         while True:
             news = await self.store.read(session_id, folder.last_seq, limit=PAGE)
@@ -295,10 +311,8 @@ class Views:
                         view.keyed[event.id] = event
             if len(news) < PAGE:
                 break
-        if folder.last_seq > 0 and session_id not in self._views:
-            self._views[session_id] = view
-            while len(self._views) > self.size:
-                self._views.popitem(last=False)
+        if folder.last_seq > 0:
+            self._views.put(session_id, view, view.size())
         return folder
 
     def seed(self, session_id: str, events: Sequence[Event]) -> None:
@@ -311,12 +325,10 @@ class Views:
             view.folder.apply(event)
             if event.id.startswith(KEYED):
                 view.keyed[event.id] = event
-        self._views[session_id] = view
-        while len(self._views) > self.size:
-            self._views.popitem(last=False)
+        self._views.put(session_id, view, view.size())
 
     def known(self, session_id: str) -> Known | None:
         """What this process knows of the session as of its last `get`, for steering it
         without reading its log; None when it is not held (never asked, or dropped)."""
-        view = self._views.get(session_id)
+        view = self._views.peek(session_id)
         return None if view is None else Known(view.folder, view.keyed)

@@ -15,11 +15,11 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from tether.agent import SessionDeltaObserver
+from tether.bounded import ByteLRU
 from tether.context import make_context
 from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
 from tether.events import Event, SessionCreated, parse_time
@@ -31,6 +31,7 @@ from tether.published import Published
 from tether.recovery import closing, threads_of
 from tether.runtime.claims import DEFAULT_MAX_CLAIMS, Probation, take_work
 from tether.runtime.gateways import Gateways, SessionRouted
+from tether.runtime.quotas import Admission
 from tether.runtime.sessions import Runner, build_runner, subagent_tools
 from tether.scheduler import GatewayConfig
 from tether.session import blips
@@ -49,6 +50,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("tether.worker")
 
 ENGINES = 64  # built engines kept, by model, tools and limits
+# ... and the bytes they hold at most, each charged its key twice (the key holds every
+# sub-agent's system prompt, which the engine holds again).
+ENGINE_BYTES = 32 << 20
 # How long one wait on the store's news lasts; it ends early as soon as news comes.
 NEWS_SPAN = 5.0
 # How long a stopping worker waits for handed-over runs to let their leases go.
@@ -70,8 +74,9 @@ class Worker:
     `endpoints`: the model URLs it may call; a session whose model would call another is
     failed, never run (None: any). `code`: what a session's spec may name (the operator's
     `--allow-code`; a session naming anything else is failed, never run; None: any code).
-    `tail`: the process's tail of `store`, shared with
-    its event hub (None: the worker's runs make their own)."""
+    `tail`: the process's tail of `store`, shared with its event hub (None: the worker's runs
+    make their own). `quotas`: the tenants' quotas of the runtime it runs for, which admit its
+    sub-agent threads and count its spending (None: none)."""
 
     def __init__(
         self,
@@ -89,6 +94,7 @@ class Worker:
         endpoints: EndpointPolicy | None = None,
         code: Published | None = None,
         tail: Tail | None = None,
+        quotas: Admission | None = None,
     ) -> None:
         if concurrency < 1:
             raise UsageError(f"a worker needs concurrency of at least 1, not {concurrency}")
@@ -108,6 +114,7 @@ class Worker:
         self.park_after = park_after
         self.endpoints = endpoints
         self.code = code
+        self.quotas = quotas
         self._http: httpx.AsyncClient | None = None  # guarded, made at the first model
         self.turns_run = 0
         self.failures = 0
@@ -115,7 +122,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
         self.runs = Runs(store, lease_ttl=lease_ttl, watch_interval=watch_interval, tail=tail)
-        self._engines: OrderedDict[str, Engine] = OrderedDict()
+        self._engines: ByteLRU[str, Engine] = ByteLRU(ENGINES, ENGINE_BYTES)
         self.gateways = Gateways(gateway, park_after=park_after)
         self._attempts: dict[str, int] = {}  # failed runs in a row, by session
         self._suspect: str | None = None  # the suspect running here: one at a time
@@ -316,7 +323,13 @@ class Worker:
             await self._fail(sid, f"the worker cannot build this session's runner: {exc}", lease)
             await self.store.clear_runnable(wakeup)
             return
-        session_log = await SessionLog.load(self.store, sid, observers=self._observers() + watch)
+        spends: tuple[Callable[[Event], None], ...] = ()
+        quotas, tenant = self.quotas, runner.tenant
+        if quotas is not None and tenant is not None and quotas.quota_of(tenant).counts_spend:
+            spends = (functools.partial(quotas.observe, tenant),)
+        session_log = await SessionLog.load(
+            self.store, sid, observers=self._observers() + watch + spends
+        )
         ended = session_log.folder.terminal
         if not ended:
             await self._resume_place(engine.model, session_log.folder)
@@ -349,7 +362,6 @@ class Worker:
         key = runner.key()
         engine = self._engines.get(key)
         if engine is not None:
-            self._engines.move_to_end(key)
             return engine
         agents = runner.sub_agents()
         model, tools = self._build(runner.model, runner.tools)
@@ -361,10 +373,9 @@ class Worker:
             context=make_context(True, model),
             max_depth=runner.max_depth,
             max_threads=runner.max_threads,
+            thread_gate=self.quotas,
         )
-        self._engines[key] = engine
-        while len(self._engines) > ENGINES:
-            self._engines.popitem(last=False)
+        self._engines.put(key, engine, 2 * len(key) + 4_096)
         return engine
 
     def _build(self, model_spec: str, tool_specs: tuple[str, ...]) -> tuple[Model, list[Tool]]:

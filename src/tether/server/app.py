@@ -30,6 +30,7 @@ from tether.runtime.base import SessionRef
 from tether.runtime.local import LocalRuntime
 from tether.server import experiments, listing, listquery, offer
 from tether.server.auth import Tokens
+from tether.server.bounds import InputLimits
 from tether.server.errors import ApiError, envelope, error_response
 from tether.server.metrics import Metrics
 from tether.server.params import (
@@ -75,8 +76,10 @@ class Api:
         tokens: Tokens | None,
         gateways: Iterable[Any] = (),
         metrics_token: str | None = None,
+        limits: InputLimits | None = None,
     ) -> None:
         self.runtime = runtime
+        self.limits = limits or InputLimits()
         self.tokens = tokens  # None: no authentication, one unscoped tenant
         self.metrics = Metrics(runtime, gateways)
         self.metrics_token = metrics_token  # None: /metrics names no tenant and no backend
@@ -136,7 +139,11 @@ class Api:
 
     # -- the operations --------------------------------------------------------------------
     async def start(self, request: Request, rt: LocalRuntime) -> Response:
-        body = await parse(request, StartBody)
+        limits = self.limits
+        body = await parse(
+            request, StartBody, max_body=limits.body_bytes, check=limits.check_start_json
+        )
+        limits.check_start(body)
         key = idempotency_key(request)
         ref = await rt.start(body.to_spec(), idempotency_key=key)
         status = await rt.poll(ref)
@@ -188,7 +195,8 @@ class Api:
 
     async def send(self, request: Request, rt: LocalRuntime) -> Response:
         ref = session_ref(request)
-        body = await parse(request, MessageBody)
+        body = await parse(request, MessageBody, max_body=self.limits.body_bytes)
+        self.limits.check_text("the message", body.text)
         # The key names the message's event in the log: any server process finds it there.
         sent = await rt.deliver(ref, body.text, idempotency_key=idempotency_key(request))
         done = "sent" if sent else "sent already"
@@ -203,7 +211,8 @@ class Api:
 
     async def answer(self, request: Request, rt: LocalRuntime) -> Response:
         ref = session_ref(request)
-        body = await parse(request, AnswerBody)
+        body = await parse(request, AnswerBody, max_body=self.limits.body_bytes)
+        self.limits.check_answer(body)
         await rt.answer(ref, body.call_id, body.data, body.action)
         done = f"{body.call_id} answered ({body.action})"
         return JSONResponse({"session_id": ref.session_id, "done": done})
@@ -332,10 +341,12 @@ def create_app(
     *,
     gateways: Iterable[Any] = (),
     metrics_token: str | None = None,
+    limits: InputLimits | None = None,
 ) -> Starlette:
     """The app for `runtime`. `tokens=None` turns authentication off (one unscoped tenant),
-    and then only loopback requests from the server's own pages are served (`web`)."""
-    api = Api(runtime, tokens, gateways, metrics_token)
+    and then only loopback requests from the server's own pages are served (`web`).
+    `limits`: what a request may hold (`bounds.InputLimits()` by default)."""
+    api = Api(runtime, tokens, gateways, metrics_token, limits)
     r = api.route
     routes = [
         Route("/healthz", r("health", api.health, auth=False), name="health"),

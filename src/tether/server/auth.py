@@ -3,12 +3,14 @@
 
 File: `{"tenants": {"acme": ["TOKEN", ...], ...}}`, or with quotas
 `{"tenants": {"acme": {"tokens": ["TOKEN"], "max_running": 50, "starts_per_minute": 600,
-"max_output_tokens": 32000}}}` (the same in TOML, `[tenants.acme]`).
+"max_output_tokens": 32000, ...}}}` (every field of `Quota`; the same in TOML,
+`[tenants.acme]`).
 Environment: `TETHER_TOKENS="acme=TOKEN,globex=TOKEN"` (no quotas).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -21,7 +23,7 @@ from tether.runtime.quotas import Quota
 
 TENANT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MIN_TOKEN = 16  # characters: a short token is a guessable one
-QUOTA_KEYS = ("max_running", "starts_per_minute", "max_output_tokens")
+QUOTA_KEYS = tuple(f.name for f in dataclasses.fields(Quota))
 
 
 def _digest(token: str) -> str:

@@ -8,15 +8,17 @@ whose log cannot be read (a damaged store file) is left out and named in the pag
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
+from tether.bounded import ByteLRU
 from tether.errors import CorruptLog, SessionNotFound
 from tether.events import SessionCreated, UserMessage
-from tether.messages import JSONObject, canonical_json
+from tether.messages import JSONObject, JSONValue
 from tether.runtime.base import RESERVED_METADATA, SessionRef, SessionSummary
 from tether.runtime.local import LocalRuntime
 from tether.server.listquery import Key, Query, encode_cursor
@@ -27,11 +29,15 @@ from tether.store.base import SessionInfo
 SCAN = 10_000
 KEPT = 2 * SCAN  # sessions whose first events and row a `Listing` keeps
 TEXT = 2_000  # characters of a task or a metadata value kept to search and filter by
+KEPT_KEYS = 100  # metadata keys kept to filter by (the API takes 64 at a start, by default)
+KEPT_BYTES = 32 << 20  # what a `Listing`'s origins hold at most, and its rows as much again
 SHOWN = 300  # characters of the task, and of each metadata value, a row carries
 SHOWN_KEYS = 20  # metadata keys a row carries
 NUMERIC = ("tokens", "cost")
-V = TypeVar("V")
 log = logging.getLogger("tether.server")
+# `canonical_json`'s form, written piece by piece: a value's text is cut at `TEXT`
+# characters without encoding the rest of it.
+_PIECES = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +49,10 @@ class Origin:
     metadata: dict[str, str]  # the caller's metadata (not the runtime's keys), values as text
     haystack: str  # lower case: what `q` is looked for in
 
+    def size(self) -> int:
+        """About the bytes it holds (its texts twice: as given, and in the haystack)."""
+        return 256 + len(self.haystack) * 2 + 64 * len(self.metadata)
+
 
 @dataclass(frozen=True, slots=True)
 class Row:
@@ -52,6 +62,10 @@ class Row:
     tokens: int
     cost_usd: float | None
     last_seq: int
+
+    def size(self) -> int:
+        summary = self.summary
+        return 512 + len(summary.model) + len(summary.last_output) + len(summary.session_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +98,26 @@ def origin_of(first: Sequence[object], session_id: str) -> Origin:
     message = first[1] if len(first) > 1 and isinstance(first[1], UserMessage) else None
     raw = created.metadata if created is not None else {}
     tenant = raw.get("tenant")
-    metadata = {
-        key: (value if isinstance(value, str) else canonical_json(value))[:TEXT]
-        for key, value in raw.items()
-        if key not in RESERVED_METADATA
-    }
+    caller = (item for item in raw.items() if item[0] not in RESERVED_METADATA)
+    metadata = {key[:TEXT]: as_text(value) for key, value in itertools.islice(caller, KEPT_KEYS)}
     task = message.message.text[:TEXT] if message is not None else ""
     haystack = "\n".join([session_id, task, *metadata.values()]).lower()
     return Origin(tenant if isinstance(tenant, str) else None, task, metadata, haystack)
+
+
+def as_text(value: JSONValue) -> str:
+    """A metadata value as the list shows and filters it: a string as it is, anything else
+    as its canonical JSON; either cut at `TEXT` characters, the rest never encoded."""
+    if isinstance(value, str):
+        return value[:TEXT]
+    pieces: list[str] = []
+    written = 0
+    for piece in _PIECES.iterencode(value):
+        pieces.append(piece)
+        written += len(piece)
+        if written >= TEXT:
+            break
+    return "".join(pieces)[:TEXT]
 
 
 def matches(entry: Entry, query: Query, *, states: bool = True) -> bool:
@@ -144,27 +170,20 @@ def after(key: Key, cursor: Key | None, ascending: bool) -> bool:
 
 class Listing:
     """One server's session list: the origins and rows it has read, the least recently
-    listed dropped past `size` sessions."""
+    listed dropped past `size` sessions or `budget` bytes of each."""
 
-    def __init__(self, size: int = KEPT) -> None:
+    def __init__(self, size: int = KEPT, budget: int = KEPT_BYTES) -> None:
         self.size = size
-        self._origins: OrderedDict[str, Origin] = OrderedDict()
-        self._rows: OrderedDict[str, Row] = OrderedDict()
+        self.origins: ByteLRU[str, Origin] = ByteLRU(size, budget)
+        self.rows: ByteLRU[str, Row] = ByteLRU(size, budget)
         self.reads = 0  # first-events reads and polls made, for tests and benchmarks
-
-    def _keep(self, kept: OrderedDict[str, V], session_id: str, value: V) -> V:
-        kept[session_id] = value
-        kept.move_to_end(session_id)
-        while len(kept) > self.size:
-            kept.popitem(last=False)
-        return value
 
     async def entry(self, rt: LocalRuntime, info: SessionInfo) -> Entry | None:
         """The session's entry, or None when it is not this tenant's (nor anybody's yet).
         `CorruptLog` for the tenant's session that cannot be read; one whose first events
         cannot be read is nobody's but an unauthenticated server's (whose it is is unknown)."""
         sid = info.session_id
-        origin = self._origins.get(sid)
+        origin = self.origins.get(sid)
         if origin is None:
             self.reads += 1
             try:
@@ -176,12 +195,13 @@ class Listing:
                 raise
             if not first:
                 return None
-            origin = self._keep(self._origins, sid, origin_of(first, sid))
+            origin = origin_of(first, sid)
+            self.origins.put(sid, origin, origin.size())
         # The tenant check of `LocalRuntime._folder`, made before any fold is read; the poll
         # below makes it again.
         if rt.tenant is not None and origin.tenant != rt.tenant:
             return None
-        row = self._rows.get(sid)
+        row = self.rows.get(sid)
         if row is None or row.last_seq < info.last_seq:
             self.reads += 1
             try:
@@ -190,7 +210,7 @@ class Listing:
                 return None
             summary = SessionSummary.of(view, info.created, info.updated)
             row = Row(summary, view.usage.total_tokens, view.cost_usd, view.last_seq)
-            self._keep(self._rows, sid, row)
+            self.rows.put(sid, row, row.size())
         if (row.summary.created, row.summary.updated) != (info.created, info.updated):
             # The listing's times, as the sort and the cursor use them.
             summary = replace(row.summary, created=info.created, updated=info.updated)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -87,16 +88,28 @@ def _no_constants(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
-async def parse(request: Request, model: type[B], *, required: bool = True) -> B:
-    """The body as `model`, or a 4xx naming what is wrong."""
+async def parse(
+    request: Request,
+    model: type[B],
+    *,
+    required: bool = True,
+    max_body: int = MAX_BODY,
+    check: Callable[[object], None] | None = None,
+) -> B:
+    """The body as `model`, or a 4xx naming what is wrong; `check` refuses what the parsed
+    JSON holds before it is validated (an `ApiError`)."""
     size = request.headers.get("content-length")
-    if size is not None and size.isdigit() and int(size) > MAX_BODY:
-        raise ApiError("payload_too_large", f"the body has {size} bytes; the limit is {MAX_BODY}")
+    if size is not None and size.isdigit() and int(size) > max_body:
+        raise ApiError(
+            "payload_too_large", f"the body has {size} bytes; the limit is {max_body} (body_bytes)"
+        )
     raw = bytearray()
     async for chunk in request.stream():
         raw += chunk
-        if len(raw) > MAX_BODY:
-            raise ApiError("payload_too_large", f"the body is over the limit of {MAX_BODY} bytes")
+        if len(raw) > max_body:
+            raise ApiError(
+                "payload_too_large", f"the body is over the limit of {max_body} bytes (body_bytes)"
+            )
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if raw and kind != "application/json":  # a form or text/plain never passes for JSON
         given = repr(kind[:80]) if kind else "a body without Content-Type"
@@ -110,6 +123,8 @@ async def parse(request: Request, model: type[B], *, required: bool = True) -> B
         json.dumps(data, ensure_ascii=False).encode()  # refuses lone surrogates
     except (ValueError, RecursionError, UnicodeError) as exc:
         raise ApiError("invalid_json", f"the body is not valid JSON: {str(exc)[:200]}") from None
+    if check is not None:
+        check(data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

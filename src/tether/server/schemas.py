@@ -34,7 +34,10 @@ if TYPE_CHECKING:
     CapabilityName = str
 else:  # Capabilities' field names, as a Literal: pydantic checks a name and documents them all
     CapabilityName = Literal[Capabilities.names()]
-Text = Field(min_length=1, max_length=200_000)
+# A text's own bound is the body's: `bounds.InputLimits.text_bytes` (set by the operator)
+# is the one that names itself when a text is too long.
+MAX_TEXT = 1 << 20
+Text = Field(min_length=1, max_length=MAX_TEXT)
 MAX_AGENTS = 16  # sub-agents in one spec
 # A sub-agent's name (`SessionSpec.check` holds it to `tether.session.threads.check_name`).
 AgentName = Annotated[str, Field(min_length=1, max_length=64)]
@@ -59,7 +62,7 @@ class AgentBody(_Body):
     """A sub-agent of a session to start (see `AgentSpec`)."""
 
     model: str = Field(min_length=1, max_length=500)
-    system: str | None = Field(None, max_length=200_000)
+    system: str | None = Field(None, max_length=MAX_TEXT)
     tools: list[str] = Field(default_factory=list, max_length=100)
     limits: LimitsBody = Field(default_factory=lambda: LimitsBody.model_validate({}))
     description: str | None = Field(None, max_length=10_000)
@@ -84,7 +87,7 @@ class StartBody(_Body):
     model: str = Field(min_length=1, max_length=500, examples=["scripted:demo"])
     task: str = Text
     tools: list[str] = Field(default_factory=list, max_length=100)
-    system: str | None = Field(None, max_length=200_000)
+    system: str | None = Field(None, max_length=MAX_TEXT)
     limits: LimitsBody = Field(default_factory=lambda: LimitsBody.model_validate({}))
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
     end_after_turn: bool = False

@@ -20,7 +20,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tether.errors import UsageError
 from tether.events import (
@@ -45,6 +45,17 @@ HistoryFilter = Callable[[tuple[Message, ...]], Sequence[Message]]
 
 DEFAULT_MAX_DEPTH = 3  # a sub-agent's sub-agent's sub-agent, and no deeper
 DEFAULT_MAX_THREADS = 8  # sub-agent threads running at once in one session
+
+
+class ThreadGate(Protocol):
+    """Threads counted across the sessions of a tenant (a runtime's quota): asked before a
+    sub-agent's thread opens, told when it is over."""
+
+    async def enter_thread(self, tenant: str) -> str | None:
+        """Count one more thread of `tenant`; or, counting nothing, why it may not start."""
+        ...
+
+    def leave_thread(self, tenant: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +109,49 @@ def admit(ctx: TurnContext, decisions: list[Decision], fresh: bool) -> list[Deci
         handoff_taken = handoff_taken or sub.handoff
         out.append(d)
     return out
+
+
+async def gate(ctx: TurnContext, decisions: list[Decision], fresh: bool) -> list[Decision]:
+    """The decisions `admit` let through, each new sub-agent thread asked of the session
+    engine's `thread_gate` (the tenant's threads): one it refuses is answered with why.
+    Each one let through is counted until its thread's run is over (`run_thread`), or, if
+    it never ran, until the session's turn is (`release`)."""
+    root = ctx.root
+    threads_gate = root.engine.thread_gate
+    if threads_gate is None or ctx.caller is None:
+        return decisions
+    out: list[Decision] = []
+    for d in decisions:
+        sub = d.tool.subagent if d.action == "run" and d.tool is not None else None
+        if sub is None or (not fresh and d.call.id in ctx.log.folder.call_threads):
+            out.append(d)
+            continue
+        why = await threads_gate.enter_thread(ctx.caller.tenant)
+        if why is not None:
+            content = f"sub-agent {sub.name} was not started: {why}"
+            out.append(Decision(d.call, "answer", ToolFinished(d.call.id, "error", content)))
+            continue
+        root.gated.add(_gated(ctx, d.call.id))
+        out.append(d)
+    return out
+
+
+def _gated(ctx: TurnContext, call_id: str) -> str:
+    """A call's key among the counted ones: call ids repeat across threads."""
+    return f"{ctx.log.thread}\x00{call_id}"
+
+
+def release(ctx: TurnContext, call_id: str | None = None) -> None:
+    """Uncount the gated thread of the caller's call `call_id`, or, with None, every one
+    the session still counts."""
+    root = ctx.root
+    threads_gate = root.engine.thread_gate
+    if threads_gate is None or ctx.caller is None:
+        return
+    for gated in [_gated(ctx, call_id)] if call_id is not None else list(root.gated):
+        if gated in root.gated:
+            root.gated.discard(gated)
+            threads_gate.leave_thread(ctx.caller.tenant)
 
 
 def opening(
@@ -184,6 +238,7 @@ async def run_thread(ctx: TurnContext, decision: Decision) -> CallOutcome | None
         return _result(sub, folder.finished, tool.output_cap, started)
     finally:
         root.threads_running -= 1
+        release(ctx, decision.call.id)
         branch.close()
 
 

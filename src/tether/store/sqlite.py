@@ -19,12 +19,12 @@ import logging
 import os
 import sqlite3
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+from tether.bounded import ByteLRU
 from tether.errors import (
     ConfigError,
     Conflict,
@@ -68,8 +68,12 @@ _KNOWN_MAX = 100_000
 _WAL_CHECKPOINT_PAGES = 4_000
 # A read's first rows are read on the loop's thread (see `read`), the rest on the reader's.
 _INLINE_ROWS = 64
-# Events kept decoded, the oldest remembered forgotten first (a few MiB).
+# Events kept decoded, the oldest remembered forgotten first: at most this many, holding
+# at most this many bytes of stored text (the decoded event holds about as much again).
+# An event larger than an eighth of that is decoded at each read instead of kept.
 _DECODED_MAX = 8_192
+_DECODED_BYTES = 16 << 20
+_ROW_OVERHEAD = 512  # what a kept row and its event cost beside the data's text
 _WRITER_CACHE_KIB = -65_536  # negative: KiB, not pages; filled only as pages are used
 
 # Rows stand in append order (`pos`), not clustered by session: a group commit of a
@@ -224,7 +228,9 @@ class SQLiteStore:
         self._last: dict[str, int] = {}
         self._leases: dict[str, Lease | None] = {}  # None: the session has no lease row
         # Rows this process wrote or read lately, with their events (which are immutable).
-        self._decoded: OrderedDict[tuple[str, int], tuple[EventRow, Event]] = OrderedDict()
+        self._decoded: ByteLRU[tuple[str, int], tuple[EventRow, Event]] = ByteLRU(
+            _DECODED_MAX, _DECODED_BYTES
+        )
 
     # -- thread-side --------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -473,9 +479,7 @@ class SQLiteStore:
     def _remember(self, rows: Sequence[EventRow], events: Sequence[Event]) -> None:
         decoded = self._decoded
         for row, event in zip(rows, events, strict=True):
-            decoded[(row[0], row[1])] = (row, event)
-        while len(decoded) > _DECODED_MAX:
-            decoded.popitem(last=False)
+            decoded.put((row[0], row[1]), (row, event), len(row[6]) + _ROW_OVERHEAD)
 
     @staticmethod
     def _select_events(
