@@ -12,13 +12,16 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from tether.store.credentials import (
     MemoryCredentials,
-    PostgresCredentials,
-    SQLiteCredentials,
+    MemoryRows,
+    PostgresRows,
     open_credentials,
 )
+from tether.store.sealing import Keyring
 from tether.tools.mcp import parse_mcp_config
 from tether.tools.mcp.auth_config import McpOAuth
 from tether.tools.mcp.tokens import StoredTokens
+
+KEYRING = Keyring(b"k" * 32)
 
 
 def test_auth_and_sse_are_read_with_variables_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,7 +61,9 @@ def test_auth_and_sse_are_read_with_variables_expanded(monkeypatch: pytest.Monke
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 async def test_credentials_are_kept_replaced_and_deleted(kind: str, tmp_path: Path) -> None:
     credentials = (
-        MemoryCredentials() if kind == "memory" else SQLiteCredentials(str(tmp_path / "t.db"))
+        MemoryCredentials()
+        if kind == "memory"
+        else open_credentials(f"sqlite:///{tmp_path / 't.db'}", KEYRING)
     )
     assert await credentials.get("k") is None
     await credentials.put("k", "one")
@@ -72,21 +77,21 @@ async def test_sqlite_credentials_outlive_the_object_and_share_the_store_file(
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'tether.db'}"
-    await open_credentials(url).put("k", "kept")
-    assert await open_credentials(url).get("k") == "kept"
-    assert isinstance(open_credentials("memory:"), MemoryCredentials)
-    assert isinstance(open_credentials("postgresql://u:p@h/db"), PostgresCredentials)
+    await open_credentials(url, KEYRING).put("k", "kept")
+    assert await open_credentials(url, KEYRING).get("k") == "kept"
+    assert isinstance(open_credentials("memory:", KEYRING).rows, MemoryRows)
+    assert isinstance(open_credentials("postgresql://u:p@h/db", KEYRING).rows, PostgresRows)
 
 
 async def test_postgres_credentials_round_trip() -> None:
     url = os.environ.get("TETHER_TEST_POSTGRES_URL")
     if not url:
         pytest.skip('TETHER_TEST_POSTGRES_URL is not set: eval "$(bash .ci/postgres.sh)"')
-    credentials = PostgresCredentials(url)
+    credentials = open_credentials(url, KEYRING)
     key = f"test-{time.time_ns()}"
     await credentials.put(key, "one")
     await credentials.put(key, "two")
-    assert await PostgresCredentials(url).get(key) == "two"
+    assert await open_credentials(url, KEYRING).get(key) == "two"
     await credentials.delete(key)
     assert await credentials.get(key) is None
 
