@@ -232,7 +232,11 @@ async def oauth_provider(
     async def redirect(authorization_url: str) -> None:
         await callback.start()
         logger.info("MCP server %s: waiting for sign-in on %s", server, callback.redirect_uri)
-        await on_authorize(server, authorization_url)
+        try:
+            await on_authorize(server, authorization_url)
+        except BaseException:
+            await callback.close()  # nobody will come back: the port is free for a retry
+            raise
 
     return _CodeProvider(
         server_url=url,
