@@ -29,7 +29,12 @@ from mcp.client.auth.extensions.client_credentials import (
     SignedJWTParameters,
 )
 from mcp.client.auth.oauth2 import OAuthContext
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthToken,
+)
 from pydantic import AnyUrl
 
 from tether.store.credentials import Credentials, open_credentials
@@ -91,8 +96,7 @@ class _CodeProvider(OAuthClientProvider):
                 newer = await self.kept.turn_to_refresh()
                 if newer is None:
                     break  # this process's turn: the SDK's flow refreshes
-                self.context.current_tokens = newer
-                _restore_expiry(self.context)
+                self._take(newer)
             flow = super()._auth_flow(request)
             try:
                 outgoing = await flow.__anext__()
@@ -109,12 +113,16 @@ class _CodeProvider(OAuthClientProvider):
             if response.status_code != 200:
                 newer = await self.kept.rotated_elsewhere()
                 if newer is not None:
-                    self.context.current_tokens = newer
-                    _restore_expiry(self.context)
+                    self._take(newer)
                     return True
             return await super()._handle_refresh_response(response)
         finally:
             await self.kept.release_turn()
+
+    def _take(self, tokens: OAuthToken) -> None:
+        """Use the tokens another process stored (their expiry counted from when it did)."""
+        self.context.current_tokens = tokens
+        self.context.update_token_expiry(tokens)
 
 
 class _MachineProvider(ClientCredentialsOAuthProvider):
