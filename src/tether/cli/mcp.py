@@ -2,9 +2,9 @@
 a resource read (`--read URI`) or a prompt filled (`--get NAME --arg K=V`); `tether mcp logout
 FILE` forgets the OAuth tokens kept for its servers.
 
-A thin adapter over `McpToolSource`. It stores only what OAuth keeps (tokens, sealed, in `--store`'s
-database); a server that needs a sign-in prints the URL to open. The servers are stopped when
-it ends.
+A thin adapter over `McpToolSource`. It stores only what OAuth keeps (tokens, sealed, in
+`--store`'s database); a server that needs a sign-in prints the URL to open. The servers are
+stopped when it ends.
 """
 
 from __future__ import annotations

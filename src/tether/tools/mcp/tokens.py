@@ -17,7 +17,7 @@ import time
 
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-from tether.store.credentials import Credentials
+from tether.store.credentials import Credentials, Kept
 
 _PREFIX = "mcp-oauth"
 # How long a process holds the turn to refresh (longer than a token request may take: a
@@ -74,9 +74,8 @@ class StoredTokens:
             kept = await self._credentials.read(self._tokens_key)
             if kept is None:
                 return None  # forgotten: the flow signs in afresh
-            if kept.version != self._version:
-                self._version = kept.version
-                return _token_of(kept.text)
+            if (newer := self._newer(kept)) is not None:
+                return newer
             if not kept.claimed and await self._credentials.claim(
                 self._tokens_key, kept.version, self._holder, REFRESH_TURN
             ):
@@ -88,7 +87,11 @@ class StoredTokens:
         """After a refresh was refused: the tokens another process stored meanwhile, if any
         (the refresh token this one sent was already used up by it)."""
         kept = await self._credentials.read(self._tokens_key)
-        if kept is None or kept.version == self._version:
+        return None if kept is None else self._newer(kept)
+
+    def _newer(self, kept: Kept) -> OAuthToken | None:
+        """The record's tokens if another process wrote it since this one read or wrote it."""
+        if kept.version == self._version:
             return None
         self._version = kept.version
         return _token_of(kept.text)
