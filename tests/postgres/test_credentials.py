@@ -7,9 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from store.test_credentials import CHECKS, SERVER, new_key
-from tether.store.credentials import DEFAULT_TENANT, open_credentials
-from tether.store.sealing import Keyring, key_id
+from store.test_credentials import CHECKS, SERVER, check_the_unscoped_rows_of_before
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
@@ -30,9 +28,4 @@ async def test_the_unscoped_table_of_before_becomes_the_default_tenants(pg_url: 
         await conn.execute(
             "INSERT INTO tether_credentials VALUES (%s, '{\"old\": 1}', 0)", (SERVER,)
         )
-    key = new_key()
-    creds = open_credentials(pg_url, Keyring(key))
-    assert await creds.get(SERVER) == '{"old": 1}'
-    assert await creds.for_tenant("acme").get(SERVER) is None
-    row = await creds.rows.get(DEFAULT_TENANT, SERVER)
-    assert row is not None and row.version == 1 and f":{key_id(key)}:" in row.value
+    await check_the_unscoped_rows_of_before(pg_url)

@@ -26,7 +26,13 @@ from tether.store.credentials import (
     open_rows,
     reseal,
 )
-from tether.store.sealing import Keyring, SecretKeyMismatch, SecretKeyMissing, key_id
+from tether.store.sealing import (
+    Keyring,
+    PlaintextSecret,
+    SecretKeyMismatch,
+    SecretKeyMissing,
+    key_id,
+)
 
 SERVER = "mcp-oauth:https://mcp.example.com/mcp#client=tether:tokens"
 
@@ -95,6 +101,9 @@ async def check_a_sealed_value_opens_only_in_its_own_row(url: str) -> None:
     assert await rows.replace("globex", SERVER, globex_row.value, acme_row.value)
     with pytest.raises(SecretKeyMismatch, match="copied from another row or tenant"):
         await creds.for_tenant("globex").get(SERVER)
+    assert await rows.replace("globex", SERVER, acme_row.value, '{"token": "planted"}')
+    with pytest.raises(PlaintextSecret, match="is stored in plain text"):
+        await creds.for_tenant("globex").get(SERVER)  # nor plain text planted without the key
 
 
 async def check_rotation_reseals_with_the_new_key(url: str) -> None:
@@ -182,10 +191,20 @@ async def test_the_unscoped_table_of_before_becomes_the_default_tenants(tmp_path
         )
         old.execute("INSERT INTO tether_credentials VALUES (?, '{\"old\": 1}', 0)", (SERVER,))
     old.close()
+    await check_the_unscoped_rows_of_before(f"sqlite:///{db}")
+
+
+async def check_the_unscoped_rows_of_before(url: str) -> None:
+    """After a store of before got `tether_credentials (key, value, updated_at)` and a row."""
     key = new_key()
-    creds = open_credentials(f"sqlite:///{db}", Keyring(key))
+    creds = open_credentials(url, Keyring(key))
+    with pytest.raises(PlaintextSecret, match="seal it with `tether db rotate-secrets`"):
+        await creds.get(SERVER)  # a plain row is not taken where plain text is not allowed
+    allowed = open_credentials(url, Keyring(plaintext_allowed=True))
+    assert await allowed.get(SERVER) == '{"old": 1}'  # the default tenant's, as it was
+    assert await allowed.for_tenant("acme").get(SERVER) is None
+    assert await reseal(creds.rows, Keyring(key)) == 1
     assert await creds.get(SERVER) == '{"old": 1}'
-    assert await creds.for_tenant("acme").get(SERVER) is None
     row = await creds.rows.get(DEFAULT_TENANT, SERVER)
     assert row is not None and row.version == 1 and f":{key_id(key)}:" in row.value  # sealed
 

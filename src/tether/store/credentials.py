@@ -40,8 +40,8 @@ _CREATE = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
     PRIMARY KEY (tenant, key)
 )"""
 # From the table of before (key, value, updated_at): its rows become the default tenant's,
-# as they were (a plain row is read, and sealed at its next write or `tether db
-# rotate-secrets`). The store's own way: a new table filled, the old one dropped.
+# as they were (plain: read only where plain text is allowed, until `tether db
+# rotate-secrets` seals them). The store's own way: a new table filled, the old one dropped.
 _UPGRADE = (
     _CREATE.replace(TABLE, f"{TABLE}_v2", 1),
     f"INSERT INTO {TABLE}_v2 (tenant, key, value, version, updated_at) "
@@ -198,7 +198,7 @@ async def reseal(rows: Rows, keyring: Keyring, *, page: int = 500) -> int:
     while batch := await rows.page(after, page):
         for tenant, key, stored in batch:
             place = place_of(tenant, key)
-            text, stale = keyring.open(stored, place, rows.where)
+            text, stale = keyring.open(stored, place, rows.where, plain_ok=True)
             if stale and await rows.replace(
                 tenant, key, stored, keyring.seal(text, place, rows.where)
             ):

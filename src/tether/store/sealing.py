@@ -40,6 +40,10 @@ class SecretKeyMismatch(ConfigError):
     """A sealed secret does not open with the keys given."""
 
 
+class PlaintextSecret(ConfigError):
+    """A secret stored in plain text, read where the operator did not allow plain text."""
+
+
 def key_id(key: bytes) -> str:
     """A short public name of a key (a salted hash: it tells keys apart, reveals nothing)."""
     return hashlib.sha256(_KEY_ID_SALT + key).hexdigest()[:12]
@@ -126,10 +130,20 @@ class Keyring:
         body = base64.urlsafe_b64encode(nonce + sealed).decode()
         return f"{SEALED_PREFIX}{key_id(self.current)}:{body}"
 
-    def open(self, stored: str, place: str, where: str) -> tuple[str, bool]:
+    def open(
+        self, stored: str, place: str, where: str, *, plain_ok: bool = False
+    ) -> tuple[str, bool]:
         """The plain text of a stored value, and whether it should be sealed again with the
-        current key (it was plain, or sealed with an old key)."""
+        current key (it was plain, or sealed with an old key). A plain value is refused unless
+        the operator allowed plain text or `plain_ok` (re-sealing it): whoever can write the
+        database but has no key could put one there."""
         if not stored.startswith(SEALED_PREFIX):
+            if not (plain_ok or self.plaintext_allowed):
+                raise PlaintextSecret(
+                    f"a secret in {where} is stored in plain text (from before secrets were "
+                    "sealed, or written without a key): seal it with `tether db "
+                    "rotate-secrets`, or allow plain text with --insecure-plaintext-secrets"
+                )
             return stored, self.current is not None
         kid, _, body = stored.removeprefix(SEALED_PREFIX).partition(":")
         keys = {
