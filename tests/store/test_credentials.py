@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tether.errors import ConfigError
 from tether.store import open_store
 from tether.store.credentials import (
     DEFAULT_TENANT,
@@ -248,14 +249,22 @@ def test_rotate_secrets_through_the_cli_reseals_every_row(tmp_path: Path) -> Non
     asyncio.run(check())
 
 
-def test_a_key_that_is_not_32_bytes_of_base64_is_refused_by_name() -> None:
-    with pytest.raises(Exception, match=r"^TETHER_SECRET_KEY decodes to 16 bytes: it must be 32"):
-        Keyring.from_env({"TETHER_SECRET_KEY": as_text(secrets.token_bytes(16))})
-    with pytest.raises(Exception, match=r"^TETHER_SECRET_KEY is not base64"):
+def test_a_key_that_is_not_32_bytes_of_base64_is_refused_by_name(tmp_path: Path) -> None:
+    short = as_text(secrets.token_bytes(16))
+    with pytest.raises(ConfigError, match=r"^TETHER_SECRET_KEY decodes to 16 bytes: it must be 32"):
+        Keyring.from_env({"TETHER_SECRET_KEY": short})
+    with pytest.raises(ConfigError, match=r"^TETHER_SECRET_KEY is not base64"):
         Keyring.from_env({"TETHER_SECRET_KEY": "not a key!"})
-    with pytest.raises(Exception, match="not both"):
+    with pytest.raises(ConfigError, match="not both"):
         Keyring.from_env({"TETHER_SECRET_KEY": as_text(new_key()), "TETHER_SECRET_KEY_FILE": "x"})
+    missing = tmp_path / "no.key"
+    with pytest.raises(ConfigError, match=rf"^cannot read --secret-key-file {missing}: No such"):
+        Keyring.from_env({}, key_file=str(missing))
+    (tmp_path / "short.key").write_text(short)
+    with pytest.raises(ConfigError, match=r"^TETHER_SECRET_KEY_FILE .*short.key decodes to 16"):
+        Keyring.from_env({"TETHER_SECRET_KEY_FILE": str(tmp_path / "short.key")})
     key = new_key()
     urlsafe = base64.urlsafe_b64encode(key).decode().rstrip("=")
     assert Keyring.from_env({"TETHER_SECRET_KEY": urlsafe}).current == key
     assert Keyring.from_env({"TETHER_INSECURE_PLAINTEXT_SECRETS": "1"}).plaintext_allowed
+    assert not Keyring.from_env({}).plaintext_allowed
