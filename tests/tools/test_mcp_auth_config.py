@@ -3,6 +3,7 @@ tokens are kept: the credentials table (memory, SQLite, PostgreSQL) and the toke
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -12,13 +13,16 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from tether.store.credentials import (
     MemoryCredentials,
-    PostgresCredentials,
-    SQLiteCredentials,
+    MemoryRows,
+    PostgresRows,
     open_credentials,
 )
+from tether.store.sealing import Keyring
 from tether.tools.mcp import parse_mcp_config
 from tether.tools.mcp.auth_config import McpOAuth
 from tether.tools.mcp.tokens import StoredTokens
+
+KEYRING = Keyring(b"k" * 32)
 
 
 def test_auth_and_sse_are_read_with_variables_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,7 +62,9 @@ def test_auth_and_sse_are_read_with_variables_expanded(monkeypatch: pytest.Monke
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 async def test_credentials_are_kept_replaced_and_deleted(kind: str, tmp_path: Path) -> None:
     credentials = (
-        MemoryCredentials() if kind == "memory" else SQLiteCredentials(str(tmp_path / "t.db"))
+        MemoryCredentials()
+        if kind == "memory"
+        else open_credentials(f"sqlite:///{tmp_path / 't.db'}", KEYRING)
     )
     assert await credentials.get("k") is None
     await credentials.put("k", "one")
@@ -72,21 +78,21 @@ async def test_sqlite_credentials_outlive_the_object_and_share_the_store_file(
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'tether.db'}"
-    await open_credentials(url).put("k", "kept")
-    assert await open_credentials(url).get("k") == "kept"
-    assert isinstance(open_credentials("memory:"), MemoryCredentials)
-    assert isinstance(open_credentials("postgresql://u:p@h/db"), PostgresCredentials)
+    await open_credentials(url, KEYRING).put("k", "kept")
+    assert await open_credentials(url, KEYRING).get("k") == "kept"
+    assert isinstance(open_credentials("memory:", KEYRING).rows, MemoryRows)
+    assert isinstance(open_credentials("postgresql://u:p@h/db", KEYRING).rows, PostgresRows)
 
 
 async def test_postgres_credentials_round_trip() -> None:
     url = os.environ.get("TETHER_TEST_POSTGRES_URL")
     if not url:
         pytest.skip('TETHER_TEST_POSTGRES_URL is not set: eval "$(bash .ci/postgres.sh)"')
-    credentials = PostgresCredentials(url)
+    credentials = open_credentials(url, KEYRING)
     key = f"test-{time.time_ns()}"
     await credentials.put(key, "one")
     await credentials.put(key, "two")
-    assert await PostgresCredentials(url).get(key) == "two"
+    assert await open_credentials(url, KEYRING).get(key) == "two"
     await credentials.delete(key)
     assert await credentials.get(key) is None
 
@@ -115,3 +121,38 @@ async def test_a_configured_client_wins_over_a_kept_registration() -> None:
     assert await pinned.get_client_info() == fixed
     await pinned.forget()
     assert await StoredTokens(credentials, "https://x.test/mcp").get_client_info() == registered
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_one_storage_refreshes_while_another_waits_then_takes_its_tokens(
+    kind: str, tmp_path: Path
+) -> None:
+    """Two processes' storages of one record (one object each, as two processes have)."""
+    url = "memory:" if kind == "memory" else f"sqlite:///{tmp_path / 't.db'}"
+    credentials = MemoryCredentials() if kind == "memory" else open_credentials(url, KEYRING)
+    first = StoredTokens(credentials, "https://x.test/mcp")
+    await first.set_tokens(OAuthToken(access_token="a1", expires_in=0, refresh_token="r1"))
+    second = StoredTokens(credentials, "https://x.test/mcp")
+    assert await second.get_tokens() is not None and await first.get_tokens() is not None
+    assert await first.turn_to_refresh() is None  # its turn
+    waiting = asyncio.create_task(second.turn_to_refresh())
+    await asyncio.sleep(0.2)  # a few of its polls: it must still be waiting
+    assert not waiting.done()
+    await first.set_tokens(OAuthToken(access_token="a2", expires_in=3600, refresh_token="r2"))
+    taken = await asyncio.wait_for(waiting, 10)
+    assert taken is not None and (taken.access_token, taken.refresh_token) == ("a2", "r2")
+    assert await second.rotated_elsewhere() is None  # nothing newer than what it took
+    await second.set_tokens(OAuthToken(access_token="a3", expires_in=3600, refresh_token="r3"))
+    newer = await first.rotated_elsewhere()  # refused a refresh: the one stored meanwhile
+    assert newer is not None and newer.refresh_token == "r3"
+
+
+async def test_a_turn_released_or_expired_passes_to_the_next() -> None:
+    credentials = MemoryCredentials()
+    first = StoredTokens(credentials, "https://x.test/mcp")
+    await first.set_tokens(OAuthToken(access_token="a1", expires_in=0, refresh_token="r1"))
+    second = StoredTokens(credentials, "https://x.test/mcp")
+    await second.get_tokens()
+    assert await first.turn_to_refresh() is None
+    await first.release_turn()  # its flow ended before it refreshed
+    assert await asyncio.wait_for(second.turn_to_refresh(), 5) is None  # second's turn now

@@ -6,8 +6,10 @@ instructions of a server that opts in."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 from tether.cli import main
 from tether.events import Event, SessionCreated, ToolFinished
 from tether.store import open_store
-from tether.store.credentials import SQLiteCredentials
+from tether.store.credentials import open_credentials
 
 try:
     from .mcp_servers.harness import CATALOG, PYTHON, no_orphan_servers
@@ -25,6 +27,15 @@ try:
 except ImportError:
     from mcp_servers.harness import CATALOG, PYTHON, no_orphan_servers
     from mcp_servers.oauth_server import MACHINE_ID, MACHINE_SECRET, OAuthServer
+
+
+@pytest.fixture(autouse=True)
+def secret_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The key OAuth tokens kept in a store are sealed with (without one they are refused)."""
+    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    monkeypatch.setenv("TETHER_SECRET_KEY", key)
+    return key
+
 
 __all__ = ["no_orphan_servers"]
 
@@ -48,7 +59,7 @@ def oauth_config(path: Path, url: str) -> Path:
 
 def kept_tokens(db: Path, url: str) -> str | None:
     key = f"mcp-oauth:{url}#client={MACHINE_ID}:tokens"
-    return asyncio.run(SQLiteCredentials(str(db)).get(key))
+    return asyncio.run(open_credentials(f"sqlite:///{db}").get(key))
 
 
 def chat(cwd: Path, lines: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,9 @@ HTTP+SSE transport."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
+import secrets
 import socket
 import time
 from collections.abc import Iterator
@@ -34,6 +36,14 @@ try:
 except ImportError:
     from mcp_servers.oauth_server import MACHINE_ID, MACHINE_SECRET, OAuthServer
     from test_mcp_http import run
+
+
+@pytest.fixture(autouse=True)
+def secret_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The key OAuth tokens kept in a store are sealed with (without one they are refused)."""
+    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    monkeypatch.setenv("TETHER_SECRET_KEY", key)
+    return key
 
 
 @pytest.fixture

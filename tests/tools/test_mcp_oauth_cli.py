@@ -4,18 +4,28 @@ tokens kept in the `--store` database, and `tether mcp logout` forgetting them."
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import secrets
 from pathlib import Path
 
 import pytest
 
 from tether.cli import main
-from tether.store.credentials import SQLiteCredentials
+from tether.store.credentials import open_credentials
 
 try:
     from .mcp_servers.oauth_server import MACHINE_ID, MACHINE_SECRET, OAuthServer
 except ImportError:
     from mcp_servers.oauth_server import MACHINE_ID, MACHINE_SECRET, OAuthServer
+
+
+@pytest.fixture(autouse=True)
+def secret_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The key OAuth tokens kept in a store are sealed with (without one they are refused)."""
+    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    monkeypatch.setenv("TETHER_SECRET_KEY", key)
+    return key
 
 
 def test_tools_signs_in_with_client_credentials_and_logout_forgets_the_tokens(
@@ -39,6 +49,8 @@ def test_tools_signs_in_with_client_credentials_and_logout_forgets_the_tokens(
         assert main(["mcp", "tools", str(path), *store]) == 0
         assert server.state.counts["client_credentials"] == 2
     kept = asyncio.run(
-        SQLiteCredentials(str(db)).get(f"mcp-oauth:{server.url}#client={MACHINE_ID}:tokens")
+        open_credentials(f"sqlite:///{db}").get(
+            f"mcp-oauth:{server.url}#client={MACHINE_ID}:tokens"
+        )
     )
     assert kept is not None and MACHINE_SECRET not in kept

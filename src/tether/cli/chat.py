@@ -29,6 +29,7 @@ from tether.cli.common import (
     store_from,
 )
 from tether.cli.live import LiveView, Style
+from tether.cli.secrets import add_secret_flags, keyring_from
 from tether.errors import TetherError
 from tether.events import Event
 from tether.limits import Limits
@@ -48,6 +49,7 @@ def add_chat_command(sub: Any, store_help: str) -> None:
     )
     p.add_argument("--tools", **{**TOOLS_ARGUMENT, "default": None})
     p.add_argument("--mcp", default=None, metavar="FILE")
+    add_secret_flags(p)
     p.add_argument("--system", default=None)
     p.add_argument("--store", default=None, help=store_help)
     p.add_argument("--max-steps", type=COUNT, default=50)
@@ -84,7 +86,9 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             raise CliError(f"--model {model}: {exc}") from exc
         tools = load_tools(specs or [])
         if mcp is not None:
-            source, mcp_tools = await load_mcp_tools(mcp, [t.name for t in tools], store=args.store)
+            source, mcp_tools = await load_mcp_tools(
+                mcp, [t.name for t in tools], store=args.store, keyring=keyring_from(args)
+            )
             tools += mcp_tools
             args.system = await source.system_prompt(args.system)  # `use_instructions`, as run
     except BaseException:

@@ -24,7 +24,9 @@ from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
 from tether.store.base import Store
+from tether.store.credentials import open_credentials
 from tether.store.open import DEFAULT_STORE_URL, open_store, sqlite_path
+from tether.store.sealing import Keyring
 from tether.tools import load
 from tether.tools.base import Tool
 
@@ -272,17 +274,19 @@ def import_from_cwd() -> None:
 
 
 async def load_mcp_tools(
-    path: str, taken: Sequence[str], *, store: str | None
+    path: str, taken: Sequence[str], *, store: str | None, keyring: Keyring | None = None
 ) -> tuple[Any, list[Tool]]:
     """The tools of the MCP servers in the file, with the source that must be closed.
     `store`: the command's `--store`; its database (or `$TETHER_STORE`'s, or the default's,
-    as the command's own store) keeps the servers' OAuth tokens."""
+    as the command's own store) keeps the servers' OAuth tokens, sealed with `keyring`
+    (none: the environment's keys)."""
     try:
         from tether.tools.mcp import McpToolSource, load_mcp_config
     except ImportError as exc:
         raise CliError(f"--mcp {path}: {exc}") from exc
     try:
-        source = McpToolSource(load_mcp_config(path), credentials=store_url(store))
+        credentials = open_credentials(store_url(store), keyring)
+        source = McpToolSource(load_mcp_config(path), credentials=credentials)
     except TetherError as exc:
         raise CliError(f"--mcp {path}: {exc}") from exc
     try:

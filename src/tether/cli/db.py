@@ -1,4 +1,5 @@
-"""`tether db migrate|status`: bring a store's schema up to date, or say where it stands.
+"""`tether db migrate|status`: bring a store's schema up to date, or say where it stands;
+`tether db rotate-secrets`: seal every stored secret with the current key.
 
 A thin adapter over `tether.store.pg_schema`. Migrating is idempotent and safe while workers
 run: each step takes one advisory lock and commits with its bookkeeping row. SQLite stores
@@ -14,7 +15,10 @@ import os
 from typing import Any
 
 from tether.cli.common import existing_store, store_from
+from tether.cli.secrets import add_secret_flags, keyring_from
+from tether.store.credentials import open_rows, reseal
 from tether.store.open import DEFAULT_STORE_URL
+from tether.store.sealing import Keyring, key_id
 
 
 def add_db_commands(sub: Any, store_help: str) -> None:
@@ -23,16 +27,20 @@ def add_db_commands(sub: Any, store_help: str) -> None:
     for name, text in (
         ("migrate", "create or update the schema (idempotent)"),
         ("status", "the schema version the store is at"),
+        ("rotate-secrets", "seal every stored secret with TETHER_SECRET_KEY (old keys in _OLD)"),
     ):
         p = dsub.add_parser(name, help=text)
         p.add_argument("--store", default=None, help=store_help)
         p.add_argument("--json", action="store_true")
+    add_secret_flags(dsub.choices["rotate-secrets"])
 
 
 async def cmd_db(args: argparse.Namespace) -> int:
 
     url = args.store or os.environ.get("TETHER_STORE") or DEFAULT_STORE_URL
-    if url.startswith(("postgresql://", "postgres://")):
+    if args.db_command == "rotate-secrets":
+        report = await _rotate_secrets(url, keyring_from(args))
+    elif url.startswith(("postgresql://", "postgres://")):
         report = await _postgres(url, migrate=args.db_command == "migrate")
     else:  # opening a SQLite file creates or checks its schema; status makes no new one
         store = store_from(url) if args.db_command == "migrate" else existing_store(url)
@@ -60,6 +68,14 @@ async def _postgres(url: str, *, migrate: bool) -> dict[str, Any]:
         "latest": pg_schema.SCHEMA_VERSION,
         "applied": [{"version": m.version, "description": m.description} for m in applied],
     }
+
+
+async def _rotate_secrets(url: str, keyring: Keyring) -> dict[str, Any]:
+    rows = open_rows(url)
+    changed = await reseal(rows, keyring)
+    assert keyring.current is not None  # reseal refuses without it
+    detail = f"{changed} secrets sealed again with key id {key_id(keyring.current)}"
+    return {"store": rows.where, "resealed": changed, "detail": detail}
 
 
 def _line(report: dict[str, Any]) -> str:

@@ -41,6 +41,7 @@ from tether.cli.common import (
 )
 from tether.cli.interrupts import Interrupts
 from tether.cli.live import LiveView, Style
+from tether.cli.secrets import add_secret_flags, keyring_from
 from tether.errors import CorruptLog, SessionNotFound, TetherError
 from tether.events import Event
 from tether.fold import fold
@@ -109,7 +110,9 @@ async def cmd_run(
     if not getattr(args, "mcp", None):
         return await _run_agent(args, task, resolved, tools)
     # MCP servers start and list their tools here, before the store is touched.
-    source, mcp_tools = await load_mcp_tools(args.mcp, [t.name for t in tools], store=args.store)
+    source, mcp_tools = await load_mcp_tools(
+        args.mcp, [t.name for t in tools], store=args.store, keyring=keyring_from(args)
+    )
     try:
         args.system = await source.system_prompt(args.system)  # servers' `use_instructions`
         args.mcp_source = source
@@ -351,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="MCP servers: a JSON or TOML file with mcpServers",
     )
+    add_secret_flags(run)
     run.add_argument(
         "--agents",
         default=None,

@@ -2,9 +2,9 @@
 a resource read (`--read URI`) or a prompt filled (`--get NAME --arg K=V`); `tether mcp logout
 FILE` forgets the OAuth tokens kept for its servers.
 
-A thin adapter over `McpToolSource`. It stores only what OAuth keeps (tokens, in `--store`'s
-database); a server that needs a sign-in prints the URL to open. The servers are stopped when
-it ends.
+A thin adapter over `McpToolSource`. It stores only what OAuth keeps (tokens, sealed, in
+`--store`'s database); a server that needs a sign-in prints the URL to open. The servers are
+stopped when it ends.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from tether.cli.common import CliError
+from tether.cli.common import CliError, store_url
+from tether.cli.secrets import add_secret_flags, keyring_from
 from tether.errors import TetherError
+from tether.store.credentials import open_credentials
 
 if TYPE_CHECKING:  # the MCP SDK is an extra: imported when a command runs
     from tether.tools.mcp import McpServerConfig, McpToolSource
@@ -52,6 +54,7 @@ def add_mcp_commands(sub: Any) -> None:
             metavar="URL",
             help="where OAuth tokens are kept (default: $TETHER_STORE or sqlite:///tether.db)",
         )
+        add_secret_flags(p)
 
 
 async def cmd_mcp(args: argparse.Namespace) -> int:
@@ -66,7 +69,8 @@ async def cmd_mcp(args: argparse.Namespace) -> int:
     try:
         if args.server is not None:
             configs = [c for c in configs if c.name == args.server] or _unknown(args, configs)
-        source = McpToolSource(configs, credentials=args.store)
+        credentials = open_credentials(store_url(args.store), keyring_from(args))
+        source = McpToolSource(configs, credentials=credentials)
     except TetherError as exc:
         raise CliError(f"{args.file}: {exc}") from exc
     try:

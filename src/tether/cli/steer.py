@@ -20,6 +20,7 @@ from tether.cli.common import (
     agents_file,
     existing_store,
 )
+from tether.cli.secrets import add_secret_flags
 from tether.errors import SessionNotFound, UsageError
 from tether.events import SessionCreated
 from tether.session import control
@@ -47,6 +48,7 @@ def add_steering_commands(ssub: Any) -> None:
         p.add_argument("--model", default=None, help="default: the model the session ran with")
         p.add_argument("--tools", **{**TOOLS_ARGUMENT, "default": None})
         p.add_argument("--mcp", default=None, metavar="FILE")
+        add_secret_flags(p)
         p.add_argument("--max-steps", type=COUNT, default=50)
         p.add_argument(
             "--lease-wait",

@@ -3,7 +3,8 @@ thread: the SDK's `MCPServer` as the resource server (its bearer check and prote
 resource metadata), and a small authorization server of our own on the same port (the
 SDK's has no client credentials grant): metadata, dynamic registration, an authorize
 endpoint that approves at once (so a test can follow the redirect itself), and a token
-endpoint for authorization codes with PKCE, refresh tokens and client credentials.
+endpoint for authorization codes with PKCE, refresh tokens (rotated: each works once, a
+used one is `invalid_grant`) and client credentials.
 
 `OAuthServer(sse=True)` serves the same over the legacy HTTP+SSE transport; `guard=False`
 leaves the tools open.
@@ -11,6 +12,7 @@ leaves the tools open.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import secrets
@@ -53,6 +55,23 @@ class AuthState:
     access: dict[str, tuple[str, float]] = field(default_factory=dict)  # token -> client, expiry
     refresh: dict[str, str] = field(default_factory=dict)  # token -> client
     counts: Counter[str] = field(default_factory=Counter)
+    # Seconds a refresh is held before it is answered, unless another refresh arrives first
+    # (then both go on at once): two clients that refresh together overlap for certain.
+    hold_refresh: float = 0.0
+    _next_refresh: asyncio.Event | None = None
+
+    async def meet_refresh(self) -> None:
+        if self._next_refresh is not None:
+            self._next_refresh.set()
+            self._next_refresh = None
+            return
+        if self.hold_refresh <= 0:
+            return
+        arrived = self._next_refresh = asyncio.Event()
+        try:
+            await asyncio.wait_for(arrived.wait(), self.hold_refresh)
+        except TimeoutError:
+            self._next_refresh = None
 
     def issue(self, client_id: str, *, refreshable: bool) -> dict[str, Any]:
         access = secrets.token_urlsafe(16)
@@ -161,7 +180,9 @@ def _authorization_routes(server: MCPServer, state: AuthState, base: str) -> Non
         if grant == "client_credentials":
             return JSONResponse(state.issue(client_id, refreshable=False))
         if grant == "refresh_token":
+            await state.meet_refresh()
             if state.refresh.pop(str(form.get("refresh_token")), None) != client_id:
+                state.counts["invalid_grant"] += 1
                 return JSONResponse({"error": "invalid_grant"}, status_code=400)
             return JSONResponse(state.issue(client_id, refreshable=True))
         if grant == "authorization_code":

@@ -15,9 +15,11 @@ import os
 import socket
 import sys
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import anyio
 import httpx2
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.auth.exceptions import OAuthFlowError, OAuthRegistrationError, OAuthTokenError
@@ -27,7 +29,12 @@ from mcp.client.auth.extensions.client_credentials import (
     SignedJWTParameters,
 )
 from mcp.client.auth.oauth2 import OAuthContext
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthToken,
+)
 from pydantic import AnyUrl
 
 from tether.store.credentials import Credentials, open_credentials
@@ -65,9 +72,57 @@ def _restore_expiry(context: OAuthContext) -> None:
 
 
 class _CodeProvider(OAuthClientProvider):
+    """The SDK's flow, taking turns to refresh with other processes that keep the same
+    record: a rotating refresh token works once, and whoever sends a used one must sign in
+    again. Before refreshing, this one takes the tokens another process stored meanwhile,
+    or waits while another refreshes; refused a refresh, it takes any that one stored."""
+
+    def __init__(self, *, storage: StoredTokens, **kwargs: Any) -> None:
+        super().__init__(storage=storage, **kwargs)
+        self.kept = storage
+        self._one_flow = anyio.Lock()  # the SDK's flow is one at a time anyway (its lock)
+
     async def _initialize(self) -> None:
         await super()._initialize()
         _restore_expiry(self.context)
+
+    async def _auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        async with self._one_flow:
+            if not self._initialized:
+                await self._initialize()
+            while not self.context.is_token_valid() and self.context.can_refresh_token():
+                newer = await self.kept.turn_to_refresh()
+                if newer is None:
+                    break  # this process's turn: the SDK's flow refreshes
+                self._take(newer)
+            flow = super()._auth_flow(request)
+            try:
+                outgoing = await flow.__anext__()
+                while True:
+                    outgoing = await flow.asend((yield outgoing))
+            except StopAsyncIteration:
+                return
+            finally:
+                await flow.aclose()
+                await self.kept.release_turn()  # a flow that ended before its refresh
+
+    async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
+        try:
+            if response.status_code != 200:
+                newer = await self.kept.rotated_elsewhere()
+                if newer is not None:
+                    self._take(newer)
+                    return True
+            return await super()._handle_refresh_response(response)
+        finally:
+            await self.kept.release_turn()
+
+    def _take(self, tokens: OAuthToken) -> None:
+        """Use the tokens another process stored (their expiry counted from when it did)."""
+        self.context.current_tokens = tokens
+        self.context.update_token_expiry(tokens)
 
 
 class _MachineProvider(ClientCredentialsOAuthProvider):
@@ -185,7 +240,11 @@ async def oauth_provider(
     async def redirect(authorization_url: str) -> None:
         await callback.start()
         logger.info("MCP server %s: waiting for sign-in on %s", server, callback.redirect_uri)
-        await on_authorize(server, authorization_url)
+        try:
+            await on_authorize(server, authorization_url)
+        except BaseException:
+            await callback.close()  # nobody will come back: the port is free for a retry
+            raise
 
     return _CodeProvider(
         server_url=url,

@@ -76,8 +76,9 @@ class McpToolSource:
     every log message (which also goes to the `tether.mcp` logger). A tool is
     offered when its server's `enabled_tools`/`disabled_tools` allow it and `tool_filter`
     (if given) returns True for it. Servers with OAuth (`auth`) keep their tokens in
-    `credentials` (a store URL or a `Credentials`; none: `$TETHER_STORE`, else
-    `sqlite:///tether.db`, as the CLI), and `on_authorize(server, url)` shows a person the
+    `credentials` (a store URL or a `Credentials`, whose tenant they are kept for; none:
+    `$TETHER_STORE`, else `sqlite:///tether.db`, as the CLI; sealed with the key the
+    environment gives, `store.sealing.Keyring.from_env`), and `on_authorize(server, url)` shows a person the
     sign-in URL (none: it is printed to stderr)."""
 
     def __init__(
@@ -96,8 +97,9 @@ class McpToolSource:
         self.tool_filter = tool_filter
         if isinstance(credentials, str):
             credentials = open_credentials(credentials)
-        if credentials is None and any(c.auth is not None for c in self.configs.values()):
-            credentials = default_credentials()
+        if any(c.auth is not None for c in self.configs.values()):
+            credentials = credentials or default_credentials()
+            credentials.check_can_store()  # refused before anyone signs in, not after
         self.credentials = credentials
         self.connections = {
             name: McpConnection(
