@@ -145,6 +145,8 @@ def test_the_experiment_command_prints_a_report_and_refuses_bad_input(tmp_path: 
     )
     assert (
         bad.returncode == 2
-        and bad.stderr.strip() == "tether: error: --runs must be at least 1, not 0"
+        and bad.stderr.strip()
+        == "tether: error: argument --runs: must be a whole number 1 or more, not 0"
+        " (see: tether experiment --help)"
     )
     assert not (tmp_path / "f.db").exists()  # nothing was touched

@@ -29,6 +29,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "pieces": (
         "tether.providers",
         "tether.documents",  # JSON and TOML that users write, read with bounds
+        "tether.published",  # what a tenant may name: the code the operator published
         "tether.tools",
         "tether.context",
         "tether.scheduler",

@@ -103,7 +103,7 @@ async def test_tether_sessions_answer_checks_and_records_the_answer(tmp_path: Pa
     not_json = tether(
         "sessions", "answer", session_id, "call_0_0", "{name", "--store", url, cwd=tmp_path
     )
-    assert not_json.returncode != 0 and "not JSON" in not_json.stderr
+    assert not_json.returncode != 0 and "not valid JSON" in not_json.stderr
     good = tether(
         "sessions", "answer", session_id, "call_0_0", '{"name": "Ada"}', "--store", url, "--json",
         cwd=tmp_path,
