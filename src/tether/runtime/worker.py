@@ -305,22 +305,26 @@ class Worker:
             await self.store.clear_runnable(wakeup)
             return
         session_log = await SessionLog.load(self.store, sid, observers=self._observers() + watch)
-        ended = session_log.folder.terminal
-        if not ended:
-            view = await run_session(
-                self.runs,
-                engine,
-                session_log,
-                lease=lease,
-                end_session=runner.end_after_turn,
-                caller=Caller(sid, runner.tenant or "default", runner.priority),
-                on_delta=None if self.on_delta is None else functools.partial(self.on_delta, sid),
-            )
-            self.turns_run += 1
-            ended = view.state in TERMINAL_STATES
-        if runner.end_after_turn and not ended:
+        if session_log.folder.terminal:
+            await self.store.clear_runnable(wakeup)
+            return
+        view = await run_session(
+            self.runs,
+            engine,
+            session_log,
+            lease=lease,
+            end_session=runner.end_after_turn,
+            caller=Caller(sid, runner.tenant or "default", runner.priority),
+            on_delta=None if self.on_delta is None else functools.partial(self.on_delta, sid),
+            # The mark goes while the lease still holds the session: cleared after the
+            # release, it stood free for a moment, and another worker claimed the finished
+            # session and loaded its log for nothing. A mark made during the run has a newer
+            # token and stays; a failure from here on defers the session, which marks it.
+            settled=functools.partial(self.store.clear_runnable, wakeup),
+        )
+        self.turns_run += 1
+        if runner.end_after_turn and view.state not in TERMINAL_STATES:
             await self._settle(sid)  # e.g. a turn closed by someone else: end it here
-        await self.store.clear_runnable(wakeup)
 
     def _engine(self, runner: Runner) -> Engine:
         key = runner.key()
