@@ -27,6 +27,7 @@ class _Meeting:
     def __init__(self, sessions: int) -> None:
         self.sessions = sessions
         self.inside = 0
+        self.looked = 0
         self.all_inside = asyncio.Event()
         self.all_looked = asyncio.Event()
 
@@ -44,7 +45,8 @@ async def look() -> str:
     async with asyncio.timeout(30):  # a session that never arrives fails the test, not hangs it
         await here.all_inside.wait()
         seen.append(gc.get_threshold())
-        if len(seen) == here.sessions:
+        here.looked += 1
+        if here.looked == here.sessions:
             here.all_looked.set()
         await here.all_looked.wait()
     return "ok"
@@ -66,6 +68,7 @@ async def _run_many(n: int) -> None:
     agent = Agent(ScriptedModel([call("look"), "done"]), tools=[look], store=MemoryStore())
     results = await asyncio.gather(*(agent.run("go") for _ in range(n)))
     assert all(r.stop_reason == "end_turn" for r in results)
+    assert meeting[0].all_looked.is_set() and len(seen) == n, seen  # none gave up waiting
 
 
 async def test_many_sessions_raise_the_thresholds_and_give_them_back() -> None:
