@@ -47,14 +47,15 @@ async def test_sessions_shared_by_two_runtimes_on_one_store_each_run_exactly_onc
             events = await one.read(ref.session_id)
             assert_log_invariants(events)
             assert [e.type for e in events].count("model.responded") == 3
-        # A worker clears a session's wakeup after its run has ended and released the
-        # lease, a moment after the end is visible: wait for it, bounded.
+        # A worker clears a session's wakeup once its run has ended, a moment after the end
+        # is visible, and lets the lease go after that; `runnable` does not list a mark under
+        # a live lease, so wait for the workers to be idle as well, bounded.
+        assert a.worker is not None and b.worker is not None
         for _ in range(500):  # up to 10 s
-            if not await one.runnable():
+            if not await one.runnable() and not a.worker.running and not b.worker.running:
                 break
             await asyncio.sleep(0.02)
         assert await one.runnable() == []
-        assert a.worker is not None and b.worker is not None
         assert a.worker.turns_run + b.worker.turns_run >= len(refs)
     await one.close()
     await two.close()

@@ -308,6 +308,16 @@ class Worker:
         if session_log.folder.terminal:
             await self.store.clear_runnable(wakeup)
             return
+
+        async def settled() -> None:
+            # The turn is counted and the mark goes while the lease still holds the session:
+            # cleared after the release, the mark stood free for a moment, and another worker
+            # claimed the finished session and loaded its log for nothing. A mark made during
+            # the run has a newer token and stays; a failure from here on defers the session,
+            # which marks it again.
+            self.turns_run += 1
+            await self.store.clear_runnable(wakeup)
+
         view = await run_session(
             self.runs,
             engine,
@@ -316,13 +326,8 @@ class Worker:
             end_session=runner.end_after_turn,
             caller=Caller(sid, runner.tenant or "default", runner.priority),
             on_delta=None if self.on_delta is None else functools.partial(self.on_delta, sid),
-            # The mark goes while the lease still holds the session: cleared after the
-            # release, it stood free for a moment, and another worker claimed the finished
-            # session and loaded its log for nothing. A mark made during the run has a newer
-            # token and stays; a failure from here on defers the session, which marks it.
-            settled=functools.partial(self.store.clear_runnable, wakeup),
+            settled=settled,
         )
-        self.turns_run += 1
         if runner.end_after_turn and view.state not in TERMINAL_STATES:
             await self._settle(sid)  # e.g. a turn closed by someone else: end it here
 
