@@ -8,7 +8,7 @@ BASE := $(VENV)/.stamp-base
 DEV := $(VENV)/.stamp-dev
 DOCS := $(VENV)/.stamp-docs
 
-.PHONY: demo test lint typecheck check docs bench clean
+.PHONY: demo test lint typecheck check docs bench flake-hunt clean
 
 $(BASE): pyproject.toml
 	python3 -m venv $(VENV)
@@ -44,6 +44,11 @@ docs: $(DOCS)
 
 bench: $(DEV)
 	for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+# Flaky tests: chosen tests many times alone, then the whole suite several times, with a tally
+# (.ci/flake-hunt; FLAKE_TESTS, FLAKE_RUNS, FLAKE_BATCH, FLAKE_SUITES choose what and how often).
+flake-hunt: $(DEV)
+	VENV=$(VENV) bash .ci/flake-hunt
 
 clean:
 	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache tether.db*

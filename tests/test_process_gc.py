@@ -15,20 +15,40 @@ from tether.store import MemoryStore
 from tether.testing import ScriptedModel, call
 
 seen: list[tuple[int, int, int]] = []
-inside: list[int] = []  # how many sessions are inside their call; the barrier below waits on it
-expected = [0]
+
+
+class _Meeting:
+    """Where the sessions of one run meet inside their call, twice: once all are inside, each
+    notes the thresholds; once all have noted them, each may return. The second meeting is what
+    makes the look fair: a session that returned could finish its run, and enough finished runs
+    restore the thresholds before a slower session has looked (a loaded machine, or an idle one
+    whose sessions finish within one step of the event loop)."""
+
+    def __init__(self, sessions: int) -> None:
+        self.sessions = sessions
+        self.inside = 0
+        self.looked = 0
+        self.all_inside = asyncio.Event()
+        self.all_looked = asyncio.Event()
+
+
+meeting: list[_Meeting] = []  # the meeting of the run in progress
 
 
 @tool(effect="read")
 async def look() -> str:
-    """Note the collector's thresholds once every session is inside its call, so a loaded
-    machine that starts the sessions slowly cannot let an early one look before the last starts."""
-    inside.append(1)
-    for _ in range(2_000):
-        if len(inside) >= expected[0]:
-            break
-        await asyncio.sleep(0.005)
-    seen.append(gc.get_threshold())
+    """Note the collector's thresholds while every session of the run is inside its call."""
+    here = meeting[0]
+    here.inside += 1
+    if here.inside == here.sessions:
+        here.all_inside.set()
+    async with asyncio.timeout(30):  # a session that never arrives fails the test, not hangs it
+        await here.all_inside.wait()
+        seen.append(gc.get_threshold())
+        here.looked += 1
+        if here.looked == here.sessions:
+            here.all_looked.set()
+        await here.all_looked.wait()
     return "ok"
 
 
@@ -39,16 +59,16 @@ def _thresholds(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(process, "MANY_SESSIONS", 4)
     monkeypatch.delenv("TETHER_GC", raising=False)
     seen.clear()
-    inside.clear()
     yield
     gc.set_threshold(*saved)
 
 
 async def _run_many(n: int) -> None:
-    expected[0] = n
+    meeting[:] = [_Meeting(n)]
     agent = Agent(ScriptedModel([call("look"), "done"]), tools=[look], store=MemoryStore())
     results = await asyncio.gather(*(agent.run("go") for _ in range(n)))
     assert all(r.stop_reason == "end_turn" for r in results)
+    assert meeting[0].all_looked.is_set() and len(seen) == n, seen  # none gave up waiting
 
 
 async def test_many_sessions_raise_the_thresholds_and_give_them_back() -> None:

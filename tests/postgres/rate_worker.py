@@ -1,8 +1,8 @@
 """A worker process for the shared rate-limit test: sends `--calls` model calls to a
 loopback backend through its own gateway, spending from budgets shared in PostgreSQL.
 
-Run as `python -m tests.postgres.rate_worker PG_URL BASE_URL --rpm N --calls N`; prints one
-JSON line: calls answered, calls failed, seconds taken.
+Run as `python -m tests.postgres.rate_worker PG_URL BASE_URL --rpm N --calls N [--headroom S]`;
+prints one JSON line: calls answered, calls failed, seconds taken.
 """
 
 from __future__ import annotations
@@ -29,13 +29,20 @@ async def main() -> int:
     parser.add_argument("--rpm", type=float, required=True)
     parser.add_argument("--calls", type=int, required=True)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--headroom", type=float, default=1.0)
     args = parser.parse_args()
 
     store = PostgresStore(args.pg_url)
     codec = model_from_string(f"openai-compatible:sim@{args.base_url}")
     # The gateway knows no limit of its own here: only the shared budget holds it back.
     gateway = Gateway(
-        SharedLimits(codec, store, backend="loopback", requests_per_minute=args.rpm),
+        SharedLimits(
+            codec,
+            store,
+            backend="loopback",
+            requests_per_minute=args.rpm,
+            headroom=args.headroom,
+        ),
         GatewayConfig(max_concurrency=args.concurrency, learn_from_headers=False),
     )
     request = ModelRequest("sim", None, [user("hello")], max_output_tokens=16)

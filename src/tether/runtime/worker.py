@@ -330,23 +330,32 @@ class Worker:
         session_log = await SessionLog.load(
             self.store, sid, observers=self._observers() + watch + spends
         )
-        ended = session_log.folder.terminal
-        if not ended:
-            await self._resume_place(engine.model, session_log.folder)
-            view = await run_session(
-                self.runs,
-                engine,
-                session_log,
-                lease=lease,
-                end_session=runner.end_after_turn,
-                caller=Caller(sid, runner.tenant or "default", runner.priority),
-                on_delta=None if self.on_delta is None else functools.partial(self.on_delta, sid),
-            )
+        if session_log.folder.terminal:
+            await self.store.clear_runnable(wakeup)
+            return
+        await self._resume_place(engine.model, session_log.folder)
+
+        async def settled() -> None:
+            # The turn is counted and the mark goes while the lease still holds the session:
+            # cleared after the release, the mark stood free for a moment, and another worker
+            # claimed the finished session and loaded its log for nothing. A mark made during
+            # the run has a newer token and stays; a failure from here on defers the session,
+            # which marks it again.
             self.turns_run += 1
-            ended = view.state in TERMINAL_STATES
-        if runner.end_after_turn and not ended:
+            await self.store.clear_runnable(wakeup)
+
+        view = await run_session(
+            self.runs,
+            engine,
+            session_log,
+            lease=lease,
+            end_session=runner.end_after_turn,
+            caller=Caller(sid, runner.tenant or "default", runner.priority),
+            on_delta=None if self.on_delta is None else functools.partial(self.on_delta, sid),
+            settled=settled,
+        )
+        if runner.end_after_turn and view.state not in TERMINAL_STATES:
             await self._settle(sid)  # e.g. a turn closed by someone else: end it here
-        await self.store.clear_runnable(wakeup)
 
     async def _resume_place(self, model: Model, folder: Folder) -> None:
         """A session whose request is still open (it parked, or its runner stopped, in this

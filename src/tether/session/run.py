@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from tether import process
 from tether.errors import HandedOver, LeaseLost, UsageError
@@ -168,6 +168,7 @@ async def run_session(
     end_session: bool = False,
     caller: Caller | None = None,
     on_delta: DeltaObserver | None = None,
+    settled: Callable[[], Awaitable[object]] | None = None,
 ) -> SessionView:
     """Run the session's turn: append `opening` (what starts a turn: `session.created` for a
     new session, a user message) and go on until the turn ends; with nothing to open,
@@ -178,7 +179,9 @@ async def run_session(
     own); otherwise the run claims one, waiting up to `lease_wait` seconds for another
     holder (`LeaseHeld`). Raises `HandedOver` or `LeaseLost` when the run stopped without
     closing its turn. `caller` goes with every model request (a shared gateway orders and
-    parks by it)."""
+    parks by it). `settled` is awaited once the turn has run to its stop, before the lease
+    goes: a worker clears the session's wakeup there, since a mark still standing once the
+    lease is let go would be free work to every other worker."""
     sid = log.session_id
     if sid in runs:
         raise UsageError(f"session {sid} is already running in this process")
@@ -219,6 +222,8 @@ async def run_session(
             fence=fence,
         )
         await runs.drive(ctx)
+        if settled is not None and not ctx.writes_nothing:
+            await settled()
     finally:
         # A call left running on its thread (abandoned after its grace) runs under no lease
         # from here on: its flag tells it so.
