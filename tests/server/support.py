@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -14,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
 
 from tether.server.schemas import openapi
 
 TOKENS = {"acme": ["acme-token-0123456789"], "globex": ["globex-token-0123456789"]}
 ACME, GLOBEX = TOKENS["acme"][0], TOKENS["globex"][0]
+ACME_HEADERS = {"authorization": f"Bearer {ACME}"}
 TETHER = [sys.executable, "-m", "tether"]
 
 
@@ -35,6 +38,17 @@ def check_documented(data: object, name: str) -> None:
     components: dict[str, Any] = openapi()["components"]
     schema = {"$ref": f"#/components/schemas/{name}", "components": components}
     jsonschema.Draft202012Validator(schema).validate(data)
+
+
+async def settled(client: httpx.AsyncClient, session_id: str) -> dict[str, object]:
+    """The session's status once it has ended, polled as acme (at most 30 s)."""
+    async with asyncio.timeout(30):
+        while True:
+            polled = await client.get(f"/v1/sessions/{session_id}", headers=ACME_HEADERS)
+            status = polled.json()
+            if status["state"] in ("completed", "failed", "canceled"):
+                return dict(status)
+            await asyncio.sleep(0.05)
 
 
 def write_tokens(directory: Path) -> Path:

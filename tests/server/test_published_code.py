@@ -7,14 +7,13 @@ absent). `tether worker` holds the sessions it takes to its own patterns."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from server.support import ACME, Server, serve, start_worker, stop_worker
+from server.support import ACME, Server, serve, settled, start_worker, stop_worker
 
 HEADERS = {"authorization": f"Bearer {ACME}"}
 SECRET = "sk-published-module-secret"
@@ -112,15 +111,6 @@ def server(tmp_path: Path, published: tuple[dict[str, str], Path]) -> Iterator[S
 async def start(client: httpx.AsyncClient, model: str, tools: list[str]) -> httpx.Response:
     body = {"model": model, "task": "go", "tools": tools, "end_after_turn": True}
     return await client.post("/v1/sessions", headers=HEADERS, json=body)
-
-
-async def settled(client: httpx.AsyncClient, session_id: str) -> dict[str, object]:
-    async with asyncio.timeout(30):
-        while True:
-            status = (await client.get(f"/v1/sessions/{session_id}", headers=HEADERS)).json()
-            if status["state"] in ("completed", "failed", "canceled"):
-                return dict(status)
-            await asyncio.sleep(0.05)
 
 
 def no_values(text: str, folder: Path) -> None:

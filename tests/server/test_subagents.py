@@ -4,12 +4,11 @@ and code allowance exactly as the session's own model is: refused before anythin
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import httpx
 
-from server.support import ACME, serve
+from server.support import ACME, serve, settled
 from tether.testing.runtime_fixtures import MODEL, TOOLS
 
 TESTS = str(Path(__file__).resolve().parents[1])  # where `runtime.subagent_models` lives
@@ -20,15 +19,6 @@ HEADERS = {"authorization": f"Bearer {ACME}"}
 async def start(client: httpx.AsyncClient, agents: object, task: str = "x") -> httpx.Response:
     body = {"model": PARENT, "task": task, "agents": agents, "end_after_turn": True}
     return await client.post("/v1/sessions", headers=HEADERS, json=body)
-
-
-async def settled(client: httpx.AsyncClient, session_id: str) -> dict[str, object]:
-    async with asyncio.timeout(30):
-        while True:
-            status = (await client.get(f"/v1/sessions/{session_id}", headers=HEADERS)).json()
-            if status["state"] in ("completed", "failed", "canceled"):
-                return dict(status)
-            await asyncio.sleep(0.05)
 
 
 async def test_a_start_with_sub_agents_runs_them_and_refuses_what_the_policy_forbids(
