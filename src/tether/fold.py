@@ -57,6 +57,8 @@ from tether.state import (
     parent_thread,
 )
 
+# Characters of the first user message a fold keeps as the session's task.
+TASK_CHARS = 2_000
 CLEARED_PREFIX = "[result cleared to save context:"
 SUMMARY_PREFIX = "[summary of the earlier conversation:"
 
@@ -117,6 +119,11 @@ class Folder:
         self.turn_steps = 0
         self.turns = 0
         self.last_seq = 0
+        # When the log began and last grew, and what its first user message asked (cut):
+        # what the session catalog lists (`store/catalog.row_of`); no part of the view.
+        self.created = ""
+        self.updated = ""
+        self.task = ""
         self.last_output = ""
         self.open_calls: list[ToolCall] = []
         self.results: dict[str, ToolResult] = {}
@@ -227,8 +234,10 @@ class Folder:
 
     def apply(self, event: Event) -> None:
         self.last_seq = event.seq
+        self.updated = event.time
         if not self.session_id:
             self.session_id = event.session_id
+            self.created = event.time
         if self.state in TERMINAL_STATES:
             return  # terminal states absorb: nothing after session.ended changes the view
         if event.thread != self.thread:
@@ -250,6 +259,8 @@ class Folder:
 
     def _apply_user(self, p: UserMessage) -> None:
         self._add_message(p.message)
+        if not self.task:
+            self.task = p.message.text[:TASK_CHARS]
         # A message into a turn still running (a steer, an output correction) goes on with
         # that turn: its steps keep counting against the same `max_steps`.
         steps = self.turn_steps if self.turn_open else 0

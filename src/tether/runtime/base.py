@@ -23,11 +23,12 @@ from tether.providers.base import Delta
 from tether.runtime import wire
 from tether.scheduler.queue import PRIORITIES, Priority
 from tether.scheduler.status import StatusKind
+from tether.store import catalog
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS, check_name
 from tether.state import TERMINAL_STATES, SessionView
 
 # Metadata keys the runtime writes into session.created; a spec may not set them.
-RESERVED_METADATA = frozenset({"runner", "tenant", "idempotency"})
+RESERVED_METADATA = catalog.RESERVED
 
 
 class CapabilityRefused(UsageError):

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol, get_args
 from tether.errors import CorruptLog, LeaseLost, UsageError
 from tether.events import PAYLOAD_TYPES, SPARSE_FIELDS, Event, Payload, payload_to_json
 from tether.messages import Message, Usage, canonical_json
+from tether.store.catalog import Admit, CatalogQuery, CatalogRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,16 @@ class EventLog(Protocol):
         events: Sequence[Event],
         expected_seq: int,
         lease: Lease | None = None,
-    ) -> None: ...
+        *,
+        row: CatalogRow | None = None,
+        admit: Admit | None = None,
+    ) -> None:
+        """... and, in the same transaction, the session's catalog row: `row` as the writer's
+        fold gives it after the batch (`catalog.row_of`), or, without one, the store's own
+        fold of the whole log (`catalog.row_for_log`). With `admit`, refused with
+        `QuotaExceeded` (before anything is written) when the tenant already runs its
+        quota of sessions (`catalog.Admit`)."""
+        ...
 
     async def read(
         self, session_id: str, after_seq: int = 0, limit: int | None = None
@@ -117,6 +127,55 @@ class EventLog(Protocol):
         ...
 
     async def sessions(self, limit: int = 100) -> list[SessionInfo]: ...
+
+
+class Catalog(Protocol):
+    """The session catalog (`store/catalog.py`): one row per session, written with its log's
+    appends, read by every listing, search, count and quota. No method here reads a log."""
+
+    async def catalog(self, query: CatalogQuery) -> list[CatalogRow]:
+        """A keyset page: the rows `query` lets through after its cursor, in its sort, at most
+        `query.limit`; the same rows `catalog.page_of` gives over every row."""
+        ...
+
+    async def catalog_counts(self, query: CatalogQuery) -> dict[str, int]:
+        """Sessions per state among those every filter of `query` but its states lets
+        through (`catalog.counts_of`); cursor, sort and limit are ignored."""
+        ...
+
+    async def catalog_row(self, session_id: str) -> CatalogRow | None: ...
+
+    async def put_catalog_row(self, row: CatalogRow) -> bool:
+        """Write a rebuilt row, only if the session's log still ends at `row.last_seq`
+        (atomically with that check); False when it did not (an append wrote a newer one)."""
+        ...
+
+    async def session_ids(self, after: str = "", limit: int = 1000) -> list[str]:
+        """Every session's id after `after`, in id order: how a rebuild walks the store."""
+        ...
+
+    async def count_sessions(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A session's fold as of `seq`, encoded by `snapshot.encode` under `version` (a reader
+    of another version ignores it and folds the log)."""
+
+    session_id: str
+    seq: int
+    version: str
+    data: bytes
+
+
+class Snapshots(Protocol):
+    """The newest fold snapshot of each session: a cache of its log, never its truth."""
+
+    async def put_snapshot(self, snapshot: Snapshot) -> None:
+        """Keep it as the session's snapshot unless the one kept is at a later seq."""
+        ...
+
+    async def get_snapshot(self, session_id: str) -> Snapshot | None: ...
 
 
 class Leases(Protocol):
@@ -209,7 +268,7 @@ class Blobs(Protocol):
         ...
 
 
-class Store(EventLog, Leases, WorkQueue, Blobs, Protocol):
+class Store(EventLog, Catalog, Snapshots, Leases, WorkQueue, Blobs, Protocol):
     """A backend: all four parts above, news, readiness and closing. Every backend (memory,
     SQLite, PostgreSQL) implements all of it and passes `tether.testing.STORE_CHECKS`."""
 

@@ -7,8 +7,10 @@ import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from tether.errors import Conflict, LeaseHeld, StoreUnavailable
+from tether.errors import Conflict, LeaseHeld, QuotaExceeded, StoreUnavailable
 from tether.events import Event
+from tether.store import catalog
+from tether.store.catalog import Admit, CatalogQuery, CatalogRow
 from tether.store.base import (
     READY_BLOB,
     SUSPECT_CLAIMS,
@@ -17,6 +19,7 @@ from tether.store.base import (
     Lease,
     Queued,
     SessionInfo,
+    Snapshot,
     Wakeup,
     check_batch,
     check_claim,
@@ -41,6 +44,8 @@ class MemoryStore:
         self._wakeups: dict[str, int] = {}  # session id -> token; insertion order is age
         self._deferred: dict[str, tuple[float, DeferReason]] = {}  # of marked sessions only
         self._blobs: dict[str, bytes] = {}
+        self._rows: dict[str, CatalogRow] = {}
+        self._snapshots: dict[str, Snapshot] = {}
 
     async def append(
         self,
@@ -48,19 +53,64 @@ class MemoryStore:
         events: Sequence[Event],
         expected_seq: int,
         lease: Lease | None = None,
+        *,
+        row: CatalogRow | None = None,
+        admit: Admit | None = None,
     ) -> None:
         check_batch(session_id, events, expected_seq)
         if lease is not None:
             refusal = lease_refusal(session_id, self._leases.get(session_id), lease)
             if refusal is not None:
                 raise refusal
-        log = self._logs.setdefault(session_id, [])
+        log = self._logs.get(session_id, [])
         if len(log) != expected_seq:
             stored = [e.id for e in log[expected_seq : expected_seq + len(events)]]
             if is_retry(stored, [e.id for e in events]):
                 return
             raise Conflict(session_id, expected_seq, len(log))
+        if admit is not None:
+            self._admit(session_id, admit)
+        log = self._logs.setdefault(session_id, log)
         log.extend(events)
+        self._rows[session_id] = row if row is not None else catalog.row_for_log(log)
+
+    def _admit(self, session_id: str, admit: Admit) -> None:
+        running = sum(
+            1
+            for r in self._rows.values()
+            if r.tenant == admit.tenant and r.running and r.session_id != session_id
+        )
+        if running >= admit.max_running:
+            raise QuotaExceeded(catalog.refusal(admit, running), catalog.RUNNING_RETRY_AFTER)
+
+    async def catalog(self, query: CatalogQuery) -> list[CatalogRow]:
+        return catalog.page_of(list(self._rows.values()), query)
+
+    async def catalog_counts(self, query: CatalogQuery) -> dict[str, int]:
+        return catalog.counts_of(list(self._rows.values()), query)
+
+    async def catalog_row(self, session_id: str) -> CatalogRow | None:
+        return self._rows.get(session_id)
+
+    async def put_catalog_row(self, row: CatalogRow) -> bool:
+        if len(self._logs.get(row.session_id, ())) != row.last_seq:
+            return False
+        self._rows[row.session_id] = row
+        return True
+
+    async def session_ids(self, after: str = "", limit: int = 1000) -> list[str]:
+        return sorted(sid for sid in self._logs if sid > after)[:limit]
+
+    async def count_sessions(self) -> int:
+        return len(self._logs)
+
+    async def put_snapshot(self, snapshot: Snapshot) -> None:
+        kept = self._snapshots.get(snapshot.session_id)
+        if kept is None or kept.seq <= snapshot.seq:
+            self._snapshots[snapshot.session_id] = snapshot
+
+    async def get_snapshot(self, session_id: str) -> Snapshot | None:
+        return self._snapshots.get(session_id)
 
     async def read(
         self, session_id: str, after_seq: int = 0, limit: int | None = None
@@ -76,13 +126,8 @@ class MemoryStore:
         return {sid: len(self._logs[sid]) for sid in session_ids if self._logs.get(sid)}
 
     async def sessions(self, limit: int = 100) -> list[SessionInfo]:
-        infos = [
-            SessionInfo(sid, len(log), log[0].time, log[-1].time)
-            for sid, log in self._logs.items()
-            if log
-        ]
-        infos.sort(key=lambda i: i.updated, reverse=True)
-        return infos[:limit]
+        rows = catalog.page_of(list(self._rows.values()), CatalogQuery(limit=limit))
+        return [SessionInfo(r.session_id, r.last_seq, r.created, r.updated) for r in rows]
 
     async def claim(self, session_id: str, owner: str, ttl: float) -> Lease:
         check_ttl(ttl)
