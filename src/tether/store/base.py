@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol, get_args
 from tether.errors import CorruptLog, LeaseLost, UsageError
 from tether.events import PAYLOAD_TYPES, SPARSE_FIELDS, Event, Payload, payload_to_json
 from tether.messages import Message, Usage, canonical_json
-from tether.store.catalog import Admit, CatalogQuery, CatalogRow
+from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +144,12 @@ class Catalog(Protocol):
         ...
 
     async def catalog_row(self, session_id: str) -> CatalogRow | None: ...
+
+    async def catalog_experiments(
+        self, tenant: str | None, limit: int = 100
+    ) -> list[ExperimentEntry]:
+        """The experiments whose runs the catalog holds (`catalog.experiments_of`)."""
+        ...
 
     async def put_catalog_row(self, row: CatalogRow) -> bool:
         """Write a rebuilt row, only if the session's log still ends at `row.last_seq`

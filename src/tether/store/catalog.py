@@ -237,6 +237,38 @@ def counts_of(rows: Sequence[CatalogRow], query: CatalogQuery) -> dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
+class ExperimentEntry:
+    """One experiment as the catalog knows it: its runs (sessions tagged with its id) and when
+    the first began and the last changed."""
+
+    experiment: str
+    runs: int
+    created: str
+    updated: str
+
+
+def experiments_of(
+    rows: Sequence[CatalogRow], tenant: str | None, limit: int
+) -> list[ExperimentEntry]:
+    """The reference answer of `Store.catalog_experiments`: the tenant's experiments (every
+    tenant's with None), the most recently updated first, at most `limit`."""
+    found: dict[str, ExperimentEntry] = {}
+    for r in rows:
+        if not r.experiment or (tenant is not None and r.tenant != tenant):
+            continue
+        e = found.get(r.experiment)
+        found[r.experiment] = (
+            ExperimentEntry(r.experiment, 1, r.created, r.updated)
+            if e is None
+            else ExperimentEntry(
+                e.experiment, e.runs + 1, min(e.created, r.created), max(e.updated, r.updated)
+            )
+        )
+    listed = sorted(found.values(), key=lambda e: (e.updated, e.experiment), reverse=True)
+    return listed[:limit]
+
+
+@dataclass(frozen=True, slots=True)
 class Admit:
     """A quota checked in the transaction of the append that makes a session run (a start, a
     message to an idle session): the store refuses the append with `QuotaExceeded` when the

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from tether.errors import Conflict, LeaseHeld, QuotaExceeded, StoreUnavailable
 from tether.events import Event
 from tether.store import catalog
-from tether.store.catalog import Admit, CatalogQuery, CatalogRow
+from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry
 from tether.store.base import (
     READY_BLOB,
     SUSPECT_CLAIMS,
@@ -91,6 +91,11 @@ class MemoryStore:
 
     async def catalog_row(self, session_id: str) -> CatalogRow | None:
         return self._rows.get(session_id)
+
+    async def catalog_experiments(
+        self, tenant: str | None, limit: int = 100
+    ) -> list[ExperimentEntry]:
+        return catalog.experiments_of(list(self._rows.values()), tenant, limit)
 
     async def put_catalog_row(self, row: CatalogRow) -> bool:
         if len(self._logs.get(row.session_id, ())) != row.last_seq:
