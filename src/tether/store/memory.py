@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator, Sequence
 from tether.errors import Conflict, LeaseHeld, QuotaExceeded, StoreUnavailable
 from tether.events import Event
 from tether.store import catalog
-from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry
 from tether.store.base import (
     READY_BLOB,
     SUSPECT_CLAIMS,
@@ -29,6 +28,7 @@ from tether.store.base import (
     is_retry,
     lease_refusal,
 )
+from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry
 
 
 class MemoryStore:
