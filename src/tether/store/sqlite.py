@@ -425,6 +425,9 @@ class SQLiteStore:
         events: Sequence[Event],
         expected_seq: int,
         lease: Lease | None = None,
+        *,
+        row: object = None,  # the catalog's row and admission: not kept by this store yet
+        admit: object = None,
     ) -> None:
         check_batch(session_id, events, expected_seq)
         rows = [event_to_row(e) for e in events]
