@@ -21,6 +21,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "tether.events",
         "tether.state",
         "tether.fold",
+        "tether.snapshot",  # a fold as bytes and back
         "tether.limits",
         "tether.settings",
         "tether.stops",
@@ -37,6 +38,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "tether.recovery",
         "tether.eager",
         "tether.session.log",
+        "tether.session.snapshots",  # where a take-up's fold starts; writing snapshots
         "tether.session.lease",
         "tether.session.blips",
         "tether.session.watch",

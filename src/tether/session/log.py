@@ -21,7 +21,7 @@ from tether import eager
 from tether.errors import Conflict, StoreError
 from tether.events import Event, Payload, format_time
 from tether.fold import Folder
-from tether.session import blips
+from tether.session import blips, snapshots
 from tether.store import catalog
 from tether.store.base import Lease, Store
 from tether.telemetry.live import observers as live_spans
@@ -142,6 +142,8 @@ class SessionLog:
         self._committed = self.folder.last_seq
         # What the catalog row takes from the session's metadata, worked out once.
         self._origin: tuple[object, catalog.Origin] | None = None
+        # Writes the main fold's snapshots after commits (made at the first commit).
+        self._snapshots: snapshots.Writer | None = None
 
     @classmethod
     async def load(
@@ -152,11 +154,17 @@ class SessionLog:
         clock: Clock | None = None,
         observers: tuple[EventObserver, ...] = (),
     ) -> SessionLog:
-        events = await store.read(session_id)
-        folder = Folder().apply_all(events)
-        # Spans go on from this history when a tracer provider is set; else nothing is added.
-        observers = observers + live_spans(events)
-        return cls(store, session_id, folder, clock=clock, observers=observers)
+        if live_spans():
+            # Spans and metrics go on from the whole history when a tracer provider is set or
+            # metrics are counted: read all of it for them.
+            events = await store.read(session_id)
+            folder, since = Folder().apply_all(events), 0
+            observers = observers + live_spans(events)
+        else:  # the fold kept here, or the snapshot and the events after it
+            folder, since, _ = await snapshots.start(store, session_id)
+        log = cls(store, session_id, folder, clock=clock, observers=observers)
+        log._snapshots = snapshots.Writer(store, since)
+        return log
 
     def branch(self, folder: Folder) -> SessionLog:
         """The log as `folder`'s thread folds it, kept current from here on until `close`d:
@@ -256,6 +264,9 @@ class SessionLog:
                     raise
                 self._held = []
                 self._committed = batch[-1].seq
+                if self._snapshots is None:
+                    self._snapshots = snapshots.Writer(self.store)
+                self._snapshots.committed(self.folder, batch)  # a task: the commit is done
                 self._observe(batch)
                 note_log(self, batch[-1].thread)  # for the task's log records
                 return events
@@ -372,19 +383,47 @@ class SessionLog:
     async def _rebuild(self) -> list[Event]:
         """Fold the log again from the store, in place (whoever holds this folder, or a
         branch's, sees the new one), after a commit failed: the fold had its events, the
-        store has not. Observers are told of the events they have not heard of."""
+        store has not. The main fold starts from the snapshot when no branch is open (a
+        branch's thread needs the whole log). Observers are told of the events they have
+        not heard of."""
         committed = self._committed
-        events = await self.store.read(self.session_id)
-        for folder in (self.folder, *(b.folder for b in self._branches.values())):
-            fresh = Folder(folder.thread).apply_all(events)
+        sid = self.session_id
+        if self._branches or self.folder.thread:
+            events = await self.store.read(sid)
+            folds = [(f, Folder(f.thread).apply_all(events)) for f in self._folds()]
+            news = [e for e in events if e.seq > committed]
+        else:
+            fresh, since, tail = await snapshots.start(self.store, sid, kept=False)
+            if self._snapshots is not None:
+                self._snapshots.since = max(self._snapshots.since, since)
+            folds = [(self.folder, fresh)]
+            first = tail[0].seq if tail else fresh.last_seq + 1
+            # Events between what observers heard and where the snapshot ends, if any.
+            gap = (
+                await self.store.read(sid, committed, first - 1 - committed)
+                if first - 1 > committed
+                else []
+            )
+            news = gap + [e for e in tail if e.seq > committed]
+        for folder, fresh in folds:
             vars(folder).clear()
             vars(folder).update(vars(fresh))
         self._held = []
         self._stale = False
         self._committed = self.folder.last_seq
-        news = [e for e in events if e.seq > committed]
         self._observe(news)
         return news
+
+    def _folds(self) -> list[Folder]:
+        return [self.folder, *(b.folder for b in self._branches.values())]
+
+    def keep(self) -> None:
+        """Keep this fold for the session's next run in this process (`snapshots.KEPT`),
+        when it holds exactly what is committed."""
+        whole = not self._held and not self._stale and self.folder.last_seq == self._committed
+        if self.root is self and whole:
+            since = 0 if self._snapshots is None else self._snapshots.since
+            snapshots.keep(self.store, self.folder, since)
 
     async def _rehold(self) -> None:
         """Another process appended first: fold its events, then the held ones after them,

@@ -248,4 +248,5 @@ async def run_session(
     if log.folder.cancel_scope == "session" and not log.folder.terminal:
         await control.request_stop(store, sid, "session")
         await log.refresh()
+    log.keep()  # the next run of the session here starts from this fold
     return log.folder.view()
