@@ -44,13 +44,14 @@ from tether.cli.live import LiveView, Style
 from tether.cli.secrets import add_secret_flags, keyring_from
 from tether.errors import CorruptLog, SessionNotFound, TetherError
 from tether.events import Event
-from tether.fold import fold
+from tether.fold import Transcript, fold
 from tether.limits import Limits
 from tether.output import OutputMissing, OutputType
 from tether.process import configure_gc
 from tether.providers.base import Model
 from tether.render import Timeline, render_runner, render_transcript, render_view, runner_json
 from tether.retrying import DEFAULT_RETRY
+from tether.session import snapshots
 from tether.state import SessionView
 from tether.store.base import SessionInfo, Store
 from tether.store.open import DEFAULT_STORE_URL
@@ -248,6 +249,13 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
     try:
         if args.sessions_command == "ls":
             return await _sessions_ls(store, args)
+        if args.sessions_command == "show" and not args.thread:
+            # The main thread's fold: from the session's snapshot and the events after it.
+            folder, _, _ = await snapshots.start(store, args.id, kept=False)
+            if not folder.last_seq:
+                raise SessionNotFound(args.id)
+            await _show(store, args, folder.view(), folder.transcript(), "")
+            return 0
         events = await store.read(args.id)
         if not events:
             raise SessionNotFound(args.id)
@@ -261,17 +269,21 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
         if args.sessions_command == "events":
             _print_events([e for e in events if not thread or e.thread == thread], args.json)
         else:
-            await _show(store, args, events, thread)
+            await _show(store, args, fold(events)[1], fold(events, thread)[0], thread)
         return 0
     finally:
         await store.close()
 
 
-async def _show(store: Store, args: argparse.Namespace, events: list[Event], thread: str) -> None:
+async def _show(
+    store: Store,
+    args: argparse.Namespace,
+    view: SessionView,
+    transcript: Transcript,
+    thread: str,
+) -> None:
     """The session's view (with its thread tree) and runner, then the transcript of the main
     thread or, with `--thread`, of that sub-agent's thread."""
-    _, view = fold(events)
-    transcript = fold(events, thread)[0]
     lease = None if view.terminal else await store.current_lease(args.id)
     queued = None if view.terminal or lease else await store.queued(args.id)
     if args.json:

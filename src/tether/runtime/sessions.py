@@ -26,6 +26,7 @@ from tether.runtime import wire
 from tether.runtime.base import AgentSpec, SessionSpec, agents_from_json, check_agents, root_agents
 from tether.runtime.gateways import priority_of
 from tether.scheduler.queue import Priority
+from tether.session import snapshots
 from tether.session.control import KEYED, Known
 from tether.session.log import new_event_id, new_session_id
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
@@ -268,6 +269,8 @@ class _View:
     folder: Folder
     keyed: dict[str, Event]  # events named by an idempotency key, for `control.send_message`
     fixed: int = 0  # the estimated bytes of what never changes: system prompt and metadata
+    # Whether `keyed` holds every keyed event of the fold: not when it began at a snapshot.
+    whole: bool = True
 
     def size(self) -> int:
         """About the bytes the view holds: its fixed part and the transcript."""
@@ -282,10 +285,10 @@ VIEWS_BYTES = 64 << 20  # what `Views` holds at most: a view past a quarter of i
 
 class Views:
     """Incremental folds of the sessions this process was asked about, so a poll reads only
-    the events since the last one, and steering (`known`) reads no log at all. Bounded by
-    count and by bytes (`budget`, each view charged its transcript, system prompt and
-    metadata): the least recently polled are dropped, and a view too large to keep is
-    folded again at each poll."""
+    the events since the last one (the first, those since the session's snapshot), and
+    steering (`known`) reads no log at all. Bounded by count and by bytes (`budget`, each
+    view charged its transcript, system prompt and metadata): the least recently polled are
+    dropped, and a view too large to keep is folded again at each poll."""
 
     def __init__(self, store: Store, size: int = 1_000, budget: int = VIEWS_BYTES) -> None:
         self.store = store
@@ -300,7 +303,7 @@ class Views:
         return len(self._views)
 
     async def get(self, session_id: str) -> Folder:
-        view = self._views.get(session_id) or _View(Folder(), {})
+        view = self._views.get(session_id) or await self._start(session_id)
         folder = view.folder
         while True:
             news = await self.store.read(session_id, folder.last_seq, limit=PAGE)
@@ -314,6 +317,14 @@ class Views:
         if folder.last_seq > 0:
             self._views.put(session_id, view, view.size())
         return folder
+
+    async def _start(self, session_id: str) -> _View:
+        """A view of a session not held: from its snapshot when it has one (the events after
+        it are read next), else from its first event."""
+        folder = await snapshots.stored(self.store, session_id)
+        if folder is None or await self.store.last_seq(session_id) < folder.last_seq:
+            return _View(Folder(), {})  # none, or one ahead of its log (a restored store)
+        return _View(folder, {}, whole=False)
 
     def seed(self, session_id: str, events: Sequence[Event]) -> None:
         """The session's first events, as this process just appended them: folded here, so
@@ -331,4 +342,5 @@ class Views:
         """What this process knows of the session as of its last `get`, for steering it
         without reading its log; None when it is not held (never asked, or dropped)."""
         view = self._views.peek(session_id)
-        return None if view is None else Known(view.folder, view.keyed)
+        # Begun at a snapshot, its keys are not all known: a send reads the log for them.
+        return None if view is None or not view.whole else Known(view.folder, view.keyed)

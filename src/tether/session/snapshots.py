@@ -135,10 +135,15 @@ async def _tail(store: Store, folder: Folder) -> list[Event] | None:
     return tail
 
 
-async def _from_snapshot(store: Store, session_id: str) -> tuple[Folder, int, list[Event]] | None:
+async def stored(store: Store, session_id: str) -> Folder | None:
+    """The fold of the session's snapshot, without the events after it; None when there is
+    none this code can use (of another version, damaged, of another fold), or it cannot be
+    read (it is a cache: the log is there to fold)."""
+    if not hasattr(store, "get_snapshot"):  # TODO(snap): until the SQLite store keeps them
+        return None
     try:
         found = await store.get_snapshot(session_id)
-    except Exception as exc:  # a cache: the log is still there to fold
+    except Exception as exc:
         _say_once(session_id, "session %s: its snapshot could not be read: %s", session_id, exc)
         return None
     if found is None:
@@ -170,8 +175,16 @@ async def _from_snapshot(store: Store, session_id: str) -> tuple[Folder, int, li
             found.seq,
         )
         return None
+    return folder
+
+
+async def _from_snapshot(store: Store, session_id: str) -> tuple[Folder, int, list[Event]] | None:
+    folder = await stored(store, session_id)
+    if folder is None:
+        return None
+    since = folder.last_seq
     tail = await _tail(store, folder)
-    return None if tail is None else (folder.apply_all(tail), found.seq, tail)
+    return None if tail is None else (folder.apply_all(tail), since, tail)
 
 
 class Writer:
@@ -186,6 +199,8 @@ class Writer:
     def committed(self, folder: Folder, batch: Sequence[Event]) -> None:
         """After a commit of `batch`, with `folder` holding exactly the committed events."""
         if folder.thread or (self._task is not None and not self._task.done()):
+            return
+        if not hasattr(self.store, "put_snapshot"):  # TODO(snap): as in `stored`
             return
         if not due(folder.last_seq, self.since, batch):
             return
