@@ -20,6 +20,7 @@ an attribute is written without changing that code's modules.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import sys
@@ -40,7 +41,7 @@ from tether.events import (
     payload_to_json,
 )
 from tether.fold import Folder
-from tether.messages import Message, ToolCall, ToolResult, part_from_json
+from tether.messages import Message, Part, Text, ToolCall, ToolResult, part_from_json
 from tether.state import ThreadNode
 
 CODEC = "1"
@@ -138,6 +139,56 @@ def _part(kind: type) -> _Field:
     return _Field(lambda v: v.to_json(), decode)
 
 
+# Messages are most of a fold: written short, and read back with one type test per part. A
+# text part is its string; a call or a result without images a list; any other part its JSON
+# object. (Message.from_json, checking every key, took most of a decode.)
+_ROLES = {"user": "user", "assistant": "assistant", "tool": "tool"}
+
+
+def _message_json(message: Message) -> list[Any]:
+    parts: list[Any] = []
+    for part in message.parts:
+        kind = type(part)
+        if kind is Text:
+            parts.append(part.text)  # type: ignore[union-attr]
+        elif kind is ToolCall:
+            call: ToolCall = part  # type: ignore[assignment]
+            parts.append([call.id, call.name, call.arguments, call.raw_arguments])
+        elif kind is ToolResult and not part.images:  # type: ignore[union-attr]
+            result: ToolResult = part  # type: ignore[assignment]
+            parts.append([result.call_id, result.content, result.is_error])
+        else:
+            parts.append(part.to_json())
+    return [message.role, parts]
+
+
+def _message(value: Any) -> Message:
+    role, raw = _pair(value)
+    parts: list[Part] = []
+    for part in _list(raw):
+        kind = type(part)
+        if kind is str:
+            parts.append(Text(part))
+        elif kind is list and len(part) == 4:
+            call_id, name, arguments, raw_arguments = part
+            parts.append(
+                ToolCall(
+                    _STR.decode(call_id),
+                    _STR.decode(name),
+                    _OBJECT.decode(arguments),
+                    _OPT_STR.decode(raw_arguments),
+                )
+            )
+        elif kind is list and len(part) == 3:
+            call_id, content, is_error = part
+            parts.append(
+                ToolResult(_STR.decode(call_id), _STR.decode(content), _BOOL.decode(is_error))
+            )
+        else:
+            parts.append(part_from_json(part))
+    return Message(_ROLES[role], tuple(parts))
+
+
 def _thread_node(value: Any) -> ThreadNode:
     thread, agent, call_id, status, stop_reason, handoff = _list(value)
     return ThreadNode(
@@ -185,7 +236,7 @@ _FIELDS: dict[str, _Field] = {
     "limits": _OBJECT,
     "metadata": _OBJECT,
     "messages": _Field(
-        lambda v: [m.to_json() for m in v], lambda v: [Message.from_json(m) for m in _list(v)]
+        lambda v: [_message_json(m) for m in v], lambda v: [_message(m) for m in _list(v)]
     ),
     "state": _STR,
     "stop_reason": _OPT_STR,
@@ -271,16 +322,28 @@ def encode(folder: Folder) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def _loads(data: bytes) -> Any:
+    collecting = gc.isenabled()
+    gc.disable()  # as in `decode`
+    try:
+        return json.loads(data)
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def decode(data: bytes) -> Folder:
     """The fold `encode` wrote; `DamagedSnapshot` when `data` is anything else."""
     try:
-        body = json.loads(data)
+        body = _loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DamagedSnapshot(f"a snapshot that is not JSON: {exc}") from None
     if not isinstance(body, Mapping) or set(body) != set(_FIELDS):
         raise DamagedSnapshot("a snapshot whose attributes are not a fold's")
     folder = Folder.__new__(Folder)
     attributes = vars(folder)
+    collecting = gc.isenabled()
+    gc.disable()  # a decode makes many objects and no cycles: the collector would only slow it
     try:
         for name, field in _FIELDS.items():
             attributes[name] = field.decode(body[name])
@@ -288,4 +351,7 @@ def decode(data: bytes) -> Folder:
         raise
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise DamagedSnapshot(f"a snapshot whose {name} does not decode: {exc}") from None
+    finally:
+        if collecting:
+            gc.enable()
     return folder
