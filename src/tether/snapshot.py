@@ -41,7 +41,7 @@ from tether.events import (
     payload_to_json,
 )
 from tether.fold import Folder
-from tether.messages import Message, Part, Text, ToolCall, ToolResult, part_from_json
+from tether.messages import Message, Part, Role, Text, ToolCall, ToolResult, part_from_json
 from tether.state import ThreadNode
 
 CODEC = "1"
@@ -142,7 +142,7 @@ def _part(kind: type) -> _Field:
 # Messages are most of a fold: written short, and read back with one type test per part. A
 # text part is its string; a call or a result without images a list; any other part its JSON
 # object. (Message.from_json, checking every key, took most of a decode.)
-_ROLES = {"user": "user", "assistant": "assistant", "tool": "tool"}
+_ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant", "tool": "tool"}
 
 
 def _message_json(message: Message) -> list[Any]:

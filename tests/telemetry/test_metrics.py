@@ -153,3 +153,28 @@ def test_the_grafana_dashboard_reads_only_series_tether_serves_and_each_of_them(
     )
     unread = {n for n in served if not {n, f"{n}_bucket", f"{n}_count"} & queried}
     assert not unread, unread
+
+
+async def test_a_log_resumed_from_a_fold_learns_what_its_history_would_teach(
+    registry: Registry,
+) -> None:
+    """Tenant and open calls come from the fold (a snapshot's or one kept), not the events."""
+    from tether.events import ModelResponded, SessionCreated, ToolFinished, ToolStarted
+    from tether.messages import Message, ToolCall, Usage
+    from tether.session.log import SessionLog
+
+    store = MemoryStore()
+    log = SessionLog(store, "ses_m")
+    asked = Message("assistant", (ToolCall("c1", "lookup", {"key": "a"}),))
+    await log.append(
+        SessionCreated("scripted", metadata={"tenant": "acme"}),
+        ModelResponded(asked, usage=Usage(0, 0)),
+        ToolStarted("c1", "lookup"),
+    )
+    log.keep()  # the next load starts from this fold, reading no event before seq 4
+    resumed = await SessionLog.load(store, "ses_m")
+    await resumed.append(ToolFinished("c1", "ok", "value", 1500.0))
+    await resumed.append(ModelResponded(Message("assistant", ()), usage=Usage(7, 1)))
+    assert registry.tool_seconds.sums[("lookup",)] == 1.5  # its start was learned from the fold
+    assert registry.tool_calls == {("lookup", "ok"): 1}
+    assert registry.tokens[("acme", "scripted", "input")] == 7

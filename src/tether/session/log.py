@@ -24,7 +24,7 @@ from tether.fold import Folder
 from tether.session import blips, snapshots
 from tether.store import catalog
 from tether.store.base import Lease, Store
-from tether.telemetry.live import observers as live_spans
+from tether.telemetry import live
 from tether.telemetry.logs import note as note_log
 
 
@@ -154,14 +154,13 @@ class SessionLog:
         clock: Clock | None = None,
         observers: tuple[EventObserver, ...] = (),
     ) -> SessionLog:
-        if live_spans():
-            # Spans and metrics go on from the whole history when a tracer provider is set or
-            # metrics are counted: read all of it for them.
+        if live.tracing():  # spans go on from the whole history: read all of it
             events = await store.read(session_id)
             folder, since = Folder().apply_all(events), 0
-            observers = observers + live_spans(events)
+            observers = observers + live.observers(events)
         else:  # the fold kept here, or the snapshot and the events after it
             folder, since, _ = await snapshots.start(store, session_id)
+            observers = observers + live.resumed(folder)
         log = cls(store, session_id, folder, clock=clock, observers=observers)
         log._snapshots = snapshots.Writer(store, since)
         return log

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tether.events import Event
+from tether.fold import Folder
 from tether.telemetry import metrics
 
 Observer = Callable[[Event], None]
@@ -23,12 +25,31 @@ def observers(history: Sequence[Event] = ()) -> tuple[Observer, ...]:
     return metrics.observers(history) + _spans(history)
 
 
-def _spans(history: Sequence[Event]) -> tuple[Observer, ...]:
+def tracing() -> bool:
+    """Whether a tracer provider is set: a log opened on a session's history then needs all
+    of it (`observers`), so that a resumed session's spans close where they began."""
+    return _provider() is not None
+
+
+def resumed(folder: Folder) -> tuple[Observer, ...]:
+    """What a session log opened on a fold (a snapshot's, not its events) should be given
+    while not `tracing`."""
+    return metrics.resumed(folder)
+
+
+def _provider() -> Any:
     api = sys.modules.get("opentelemetry.trace")
     if api is None:  # nobody in this process imported OpenTelemetry: nothing can be set
-        return ()
+        return None
     provider = api.get_tracer_provider()
     if isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider):
+        return None
+    return provider
+
+
+def _spans(history: Sequence[Event]) -> tuple[Observer, ...]:
+    provider = _provider()
+    if provider is None:
         return ()
     from tether.telemetry.otel import LiveSpans
 

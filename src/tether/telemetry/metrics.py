@@ -29,6 +29,7 @@ from tether.events import (
     ToolStarted,
     TurnEnded,
 )
+from tether.fold import Folder
 from tether.telemetry.census import WorkerLike
 
 # Seconds: from a fast tool to a slow model answer.
@@ -91,16 +92,34 @@ def enable() -> None:
 def observers(history: Sequence[Event] = ()) -> tuple[Callable[[Event], None], ...]:
     """The observer a log opened on `history` gets: one when metrics are enabled, or an
     OpenTelemetry meter provider is set (which enables them)."""
+    observer = _observer()
+    if observer is None:
+        return ()
+    for event in history:  # learn the tenant, model and open calls; count nothing again
+        observer.learn(event)
+    return (observer,)
+
+
+def resumed(folder: Folder) -> tuple[Callable[[Event], None], ...]:
+    """The observer a log opened on a fold (a snapshot's, not its events) gets: it learns
+    the same from the fold. The model is session.created's until the next request names
+    its own; a sub-agent's call that runs on is counted without its duration."""
+    observer = _observer()
+    if observer is None:
+        return ()
+    tenant = folder.metadata.get("tenant")
+    observer.tenant = tenant if isinstance(tenant, str) and tenant else "default"
+    observer.model = folder.model
+    observer.calls = {c.id: c.name for c in folder.open_calls if c.id in folder.started}
+    return (observer,)
+
+
+def _observer() -> SessionMetrics | None:
     if "opentelemetry.metrics" in sys.modules:  # else nobody could have set a provider
         from tether.telemetry.meters import follow
 
         follow(METRICS)
-    if not METRICS.enabled:
-        return ()
-    observer = SessionMetrics(METRICS)
-    for event in history:  # learn the tenant, model and open calls; count nothing again
-        observer.learn(event)
-    return (observer,)
+    return SessionMetrics(METRICS) if METRICS.enabled else None
 
 
 # --- hooks the runtime calls: one line each, nothing done while metrics are off -----------
