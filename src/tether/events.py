@@ -452,14 +452,21 @@ _FIELD_DECODERS: dict[str, Callable[[Any], object]] = {
 }
 
 
+# Per payload type, its fields and each one's decoder, worked out once: `dataclasses.fields`
+# on every event read cost more than decoding the rest of it.
+_FIELD_PLANS: dict[type, tuple[tuple[str, Callable[[Any], object] | None], ...]] = {
+    cls: tuple((f.name, _FIELD_DECODERS.get(str(f.type))) for f in dataclasses.fields(cls))
+    for cls in PAYLOAD_TYPES.values()
+}
+
+
 def payload_from_json(type_name: str, data: Mapping[str, Any]) -> Payload:
     cls = PAYLOAD_TYPES.get(type_name)
     if cls is None:
         raise ValueError(f"unknown event type {type_name!r}")
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
+    for name, decode in _FIELD_PLANS[cls]:
+        if name not in data:
             continue
-        decode = _FIELD_DECODERS.get(str(f.type))
-        kwargs[f.name] = decode(data[f.name]) if decode else data[f.name]
+        kwargs[name] = decode(data[name]) if decode else data[name]
     return cls(**kwargs)

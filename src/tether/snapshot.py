@@ -163,27 +163,30 @@ def _message_json(message: Message) -> list[Any]:
 
 
 def _message(value: Any) -> Message:
-    role, raw = _pair(value)
+    # Type tests written inline: this loop is most of a decode's time.
+    if type(value) is not list or len(value) != 2 or type(value[1]) is not list:
+        raise DamagedSnapshot("a message must be [role, parts]")
+    role, raw = value
     parts: list[Part] = []
-    for part in _list(raw):
+    for part in raw:
         kind = type(part)
         if kind is str:
             parts.append(Text(part))
         elif kind is list and len(part) == 4:
             call_id, name, arguments, raw_arguments = part
-            parts.append(
-                ToolCall(
-                    _STR.decode(call_id),
-                    _STR.decode(name),
-                    _OBJECT.decode(arguments),
-                    _OPT_STR.decode(raw_arguments),
-                )
-            )
+            if (
+                type(call_id) is not str
+                or type(name) is not str
+                or type(arguments) is not dict
+                or (raw_arguments is not None and type(raw_arguments) is not str)
+            ):
+                raise DamagedSnapshot("a tool call of the wrong shape")
+            parts.append(ToolCall(call_id, name, arguments, raw_arguments))
         elif kind is list and len(part) == 3:
             call_id, content, is_error = part
-            parts.append(
-                ToolResult(_STR.decode(call_id), _STR.decode(content), _BOOL.decode(is_error))
-            )
+            if type(call_id) is not str or type(content) is not str or type(is_error) is not bool:
+                raise DamagedSnapshot("a tool result of the wrong shape")
+            parts.append(ToolResult(call_id, content, is_error))
         else:
             parts.append(part_from_json(part))
     return Message(_ROLES[role], tuple(parts))
