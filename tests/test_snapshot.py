@@ -5,6 +5,7 @@ while it is a prefix of the stored log, and never by two runs at once."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 from pathlib import Path
@@ -292,3 +293,13 @@ class MemoryStoreView:
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._store, name)
+
+
+def test_what_was_kept_for_a_store_goes_with_it() -> None:
+    store = MemoryStore()
+    created = Event("ses_x", 1, "e1", "2026-01-01T00:00:00.000000Z", SessionCreated("m"))
+    snapshots.keep(store, Folder().apply_all([created]), 0)
+    assert len(snapshots.KEPT) == 1
+    del store
+    gc.collect()
+    assert len(snapshots.KEPT) == 0

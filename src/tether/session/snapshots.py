@@ -36,7 +36,7 @@ SHARE_AT_TURN_END = 64
 
 # The folds this process kept of sessions it ran, for the next run of the same session
 # here. Charged about what a fold holds; a fold past half the budget is not kept.
-KEPT_BYTES = 256 << 20
+KEPT_BYTES = 128 << 20
 # Keyed by the store too: two stores of one process may hold sessions of the same id.
 KEPT: ByteLRU[tuple[int, str], tuple[weakref.ref[Store], Folder, int]] = ByteLRU(
     1_000, KEPT_BYTES, KEPT_BYTES // 2
@@ -80,11 +80,17 @@ def keep(store: Store, folder: Folder, since: int) -> None:
     none uncommitted."""
     if folder.thread or not folder.last_seq:
         return
+    key = (id(store), folder.session_id)
+
+    def gone(ref: weakref.ref[Store]) -> None:  # the store is gone: so is what was kept for it
+        held = KEPT.peek(key)
+        if held is not None and held[0] is ref:
+            KEPT.pop(key)
+
     try:
-        ref = weakref.ref(store)
+        ref = weakref.ref(store, gone)
     except TypeError:  # a store that cannot be named weakly is not kept for
         return
-    key = (id(store), folder.session_id)
     KEPT.put(key, (ref, private(folder), since), fold_size(folder))
 
 
