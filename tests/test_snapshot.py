@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from test_fold import payloads
 from tether import snapshot
 from tether.bounded import ByteLRU
+from tether.errors import Conflict
 from tether.events import (
     Event,
     InputAnswered,
@@ -303,3 +304,28 @@ def test_what_was_kept_for_a_store_goes_with_it() -> None:
     del store
     gc.collect()
     assert len(snapshots.KEPT) == 0
+
+
+@pytest.mark.parametrize("snapshot_after_conflict", [False, True])
+async def test_a_refused_commit_folds_again_from_the_snapshot_and_tells_observers_the_rest(
+    snapshot_after_conflict: bool,
+) -> None:
+    store = MemoryStore()
+    writer = await _session(store, 50)
+    assert writer._snapshots is not None
+    await writer._snapshots.settle()
+    assert await store.get_snapshot("ses_x") is not None
+    seen: list[Event] = []
+    log = await SessionLog.load(store, "ses_x", observers=(seen.append,))
+    other = await SessionLog.load(MemoryStoreView(store), "ses_x")  # another process
+    for i in range(3):
+        await other.append(UserMessage(user(f"elsewhere {i}")))
+    if snapshot_after_conflict:  # a snapshot newer than anything `log` has heard of
+        newest = await _full(store)
+        await store.put_snapshot(
+            Snapshot("ses_x", newest.last_seq, snapshot.VERSION, snapshot.encode(newest))
+        )
+    with pytest.raises(Conflict):
+        await log.append(UserMessage(user("mine")))
+    _assert_same(log.folder, await _full(store))
+    assert [e.payload for e in seen] == [e.payload for e in (await store.read("ses_x"))[-3:]]
