@@ -329,3 +329,68 @@ async def test_a_refused_commit_folds_again_from_the_snapshot_and_tells_observer
         await log.append(UserMessage(user("mine")))
     _assert_same(log.folder, await _full(store))
     assert [e.payload for e in seen] == [e.payload for e in (await store.read("ses_x"))[-3:]]
+
+
+# -- a sub-agent thread taken up from the main snapshot ---------------------------------------
+def _threaded(items: list[tuple[Payload, str]]) -> list[Event]:
+    """A log as the runtime writes one: a thread's first event is its thread.started, made
+    on that thread once its parent has started; every other event goes on a started thread
+    (the main one otherwise)."""
+    started = {""}
+    kept: list[tuple[Payload, str]] = []
+    for payload, thread in items:
+        if isinstance(payload, ThreadStarted):
+            name = payload.thread
+            if name in started or name.rpartition("/")[0] not in started:
+                continue
+            started.add(name)
+            kept.append((payload, name))
+        else:
+            kept.append((payload, thread if thread in started else ""))
+    return _events(kept)
+
+
+def _assert_threads_from_the_main_snapshot(events: list[Event]) -> None:
+    threads = {e.payload.thread for e in events if isinstance(e.payload, ThreadStarted)}
+    for cut in range(len(events) + 1):
+        main = snapshot.decode(snapshot.encode(Folder().apply_all(events[:cut])))
+        for thread in threads:
+            if not snapshots.started_before(main, thread):
+                folder = snapshots.thread_after(main, thread).apply_all(events[cut:])
+                _assert_same(folder, Folder(thread).apply_all(events))
+
+
+@settings(max_examples=150, deadline=None)
+@given(logs)
+def test_a_thread_started_after_the_snapshot_folds_from_its_tail(
+    items: list[tuple[Payload, str]],
+) -> None:
+    _assert_threads_from_the_main_snapshot(_threaded(items))
+
+
+def test_the_golden_sub_agent_log_folds_its_threads_from_the_main_snapshot() -> None:
+    events = _read_log(GOLDEN / "subagents.events.jsonl")
+    assert any(isinstance(e.payload, ThreadStarted) for e in events)
+    _assert_threads_from_the_main_snapshot(events)
+
+
+async def test_load_branch_reads_the_tail_for_a_thread_begun_after_the_snapshot() -> None:
+    store = MemoryStore()
+    log = await _session(store, 50)
+    assert log._snapshots is not None
+    await log._snapshots.settle()
+    since = (await store.get_snapshot("ses_x")).seq  # type: ignore[union-attr]
+    await log.append(
+        ThreadStarted("a-1", "helper"), UserMessage(user("sub task")), threads=("a-1", "a-1")
+    )
+    reads: list[int] = []
+    read = store.read
+
+    async def counted(session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        reads.append(after_seq)
+        return await read(session_id, after_seq, limit)
+
+    store.read = counted  # type: ignore[method-assign]
+    branch = await (await SessionLog.load(store, "ses_x")).load_branch("a-1")
+    assert reads == [since, since]  # the main fold's tail, then the branch's: no whole log
+    _assert_same(branch.folder, Folder("a-1").apply_all(await read("ses_x")))

@@ -183,7 +183,10 @@ class SessionLog:
             return open_now
         # Folded, then opened, with no await between: an event appended meanwhile is of
         # another thread (nothing runs this one), so the fold misses nothing of its own.
-        folder = Folder(thread).apply_all(await self.store.read(self.session_id))
+        # From the snapshot and its tail when the thread started after it; else the log.
+        folder = await snapshots.thread_start(self.store, self.session_id, thread)
+        if folder is None:
+            folder = Folder(thread).apply_all(await self.store.read(self.session_id))
         return self.branch(folder)
 
     def close(self) -> None:

@@ -193,6 +193,34 @@ async def _from_snapshot(store: Store, session_id: str) -> tuple[Folder, int, li
     return None if tail is None else (folder.apply_all(tail), since, tail)
 
 
+async def thread_start(store: Store, session_id: str, thread: str) -> Folder | None:
+    """A sub-agent thread's fold from the main snapshot and the events after it, when the
+    thread started after the snapshot: a thread's first event is its `thread.started`, and
+    until then its fold holds only the session's id, its first and last event times and its
+    last seq, which the main fold holds too. None when the thread (or one below it) started
+    before the snapshot, or there is no snapshot to use: the caller reads the whole log."""
+    main = await stored(store, session_id)
+    if main is None or started_before(main, thread):
+        return None
+    tail = await _tail(store, main)
+    return None if tail is None else thread_after(main, thread).apply_all(tail)
+
+
+def started_before(main: Folder, thread: str) -> bool:
+    """Whether `thread` or a thread below it may have events folded into `main` (the main
+    fold records every thread's start until it is terminal)."""
+    below = f"{thread}/"
+    return main.terminal or any(t == thread or t.startswith(below) for t in main.thread_nodes)
+
+
+def thread_after(main: Folder, thread: str) -> Folder:
+    """The fold of a thread that had not started by `main`'s last seq, as of that seq."""
+    folder = Folder(thread)
+    folder.session_id, folder.created = main.session_id, main.created
+    folder.last_seq, folder.updated = main.last_seq, main.updated
+    return folder
+
+
 class Writer:
     """Writes one session's snapshots after its commits, one at a time: a write due while
     one is under way waits for the next commit."""
