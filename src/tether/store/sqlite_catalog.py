@@ -321,16 +321,18 @@ def _filters(query: CatalogQuery, *, states: bool = True) -> tuple[list[str], li
         where.append("c.created < ?")
         args.append(query.created_before)
     for key, value in query.metadata:
+        # By row number, which every index entry of `catalog` holds: a sort's index is
+        # walked without reading the table to test each entry.
         if query.tenant is None:
             where.append(
-                "c.session_id IN (SELECT session_id FROM catalog_metadata "
-                "WHERE key = ? AND value = ?)"
+                "c.n IN (SELECT k.n FROM catalog_metadata m JOIN catalog k "
+                "ON k.session_id = m.session_id WHERE m.key = ? AND m.value = ?)"
             )
             args.extend((fit(key), fit(value)))
         else:
             where.append(
-                "c.session_id IN (SELECT session_id FROM catalog_metadata "
-                "WHERE tenant = ? AND key = ? AND value = ?)"
+                "c.n IN (SELECT k.n FROM catalog_metadata m JOIN catalog k "
+                "ON k.session_id = m.session_id WHERE m.tenant = ? AND m.key = ? AND m.value = ?)"
             )
             args.extend((fit(query.tenant), fit(key), fit(value)))
     if query.experiment is not None:
@@ -351,11 +353,12 @@ def page(conn: sqlite3.Connection, query: CatalogQuery) -> list[CatalogRow]:
     where, args = _filters(query)
     sorted_by = _SORTED[query.sort]
     if query.after is not None:
+        # (value, id) after the cursor's, spelt so that the sort's index serves it as a
+        # range (a row-value comparison is not one on an expression index).
         value, session_id = query.after
-        where.append(
-            f"({sorted_by}, c.session_id) {'>' if catalog.ascending(query.sort) else '<'} (?, ?)"
-        )
-        args.extend((value, fit(session_id)))
+        past, edge = (">", ">=") if catalog.ascending(query.sort) else ("<", "<=")
+        where.append(f"{sorted_by} {edge} ? AND ({sorted_by} {past} ? OR c.session_id {past} ?)")
+        args.extend((value, value, fit(session_id)))
     order = "ASC" if catalog.ascending(query.sort) else "DESC"
     sql = (
         f"{_SELECT} {'WHERE ' + ' AND '.join(where) if where else ''} "
