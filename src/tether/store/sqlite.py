@@ -35,7 +35,7 @@ from tether.errors import (
     StoreUnavailable,
 )
 from tether.events import Event
-from tether.store import catalog, sqlite_catalog, sqlite_wakeups
+from tether.store import catalog, sqlite_backfill, sqlite_catalog, sqlite_wakeups
 from tether.store.base import (
     Claimed,
     DeferReason,
@@ -182,7 +182,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
                 conn.execute("ALTER TABLE leases ADD COLUMN claims INTEGER NOT NULL DEFAULT 0")
             sqlite_wakeups.add_columns(conn)
             conn.execute(
-                "INSERT OR REPLACE INTO tether_meta VALUES (?, '')", (sqlite_catalog.BACKFILL_KEY,)
+                "INSERT OR REPLACE INTO tether_meta VALUES (?, '')", (sqlite_backfill.BACKFILL_KEY,)
             )
             conn.execute("UPDATE tether_meta SET value = ? WHERE key='format'", (STORE_FORMAT,))
         conn.execute("COMMIT")
@@ -213,8 +213,8 @@ class SQLiteStore:
         # Each session appends to its own last leaf page; with thousands running, 2 MiB of
         # page cache (the default) rereads them from the OS at every append.
         self._conn.execute(f"PRAGMA cache_size = {_WRITER_CACHE_KIB}")
-        if sqlite_catalog.backfill_owed(self._conn):
-            sqlite_catalog.backfill(self._conn, self._row_for_backfill, self.url)
+        if sqlite_backfill.owed(self._conn):
+            sqlite_backfill.backfill(self._conn, self._row_for_backfill, self.url)
         self._group = GroupCommit(
             self._db,
             self.url,
