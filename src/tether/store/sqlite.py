@@ -8,7 +8,9 @@ remembers, and trusts only while no other connection has committed since (`_begi
 append needs no read, and nor does a reader asking for what it already has.
 Reads, which can be long (a 10,000-event resume), run on a reader thread with a connection
 of their own. Other processes may share the file; SQLite's lock and `expected_seq` keep
-their appends apart.
+their appends apart. Every append writes its session's catalog row in the transaction of its
+events (sqlite_catalog.py); a file from before the catalog is backfilled on open
+(sqlite_backfill.py).
 """
 
 from __future__ import annotations
@@ -372,7 +374,7 @@ class SQLiteStore:
                 )
         row = batch.row
         if row is None:  # folded here, before the first write: decoding may refuse the log
-            logged = self._select_events(conn, session_id, 0, None)
+            logged = self._select_events(conn, session_id, 0, None) if expected_seq else []
             try:
                 prior = [self._decode(r) for r in logged]
             except CorruptLog as exc:
