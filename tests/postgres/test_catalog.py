@@ -10,8 +10,8 @@ import random
 
 import pytest
 from psycopg import AsyncConnection
-
 from tests.postgres.catalog_support import TENANTS, at_seq, crafted_row, session_log
+
 from tether.errors import QuotaExceeded, UsageError
 from tether.store import catalog
 from tether.store.base import Snapshot
