@@ -12,6 +12,7 @@ import random
 import sys
 
 from tests.postgres.catalog_support import crafted_row
+
 from tether.errors import QuotaExceeded
 from tether.store.catalog import Admit
 from tether.store.postgres import PostgresStore

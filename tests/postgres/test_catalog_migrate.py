@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from psycopg import AsyncConnection
-
 from tests.postgres.catalog_support import session_log
+
 from tether.store import catalog, pg_schema
 from tether.store.base import payload_data
 from tether.store.pg_conn import connect
