@@ -71,7 +71,7 @@ async def test_a_version_3_store_gets_every_sessions_row_on_open(pg_url: str) ->
 async def test_a_backfill_killed_mid_batch_is_resumed_and_loses_nothing(pg_url: str) -> None:
     ids = await version_3_store(pg_url, 30)
     async with await AsyncConnection.connect(pg_url) as blocker:
-        # Hold s012's log row: the third batch (s010-s014) writes s010 and s011, then waits.
+        # Hold s012's log row: the third batch (s010-s014) waits for it in its transaction.
         await blocker.execute("SELECT 1 FROM tether_sessions WHERE session_id = 's012' FOR UPDATE")
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
