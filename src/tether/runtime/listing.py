@@ -11,8 +11,8 @@ many sessions came in above it meanwhile.
 from __future__ import annotations
 
 import base64
-import contextlib
 import binascii
+import contextlib
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import replace
