@@ -95,7 +95,9 @@ class StoredRun:
         return None
 
 
-async def find_runs(store: Store, experiment_id: str, tenant: str | None = None) -> list[CatalogRow]:
+async def find_runs(
+    store: Store, experiment_id: str, tenant: str | None = None
+) -> list[CatalogRow]:
     """Every session the catalog tags with the experiment (`tenant`'s only, unless None),
     oldest first: a page of the index at a time, never a log."""
     rows: list[CatalogRow] = []

@@ -294,9 +294,7 @@ class Admission:
     async def _threads(self, tenant: str) -> int:
         """The tenant's threads: its running sessions in the catalog, and what this process
         counts besides (`TenantLoad.here`)."""
-        counts = await self.store.catalog_counts(
-            CatalogQuery(tenant=tenant, states=RUNNING_STATES)
-        )
+        counts = await self.store.catalog_counts(CatalogQuery(tenant=tenant, states=RUNNING_STATES))
         return sum(counts.get(s, 0) for s in RUNNING_STATES) + self.load.here(tenant)
 
     # -- the thread gate: sub-agent threads of this process's workers -----------------------

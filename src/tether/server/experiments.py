@@ -34,7 +34,9 @@ SVG_CSP = "default-src 'none'; style-src 'unsafe-inline'; sandbox"
 def _tag(first: Event | None) -> JSONObject:
     """The `experiment` tag of a run's `session.created` ({} when it has none)."""
     created = None if first is None else first.payload
-    tag: JSONValue = created.metadata.get("experiment") if isinstance(created, SessionCreated) else None
+    tag: JSONValue = (
+        created.metadata.get("experiment") if isinstance(created, SessionCreated) else None
+    )
     return tag if isinstance(tag, dict) else {}
 
 
@@ -76,7 +78,9 @@ async def list_experiments(request: Request, rt: LocalRuntime) -> Response:
 async def build(rt: LocalRuntime, experiment_id: str) -> tuple[MatrixReport, JSONObject]:
     """The report of the tenant's experiment and what the server did to make it; 404 as for
     a session when the tenant has no session of it."""
-    rows = await find_runs(rt.store, experiment_id, rt.tenant) if NAME.fullmatch(experiment_id) else []
+    rows = (
+        await find_runs(rt.store, experiment_id, rt.tenant) if NAME.fullmatch(experiment_id) else []
+    )
     if not rows:
         raise ApiError("experiment_not_found", f"no experiment {experiment_id[:100]!r}")
     kept = rows[-MAX_RUNS:]  # the newest: the plan is the newest run's
