@@ -15,9 +15,10 @@ from tether.testing.runtime_fixtures import MODEL
 
 async def state_of(client: httpx.AsyncClient, sid: str, want: str) -> None:
     async with asyncio.timeout(30):
-        while (await client.get(f"/v1/sessions/{sid}", headers=ACME_HEADERS)).json()[
-            "state"
-        ] != want:
+        while True:
+            polled = await client.get(f"/v1/sessions/{sid}", headers=ACME_HEADERS)
+            if polled.json()["state"] == want:
+                return
             await asyncio.sleep(0.05)
 
 
