@@ -33,7 +33,13 @@ def gauges(text: str, name: str) -> dict[str, float]:
 
 
 async def test_sessions_another_process_runs_are_counted_by_state(tmp_path: Path) -> None:
-    with serve(tmp_path, "--workers", "0") as server:
+    await check_sessions_another_process_runs_are_counted(tmp_path)
+
+
+async def check_sessions_another_process_runs_are_counted(
+    tmp_path: Path, store: str | None = None
+) -> None:
+    with serve(tmp_path, "--workers", "0", store=store) as server:
         worker = start_worker(server.store)
         try:
             async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
