@@ -57,6 +57,9 @@ async def check_sessions_another_process_runs_are_counted(
                 for sid, state in made.items():
                     await state_of(client, sid, state)
                 text = (await client.get("/metrics")).text
+                hung = next(sid for sid, state in made.items() if state == "waiting_model")
+                await client.post(f"/v1/sessions/{hung}/cancel", headers=ACME_HEADERS)
+                await state_of(client, hung, "canceled")  # so the worker stops at once
         finally:
             stop_worker(worker)
     assert empty["idle"] == 0 and empty["waiting_model"] == 0  # every state, from the start
