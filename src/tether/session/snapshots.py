@@ -145,8 +145,6 @@ async def stored(store: Store, session_id: str) -> Folder | None:
     """The fold of the session's snapshot, without the events after it; None when there is
     none this code can use (of another version, damaged, of another fold), or it cannot be
     read (it is a cache: the log is there to fold)."""
-    if not hasattr(store, "get_snapshot"):  # until the PostgreSQL store keeps them (h-pg)
-        return None
     try:
         found = await store.get_snapshot(session_id)
     except Exception as exc:
@@ -233,8 +231,6 @@ class Writer:
     def committed(self, folder: Folder, batch: Sequence[Event]) -> None:
         """After a commit of `batch`, with `folder` holding exactly the committed events."""
         if folder.thread or (self._task is not None and not self._task.done()):
-            return
-        if not hasattr(self.store, "put_snapshot"):  # as in `stored`
             return
         if not due(folder.last_seq, self.since, batch):
             return
