@@ -29,7 +29,7 @@ from tether import Agent, Limits, tool
 from tether.events import Event
 from tether.store import MemoryStore, Store, open_store
 from tether.store.base import EventRow, event_to_row
-from tether.store.sqlite import _SCHEMA
+from tether.store.sqlite_format import SCHEMA as _SCHEMA
 from tether.testing import ScriptedModel, call
 
 STEPS = 50

@@ -36,7 +36,7 @@ def floor_cpu(sessions: int, rows: list[tuple[object, ...]]) -> float:
     """CPU seconds of the floor: CALLS steps of `sessions` sessions, two shared commits a
     step, each session's half of the step's rows in each."""
     path = Path(tempfile.mkdtemp()) / "floor.db"
-    from tether.store.sqlite import _SCHEMA
+    from tether.store.sqlite_format import SCHEMA as _SCHEMA
 
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")

@@ -11,7 +11,7 @@ from pathlib import Path
 from tether.store import SQLiteStore
 from tether.store.base import event_to_row
 from tether.store.catalog import row_for_log
-from tether.store.sqlite import _SCHEMA
+from tether.store.sqlite_format import SCHEMA as _SCHEMA
 from tether.store.sqlite_wakeups import SCHEMA as WAKEUPS_SCHEMA
 from tether.testing.catalog_conformance import generate
 

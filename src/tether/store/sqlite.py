@@ -59,6 +59,14 @@ from tether.store.base import (
 )
 from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry
 from tether.store.group_commit import GroupCommit
+from tether.store.sqlite_format import (
+    EVENT_COLUMNS,
+    MIGRATES_FROM,
+    SCHEMA,
+    STORE_FORMAT,
+    migrate,
+    stored_format,
+)
 from tether.store.sqlite_health import Trust, quick_check, sanity_read
 
 T = TypeVar("T")
@@ -80,49 +88,6 @@ _DECODED_MAX = 8_192
 _DECODED_BYTES = 16 << 20
 _ROW_OVERHEAD = 512  # what a kept row and its event cost beside the data's text
 _WRITER_CACHE_KIB = -65_536  # negative: KiB, not pages; filled only as pages are used
-
-# Rows stand in append order (`pos`), not clustered by session: a group commit of a
-# thousand running sessions then dirties the table's last few pages instead of a page per
-# session, and only the small (session_id, seq) index takes scattered writes (at 1,000
-# concurrent sessions, a third of the commit time; at 10,000, a quarter). A session's
-# events are read through that index.
-_EVENTS_TABLE = """
-CREATE TABLE IF NOT EXISTS {name} (
-    pos INTEGER PRIMARY KEY,
-    session_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    id TEXT NOT NULL,
-    time TEXT NOT NULL,
-    thread TEXT NOT NULL,
-    type TEXT NOT NULL,
-    data TEXT NOT NULL,
-    UNIQUE (session_id, seq)
-);
-"""
-_EVENT_COLUMNS = "session_id, seq, id, time, thread, type, data"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY,
-    created TEXT NOT NULL
-);
-{events}CREATE TABLE IF NOT EXISTS leases (
-    session_id TEXT PRIMARY KEY,
-    owner TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    expires REAL NOT NULL,
-    claims INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS blobs (hash TEXT PRIMARY KEY, data BLOB NOT NULL);
-""".replace("{events}", _EVENTS_TABLE.format(name="events"))
-STORE_FORMAT = "5"
-# Format 2 clustered events by (session_id, seq) in a WITHOUT ROWID table: same columns.
-# Format 3 had no claim count on leases and no not-before time on wakeups. Format 4 had no
-# session catalog and no snapshots (sqlite_catalog.py): its sessions' rows are backfilled
-# after the migration. (An older tether refuses a newer format's file rather than write
-# events that no catalog row follows.)
-_MIGRATES_FROM = ("2", "3", "4")
 
 # Each session with its last seq from the index alone, newest created first, its creation
 # time standing in for its last update: `sessions` for a file whose catalog cannot be read.
@@ -150,47 +115,6 @@ _OPEN_PATIENCE = 10.0
 
 class _Locked(Exception):
     """SQLite said "locked" without waiting, while the store was being opened."""
-
-
-def _stored_format(conn: sqlite3.Connection) -> str | None:
-    """The format the file says it has; None for a file tether has not written yet."""
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'tether_meta'").fetchone() is None:
-        return None
-    row = conn.execute("SELECT value FROM tether_meta WHERE key = 'format'").fetchone()
-    return None if row is None else str(row[0])
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Format 2, 3 or 4 to 5, in one transaction: from 2, the events copied into the
-    append-ordered table; from 2 or 3, the claim count and the not-before time added (nothing
-    stored changes: no lease counts a claim, no mark is deferred); from any, a catalog
-    backfill owed (the catalog's tables exist already: the schema script made them). Another
-    process may migrate first: the format is read again under the write lock."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        row = conn.execute("SELECT value FROM tether_meta WHERE key='format'").fetchone()
-        if row[0] == "2":
-            conn.execute("DROP TABLE IF EXISTS events_new")
-            conn.execute(_EVENTS_TABLE.format(name="events_new"))
-            conn.execute(
-                f"INSERT INTO events_new ({_EVENT_COLUMNS}) "
-                f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY session_id, seq"
-            )
-            conn.execute("DROP TABLE events")
-            conn.execute("ALTER TABLE events_new RENAME TO events")
-        if row[0] in _MIGRATES_FROM:
-            columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(leases)")}
-            if "claims" not in columns:
-                conn.execute("ALTER TABLE leases ADD COLUMN claims INTEGER NOT NULL DEFAULT 0")
-            sqlite_wakeups.add_columns(conn)
-            conn.execute(
-                "INSERT OR REPLACE INTO tether_meta VALUES (?, '')", (sqlite_backfill.BACKFILL_KEY,)
-            )
-            conn.execute("UPDATE tether_meta SET value = ? WHERE key='format'", (STORE_FORMAT,))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
 
 
 class SQLiteStore:
@@ -279,17 +203,17 @@ class SQLiteStore:
             conn.execute("PRAGMA busy_timeout = 10000")
             # Before anything is changed: a file of a format this version cannot read is
             # refused as it is (not even switched to WAL).
-            found = _stored_format(conn)
-            if found not in (None, STORE_FORMAT, *_MIGRATES_FROM):
+            found = stored_format(conn)
+            if found not in (None, STORE_FORMAT, *MIGRATES_FROM):
                 raise ConfigError(
                     f"{self.path} has tether store format {found}, expected {STORE_FORMAT}"
                 )
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-            conn.executescript(_SCHEMA + sqlite_wakeups.SCHEMA + sqlite_catalog.SCHEMA)
+            conn.executescript(SCHEMA + sqlite_wakeups.SCHEMA + sqlite_catalog.SCHEMA)
             conn.execute("INSERT OR IGNORE INTO tether_meta VALUES ('format', ?)", (STORE_FORMAT,))
-            if _stored_format(conn) in _MIGRATES_FROM:
-                _migrate(conn)
+            if stored_format(conn) in MIGRATES_FROM:
+                migrate(conn)
         except sqlite3.OperationalError as exc:
             conn.close()
             if "locked" in str(exc) or "busy" in str(exc):
@@ -380,9 +304,7 @@ class SQLiteStore:
             except CorruptLog as exc:
                 raise self._trust.damaged(exc, session_id, logged) from exc
             row = catalog.row_for_log([*prior, *batch.events])
-        conn.executemany(
-            f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows
-        )
+        conn.executemany(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
         if expected_seq == 0:
             conn.execute("INSERT INTO sessions VALUES (?, ?)", (session_id, rows[0][3]))
         sqlite_catalog.write(conn, row, self._indexed.get(session_id))
@@ -526,7 +448,7 @@ class SQLiteStore:
         conn: sqlite3.Connection, session_id: str, after_seq: int, limit: int | None
     ) -> list[EventRow]:
         return conn.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events "
+            f"SELECT {EVENT_COLUMNS} FROM events "
             "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (session_id, after_seq, -1 if limit is None else limit),  # -1: no limit
         ).fetchall()

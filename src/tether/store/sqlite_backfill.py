@@ -1,6 +1,6 @@
 """The catalog backfill of a SQLite file from before the catalog (format 4 and older): every
 session's row written from its log, in chunks, resumable after a kill, safe with two
-processes at once. `_migrate` (sqlite.py) leaves it owed; the opening store pays it."""
+processes at once. `sqlite_format.migrate` leaves it owed; the opening store pays it."""
 
 from __future__ import annotations
 
