@@ -198,7 +198,8 @@ async def _run_agent(
     session_id = getattr(args, "session_id", None)
     result: RunResult[object]
     try:
-        await store.check_integrity()  # a damaged file is refused before anything is written
+        # A damaged file is refused before anything is written (a large one by its newest pages).
+        await store.check_integrity(whole=False)
         try:
             if session_id is None:
                 result = await agent.run(task)

@@ -84,6 +84,8 @@ class Api:
         self.tokens = tokens  # None: no authentication, one unscoped tenant
         self.metrics = Metrics(runtime, gateways)
         self.metrics_token = metrics_token  # None: /metrics names no tenant and no backend
+        # The store's integrity check, run in the background as serving begins (`lifespan`).
+        self.checking: asyncio.Task[None] | None = None
         self.queries: dict[str, tuple[str, ...]] = {}  # route name -> its query parameters
         self._closing: asyncio.Future[None] | None = None
 
@@ -303,10 +305,16 @@ class Api:
         """The store takes a write and a read now, or a 503 that says why not."""
         try:
             async with asyncio.timeout(READY_TIMEOUT):
+                if self.checking is not None:  # ready once the whole file was read
+                    await asyncio.shield(self.checking)
                 await rt.store.ready()
         except asyncio.CancelledError:
             raise
         except TimeoutError:
+            if self.checking is not None and not self.checking.done():
+                raise ApiError(
+                    "store_unavailable", "the store's integrity check is still reading the file"
+                ) from None
             raise ApiError(
                 "store_unavailable", f"the store did not answer within {READY_TIMEOUT:g} s"
             ) from None
@@ -407,8 +415,14 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with runtime:
-            await check_store(runtime)
-            yield
+            # In the background: the server answers at once, whatever the file's size, and
+            # `/readyz` says ready once the check is done.
+            api.checking = checking = asyncio.create_task(check_store(runtime))
+            try:
+                yield
+            finally:
+                checking.cancel()
+                await asyncio.gather(checking, return_exceptions=True)
 
     app = Starlette(
         routes=routes,
@@ -421,8 +435,9 @@ def create_app(
 
 
 async def check_store(runtime: LocalRuntime) -> None:
-    """Read the whole store once before serving (SQLite: `quick_check`). A damaged file is
-    still served, every sound session of it, but `/readyz` says 503 from the start."""
+    """Read the whole store once as serving begins (SQLite: `quick_check`, on a thread and
+    connection of its own). A damaged file is still served, every sound session of it, but
+    `/readyz` says 503 from when the damage is found."""
     try:
         await runtime.store.check_integrity()
     except CorruptLog as exc:

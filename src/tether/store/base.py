@@ -293,11 +293,14 @@ class Store(EventLog, Catalog, Snapshots, Leases, WorkQueue, Blobs, Protocol):
         Cheap enough for a probe every second."""
         ...
 
-    async def check_integrity(self) -> None:
-        """Read everything stored once, for a process about to write (a server starting,
+    async def check_integrity(self, *, whole: bool = True) -> None:
+        """Read what is stored once, for a process about to write (a server starting,
         `tether run`): raise `CorruptLog` saying what is damaged, in words that quote nothing
-        stored. SQLite runs `PRAGMA quick_check` (time grows with the file); PostgreSQL and
-        the memory store check nothing (the database server guards its own pages)."""
+        stored. SQLite runs `PRAGMA quick_check` on a connection and thread of its own, so
+        reads go on meanwhile (time grows with the file: seconds at a million sessions);
+        `whole=False` checks a file past `sqlite.WHOLE_CHECK_BYTES` by its newest pages only.
+        PostgreSQL and the memory store check nothing (the database server guards its own
+        pages)."""
         ...
 
     async def close(self) -> None: ...

@@ -193,7 +193,7 @@ class MemoryStore:
         if await self.get_blob(digest) != READY_BLOB:
             raise StoreUnavailable("memory store: a blob written was not read back")
 
-    async def check_integrity(self) -> None:
+    async def check_integrity(self, *, whole: bool = True) -> None:
         return None  # nothing stored outlives the process, so nothing can be torn
 
     async def mark_runnable(self, session_id: str) -> None:

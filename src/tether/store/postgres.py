@@ -401,7 +401,7 @@ class PostgresStore:
         row = await self.fetch_one("SELECT data FROM tether_blobs WHERE digest = %s", (digest,))
         return None if row is None else bytes(row[0])
 
-    async def check_integrity(self) -> None:
+    async def check_integrity(self, *, whole: bool = True) -> None:
         return None  # PostgreSQL guards its own pages (data checksums, if the cluster has them)
 
     async def ready(self) -> None:

@@ -109,6 +109,10 @@ _CLAIM = (
 # commits to an OS crash even in WAL mode, the other adds nothing WAL needs).
 SQLITE_SYNCHRONOUS = ("NORMAL", "FULL")
 
+# Past this size, `check_integrity(whole=False)` (what `tether run` asks before a run) reads
+# only the newest pages: a whole check of a million-session file takes 15 s or more.
+WHOLE_CHECK_BYTES = 256 << 20
+
 # How long opening a store waits out another connection that is setting the file up.
 _OPEN_PATIENCE = 10.0
 
@@ -685,11 +689,32 @@ class SQLiteStore:
         if row is None or int(row[0]) < int(token):
             raise StoreUnavailable(f"store {self.url}: the health row written was not read back")
 
-    async def check_integrity(self) -> None:
-        found = await self._run(lambda: quick_check(self._read_db()))
+    async def check_integrity(self, *, whole: bool = True) -> None:
+        # Not on the reader's thread: a check of a large file takes seconds (15 s for a
+        # million sessions), and every long read would wait behind it.
+        if self._closed:
+            raise StoreError(f"store {self.url} is closed")
+        self._trust.refuse_if_failed()
+        try:
+            found = await asyncio.to_thread(self._check_file, whole)
+        except sqlite3.Error as exc:
+            raise self._trust.error(exc) from exc
         if found is not None:
             self._trust.damage = found
             raise CorruptLog(f"store {self.url} is damaged: {found}")
+
+    def _check_file(self, whole: bool) -> str | None:
+        try:
+            size = os.path.getsize(self.path)
+        except OSError:
+            size = 0
+        check = quick_check if whole or size <= WHOLE_CHECK_BYTES else sanity_read
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA busy_timeout = 10000")
+            return check(conn)
+        finally:
+            conn.close()
 
     # -- wakeups: which sessions have work for a runner (sqlite_wakeups.py) ---------------
     async def mark_runnable(self, session_id: str) -> None:
