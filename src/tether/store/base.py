@@ -298,7 +298,8 @@ class Store(EventLog, Catalog, Snapshots, Leases, WorkQueue, Blobs, Protocol):
         `tether run`): raise `CorruptLog` saying what is damaged, in words that quote nothing
         stored. SQLite runs `PRAGMA quick_check` on a connection and thread of its own, so
         reads go on meanwhile (time grows with the file: seconds at a million sessions);
-        `whole=False` checks a file past `sqlite.WHOLE_CHECK_BYTES` by its newest pages only.
+        `whole=False` checks a file past `sqlite_health.WHOLE_CHECK_BYTES` by its newest
+        pages only.
         PostgreSQL and the memory store check nothing (the database server guards its own
         pages)."""
         ...

@@ -67,7 +67,7 @@ from tether.store.sqlite_format import (
     migrate,
     stored_format,
 )
-from tether.store.sqlite_health import Trust, quick_check, sanity_read
+from tether.store.sqlite_health import Trust, check_file, sanity_read
 
 T = TypeVar("T")
 log = logging.getLogger("tether.store")
@@ -108,10 +108,6 @@ _CLAIM = (
 # The durability settings a store may ask for (OFF and EXTRA are not offered: one loses
 # commits to an OS crash even in WAL mode, the other adds nothing WAL needs).
 SQLITE_SYNCHRONOUS = ("NORMAL", "FULL")
-
-# Past this size, `check_integrity(whole=False)` (what `tether run` asks before a run) reads
-# only the newest pages: a whole check of a million-session file takes 15 s or more.
-WHOLE_CHECK_BYTES = 256 << 20
 
 # How long opening a store waits out another connection that is setting the file up.
 _OPEN_PATIENCE = 10.0
@@ -696,25 +692,12 @@ class SQLiteStore:
             raise StoreError(f"store {self.url} is closed")
         self._trust.refuse_if_failed()
         try:
-            found = await asyncio.to_thread(self._check_file, whole)
+            found = await asyncio.to_thread(check_file, self.path, whole)
         except sqlite3.Error as exc:
             raise self._trust.error(exc) from exc
         if found is not None:
             self._trust.damage = found
             raise CorruptLog(f"store {self.url} is damaged: {found}")
-
-    def _check_file(self, whole: bool) -> str | None:
-        try:
-            size = os.path.getsize(self.path)
-        except OSError:
-            size = 0
-        check = quick_check if whole or size <= WHOLE_CHECK_BYTES else sanity_read
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        try:
-            conn.execute("PRAGMA busy_timeout = 10000")
-            return check(conn)
-        finally:
-            conn.close()
 
     # -- wakeups: which sessions have work for a runner (sqlite_wakeups.py) ---------------
     async def mark_runnable(self, session_id: str) -> None:
