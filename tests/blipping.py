@@ -31,14 +31,15 @@ class Blipping:
         events: Sequence[Event],
         expected_seq: int,
         lease: Lease | None = None,
+        **catalog: Any,  # the row and the admission, passed on as they came
     ) -> None:
         self.appends_tried += 1
         if self.fail_appends > 0:
             self.fail_appends -= 1
             if self.land:
-                await self.store.append(session_id, events, expected_seq, lease)
+                await self.store.append(session_id, events, expected_seq, lease, **catalog)
             raise StoreError("store: the connection was lost")
-        await self.store.append(session_id, events, expected_seq, lease)
+        await self.store.append(session_id, events, expected_seq, lease, **catalog)
 
     async def release(self, lease: Lease) -> None:
         if self.fail_releases:

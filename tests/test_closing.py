@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -105,12 +106,13 @@ class DiesAfter(MemoryStore):
         events: Sequence[Event],
         expected_seq: int,
         lease: Lease | None = None,
+        **catalog: Any,  # the row and the admission, passed on as they came
     ) -> None:
         if self.appends is not None:
             if self.appends == 0:
                 raise SystemExit("the process died here")
             self.appends -= 1
-        await super().append(session_id, events, expected_seq, lease)
+        await super().append(session_id, events, expected_seq, lease, **catalog)
 
 
 def whole_or_untouched(before: Folder, events: Sequence[Event]) -> None:

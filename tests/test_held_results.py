@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,9 +48,14 @@ class BatchesStore(SQLiteStore):
         self.batches: list[list[str]] = []
 
     async def append(  # type: ignore[override]
-        self, session_id: str, events: list[Event], expected: int, lease: Lease | None = None
+        self,
+        session_id: str,
+        events: list[Event],
+        expected: int,
+        lease: Lease | None = None,
+        **catalog: Any,
     ) -> None:
-        await super().append(session_id, events, expected, lease)
+        await super().append(session_id, events, expected, lease, **catalog)
         self.batches.append([e.payload.type for e in events])
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from invariants import read_checked
 from tether import Agent, tool
@@ -149,8 +150,9 @@ class BatchStore(MemoryStore):
         events: Sequence[Event],
         expected_seq: int,
         lease: Lease | None = None,
+        **catalog: Any,  # the row and the admission, passed on as they came
     ) -> None:
-        await super().append(session_id, events, expected_seq, lease)
+        await super().append(session_id, events, expected_seq, lease, **catalog)
         self.batches.append([e.type for e in events])
 
 

@@ -78,13 +78,14 @@ class DyingStore:
         events: Sequence[Event],
         expected_seq: int,
         lease: Lease | None = None,
+        **catalog: Any,  # the row and the admission, passed on as they came
     ) -> None:
         self._alive()
         self.appends += 1
         dies_here = self.appends == self.crash_at
         if dies_here and not self.after:
             self._die()
-        await self.inner.append(session_id, events, expected_seq, lease)
+        await self.inner.append(session_id, events, expected_seq, lease, **catalog)
         for _ in range(self.rng.choice((0, 0, 1, 2))):
             await asyncio.sleep(0)  # committed; the writer hears of it a moment later
             self._alive()
@@ -493,10 +494,11 @@ class LateStore:
         events: Sequence[Event],
         expected_seq: int,
         lease: Lease | None = None,
+        **catalog: Any,  # the row and the admission, passed on as they came
     ) -> None:
         self.gate.set()
         await asyncio.gather(self.worker, return_exceptions=True)
-        await self.inner.append(session_id, events, expected_seq, lease)
+        await self.inner.append(session_id, events, expected_seq, lease, **catalog)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -205,6 +205,13 @@ class Folder:
         return Usage(*self._tokens)
 
     @property
+    def tokens(self) -> tuple[int, int, int, int, int]:
+        """The token counts without building a `Usage`: input, output, cache read, cache
+        write, reasoning."""
+        t = self._tokens
+        return (t[0], t[1], t[2], t[3], t[4])
+
+    @property
     def total_tokens(self) -> int:
         return self._tokens[0] + self._tokens[1]
 

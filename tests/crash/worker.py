@@ -61,10 +61,11 @@ class CountingStore:
         events: Sequence[Event],
         expected_seq: int,
         lease: Lease | None = None,
+        **catalog: Any,  # the row and the admission, passed on as they came
     ) -> None:
         self.tried += 1
         try:
-            await self.inner.append(session_id, events, expected_seq, lease)
+            await self.inner.append(session_id, events, expected_seq, lease, **catalog)
         except LeaseLost:
             self.refused += 1
             raise

@@ -18,6 +18,7 @@ import random
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from tether.context import make_context
 from tether.errors import LeaseHeld, LeaseLost, UsageError
@@ -49,10 +50,13 @@ class JournalledStore(PostgresStore):
         events: Sequence[Event],
         expected_seq: int,
         lease: Lease | None = None,
+        **catalog: Any,  # the row and the admission, passed on as they came
     ) -> None:
         # Shielded, so the outcome is journalled even when the caller is cancelled (as a
         # zombie's turn is, the moment it finds its lease lost).
-        task = asyncio.ensure_future(super().append(session_id, events, expected_seq, lease))
+        task = asyncio.ensure_future(
+            super().append(session_id, events, expected_seq, lease, **catalog)
+        )
         if lease is not None:
             first, last = events[0].seq, events[-1].seq
             task.add_done_callback(

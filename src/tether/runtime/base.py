@@ -23,9 +23,9 @@ from tether.providers.base import Delta
 from tether.runtime import wire
 from tether.scheduler.queue import PRIORITIES, Priority
 from tether.scheduler.status import StatusKind
-from tether.store import catalog
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS, check_name
 from tether.state import TERMINAL_STATES, SessionView
+from tether.store import catalog
 
 # Metadata keys the runtime writes into session.created; a spec may not set them.
 RESERVED_METADATA = catalog.RESERVED

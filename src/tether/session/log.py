@@ -22,6 +22,7 @@ from tether.errors import Conflict, StoreError
 from tether.events import Event, Payload, format_time
 from tether.fold import Folder
 from tether.session import blips
+from tether.store import catalog
 from tether.store.base import Lease, Store
 from tether.telemetry.live import observers as live_spans
 from tether.telemetry.logs import note as note_log
@@ -135,6 +136,12 @@ class SessionLog:
         self._held: list[Event] = []
         # The fold holds events a failed commit never stored: rebuilt from the store first.
         self._stale = False
+        # The seq up to which the fold's events are stored and observers have heard of them:
+        # a batch is folded before its commit (its catalog row goes with it), so the fold
+        # runs ahead of the store while a commit is under way.
+        self._committed = self.folder.last_seq
+        # What the catalog row takes from the session's metadata, worked out once.
+        self._origin: tuple[object, catalog.Origin] | None = None
 
     @classmethod
     async def load(
@@ -183,6 +190,7 @@ class SessionLog:
         ids: Sequence[str] | None = None,
         threads: Sequence[str] | None = None,
         thread: str | None = None,
+        admit: catalog.Admit | None = None,
     ) -> list[Event]:
         """Append as one batch. A worker (holding `lease`) whose append meets events another
         process added meanwhile (a cancel, a decision, a message) folds them in and appends
@@ -190,10 +198,11 @@ class SessionLog:
         again. A lost lease is `LeaseLost`, and nothing is written. `ids`: the events' ids,
         one per payload, when the caller names them (an idempotency key); else new ones.
         `threads`: the thread of each payload, for a batch that opens sub-agent threads;
-        else all are `thread`'s, by default this log's thread's."""
+        else all are `thread`'s, by default this log's thread's. `admit`: the tenant's quota of
+        running sessions, checked by the store in the commit's transaction (`QuotaExceeded`)."""
         if self.root is not self:
             return await self.root.append(
-                *payloads, ids=ids, threads=threads, thread=thread or self.thread
+                *payloads, ids=ids, threads=threads, thread=thread or self.thread, admit=admit
             )
         if not self._turns.enter():
             await self._turns.wait()
@@ -222,38 +231,51 @@ class SessionLog:
                 if ids is not None:
                     events = [replace(e, id=i) for e, i in zip(events, ids, strict=True)]
                 held = self._held
+                # Folded first: the catalog row committed with the batch is the fold's after it.
+                self._fold(events)
+                batch = held + events if held else events
                 try:
                     if held:  # a tool's result is in it: it lands even if the caller is cancelled
-                        commit = eager.start(self._commit(held + events, base - len(held)))
+                        commit = eager.start(self._commit(batch, self._committed, admit))
                         if isinstance(commit, eager.Suspended):
                             await blips.shielded(commit.rest(), f"session {sid}: a commit")
                     else:
-                        await self._commit(events, base)
+                        await self._commit(batch, self._committed, admit)
                 except Conflict:
-                    if held:
-                        await self._rehold()
-                    else:
-                        await self._catch_up()
+                    # Another process appended first: the fold is made again from the store,
+                    # the held events folded after its events, still held.
+                    await self._rehold()
                     if self.lease is None:
                         raise
                     continue
                 except BaseException:
-                    # Failed for good (a lost lease, a store that stays down, a cancel): the
-                    # held events are gone, as a lone result's failed commit is, and the fold
+                    # Failed for good (a lost lease, a store that stays down, a cancel, a
+                    # refused admission): the batch and the held events are gone, and the fold
                     # that has them is rebuilt before this log is used again.
-                    if held:
-                        self._stale = True
+                    self._stale = True
                     raise
-                if held:
-                    self._held = []
-                    self._observe(held)
-                self._apply(events)
-                note_log(self, (events or held)[-1].thread)  # for the task's log records
+                self._held = []
+                self._committed = batch[-1].seq
+                self._observe(batch)
+                note_log(self, batch[-1].thread)  # for the task's log records
                 return events
         finally:
             self._turns.leave()
 
-    async def _commit(self, events: list[Event], base: int) -> None:
+    def _row(self) -> catalog.CatalogRow | None:
+        """The catalog row of the fold as it stands (None from a log whose root folds a
+        sub-agent's thread: the store then folds the session itself)."""
+        folder = self.folder
+        if folder.thread:
+            return None
+        meta = folder.metadata
+        if self._origin is None or self._origin[0] is not meta:
+            self._origin = (meta, catalog.origin_of(meta))
+        return catalog.row_of(folder, self._origin[1])
+
+    async def _commit(
+        self, events: list[Event], base: int, admit: catalog.Admit | None = None
+    ) -> None:
         """One batch to the store. Under a lease, a transient failure (the store restarting,
         a dropped connection) is tried again, the same events with the same ids, for as long
         as the lease lasts: a try whose commit landed though its answer was lost is accepted
@@ -261,9 +283,12 @@ class SessionLog:
         distinct failure is logged once, not each try."""
         delay = blips.FIRST_DELAY
         said = None
+        row = self._row()
         while True:
             try:
-                await self.store.append(self.session_id, events, base, self.lease)
+                await self.store.append(
+                    self.session_id, events, base, self.lease, row=row, admit=admit
+                )
                 return
             except StoreError as exc:
                 lease = self.lease  # renewed meanwhile by the watcher, while it could
@@ -338,20 +363,25 @@ class SessionLog:
 
     async def _catch_up(self) -> list[Event]:
         events = await self.store.read(self.session_id, after_seq=self.folder.last_seq)
-        self._apply(events)
+        self._fold(events)
+        if events:
+            self._committed = events[-1].seq
+        self._observe(events)
         return events
 
     async def _rebuild(self) -> list[Event]:
-        """Fold the log again from the store, in place (whoever holds this folder sees the
-        new one), after a commit of held events failed: the fold had them, the store has
-        not. Observers are told of the events they have not seen."""
-        committed = self.folder.last_seq - len(self._held)
+        """Fold the log again from the store, in place (whoever holds this folder, or a
+        branch's, sees the new one), after a commit failed: the fold had its events, the
+        store has not. Observers are told of the events they have not heard of."""
+        committed = self._committed
         events = await self.store.read(self.session_id)
-        fresh = Folder(self.folder.thread).apply_all(events)
-        vars(self.folder).clear()
-        vars(self.folder).update(vars(fresh))
+        for folder in (self.folder, *(b.folder for b in self._branches.values())):
+            fresh = Folder(folder.thread).apply_all(events)
+            vars(folder).clear()
+            vars(folder).update(vars(fresh))
         self._held = []
         self._stale = False
+        self._committed = self.folder.last_seq
         news = [e for e in events if e.seq > committed]
         self._observe(news)
         return news
@@ -383,12 +413,11 @@ class SessionLog:
             for observer in self.observers:
                 observer(event)
 
-    def _apply(self, events: list[Event]) -> None:
+    def _fold(self, events: list[Event]) -> None:
+        """Fold events into this log's fold and every open branch's."""
         branches = self._branches
         for event in events:
             self.folder.apply(event)
             if branches:  # a fold changes no branch: no copy of the dict needed
                 for branch in branches.values():
                     branch.folder.apply(event)
-            for observer in self.observers:
-                observer(event)

@@ -44,7 +44,9 @@ SORTS: tuple[Sort, ...] = get_args(Sort)
 Key = tuple[str | float, str]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each of these fields through `object.__setattr__`,
+# and a writer makes a row at every append. Treat it as immutable all the same.
+@dataclass(slots=True)
 class CatalogRow:
     """One session as the catalog holds it, as of `last_seq`."""
 
@@ -109,42 +111,67 @@ def as_text(value: JSONValue) -> str:
 _PIECES = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def row_of(folder: Folder, parent: str = "") -> CatalogRow:
-    """The catalog row of the session whose main-thread fold `folder` is."""
-    meta = folder.metadata
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """What a row takes from `session.created`'s metadata, which never changes: worked out
+    once per session by a writer (`origin_of`), not at every append."""
+
+    tenant: str
+    metadata: tuple[tuple[str, str], ...]
+    experiment: str
+    variant: str
+    experiment_task: str
+    repeat: int
+
+
+def origin_of(meta: JSONObject) -> Origin:
     tenant = meta.get("tenant")
     caller = ((k, v) for k, v in meta.items() if k not in RESERVED)
     metadata = tuple((k[:TEXT], as_text(v)) for k, v in itertools.islice(caller, KEPT_KEYS))
-    tag = meta.get("experiment")
-    tag = tag if isinstance(tag, dict) else {}
+    raw = meta.get("experiment")
+    tag = raw if isinstance(raw, dict) else {}
     exp_id, variant, task, repeat = (tag.get(k) for k in ("id", "variant", "task", "repeat"))
-    usage = folder.usage
-    view_cost = folder.cost_usd if folder.cost_known else None
-    return CatalogRow(
-        session_id=folder.session_id,
+    return Origin(
         tenant=tenant if isinstance(tenant, str) else "",
-        parent=parent,
-        created=folder.created,
-        updated=folder.updated,
-        state=folder.state,
-        stop_reason=folder.stop_reason,
-        model=folder.model,
-        steps=folder.steps,
-        turns=folder.turns,
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-        cost_usd=view_cost,
-        task=folder.task[:TEXT],
-        last_output=folder.last_output[:OUTPUT],
         metadata=metadata,
         experiment=exp_id if isinstance(exp_id, str) else "",
         variant=variant if isinstance(variant, str) else "",
         experiment_task=task if isinstance(task, str) else "",
         repeat=repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else -1,
-        threads_running=sum(1 for n in folder.thread_nodes.values() if n.status == "running"),
-        last_seq=folder.last_seq,
+    )
+
+
+def row_of(folder: Folder, origin: Origin | None = None, parent: str = "") -> CatalogRow:
+    """The catalog row of the session whose main-thread fold `folder` is; `origin`, when the
+    caller kept it, is `origin_of(folder.metadata)`."""
+    o = origin_of(folder.metadata) if origin is None else origin
+    tokens = folder.tokens
+    nodes = folder.thread_nodes
+    return CatalogRow(
+        folder.session_id,
+        o.tenant,
+        parent,
+        folder.created,
+        folder.updated,
+        folder.state,
+        folder.stop_reason,
+        folder.model,
+        folder.steps,
+        folder.turns,
+        tokens[0],
+        tokens[1],
+        tokens[2],
+        tokens[3],
+        folder.cost_usd if folder.cost_known else None,
+        folder.task,
+        folder.last_output[:OUTPUT],
+        o.metadata,
+        o.experiment,
+        o.variant,
+        o.experiment_task,
+        o.repeat,
+        sum(1 for n in nodes.values() if n.status == "running") if nodes else 0,
+        folder.last_seq,
     )
 
 

@@ -46,6 +46,7 @@ from tether.store.base import (
     redact_url,
     unreadable,
 )
+from tether.store.catalog import Admit, CatalogRow
 from tether.store.pg_conn import Conn, News, Pool, Subscription
 
 DEFAULT_POOL_SIZE = 4
@@ -121,6 +122,9 @@ class PostgresStore:
         events: Sequence[Event],
         expected_seq: int,
         lease: Lease | None = None,
+        *,
+        row: CatalogRow | None = None,  # the catalog's row and admission: not kept here yet
+        admit: Admit | None = None,
     ) -> None:
         check_batch(session_id, events, expected_seq)
         params = (
@@ -138,13 +142,13 @@ class PostgresStore:
         # lost reply: a retry of the same batch is accepted once).
         task = asyncio.ensure_future(self.pool.run(lambda conn: _append(conn, params)))
         try:
-            row = await asyncio.shield(task)
+            outcome = await asyncio.shield(task)
         except asyncio.CancelledError:
             await asyncio.wait({task}, timeout=_APPEND_SETTLE)
             if task.done() and not task.cancelled():
                 task.exception()  # retrieved: the caller is cancelled and hears of neither
             raise
-        status, actual, owner, generation = row
+        status, actual, owner, generation = outcome
         if status == "conflict":
             raise Conflict(session_id, expected_seq, int(actual))
         if status == "lease" and lease is not None:

@@ -53,6 +53,7 @@ from tether.store.base import (
     is_retry,
     lease_refusal,
 )
+from tether.store.catalog import Admit, CatalogRow
 from tether.store.group_commit import GroupCommit
 from tether.store.sqlite_health import Trust, quick_check, sanity_read
 
@@ -425,6 +426,9 @@ class SQLiteStore:
         events: Sequence[Event],
         expected_seq: int,
         lease: Lease | None = None,
+        *,
+        row: CatalogRow | None = None,  # the catalog's row and admission: not kept here yet
+        admit: Admit | None = None,
     ) -> None:
         check_batch(session_id, events, expected_seq)
         rows = [event_to_row(e) for e in events]
