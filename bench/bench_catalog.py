@@ -297,7 +297,8 @@ def start_server(store_url: str, tokens: Path) -> Server:
     t0 = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, "-m", "tether", "serve", "--port", "0", "--tokens", str(tokens),
-         "--store", store_url, "--workers", "0", "--log-level", "warning"],
+         "--store", store_url, "--workers", "0", "--log-level", "warning",
+         "--allow-code", "tether.testing.runtime_fixtures:*"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     line = process.stdout.readline() if process.stdout else ""
@@ -308,8 +309,10 @@ def start_server(store_url: str, tokens: Path) -> Server:
     return Server(process, found.group(1), (time.perf_counter() - t0) * 1000)
 
 
-async def get_json(client: httpx.AsyncClient, path: str, tenant: str) -> Any:
-    answer = await client.get(path, headers=HEAD[tenant])
+async def get_json(
+    client: httpx.AsyncClient, path: str, tenant: str, params: dict[str, Any] | None = None
+) -> Any:
+    answer = await client.get(path, headers=HEAD[tenant], params=params)
     if answer.status_code != 200:
         raise SystemExit(f"GET {path}: {answer.status_code} {answer.text[:300]}")
     return answer.json()
@@ -322,8 +325,8 @@ async def http_page_through(client: httpx.AsyncClient) -> tuple[list[str], int, 
     pages = 0
     t0 = time.perf_counter()
     while True:
-        path = f"/v1/sessions?limit={PAGE}" + (f"&cursor={cursor}" if cursor else "")
-        body = await get_json(client, path, ACME)
+        params: dict[str, Any] = {"limit": PAGE} | ({"cursor": cursor} if cursor else {})
+        body = await get_json(client, "/v1/sessions", ACME, params)
         pages += 1
         seen += [s["session_id"] for s in body["sessions"]]
         cursor = body.get("next_cursor")
@@ -369,7 +372,7 @@ async def measure(store: Store, store_url: str, directory: Path, size: Counts) -
         try:
             async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
                 t0 = time.perf_counter()
-                await get_json(client, f"/v1/sessions?limit={FIRST_PAGE}&counts=true", ACME)
+                await get_json(client, "/v1/sessions", ACME, {"limit": FIRST_PAGE, "counts": "true"})
                 fresh.append((time.perf_counter() - t0) * 1000)
                 starts.append(server.startup_ms)
         finally:
@@ -390,19 +393,25 @@ async def measure(store: Store, store_url: str, directory: Path, size: Counts) -
             )
             old = ticket(ACME, 7)  # acme's 8th session: among the oldest of the store
             team = "team-07"
-            for name, query in (
-                ("first page, warm", ""),
-                ("counts=true", "&counts=true"),
-                ("q= one ticket", f"&q={old.lower()}"),
-                ("q= a team", f"&q={team}"),
-                ("metadata= one ticket", f"&metadata=ticket:{old}"),
-                ("metadata= a team", f"&metadata=team:{team}"),
-            ):
-                path = f"/v1/sessions?limit={FIRST_PAGE}{query}"
-                body = await get_json(client, path, ACME)  # the first: warms
-                expect = {"q= one ticket": 1, "metadata= one ticket": 1}.get(name, FIRST_PAGE)
+            queries: tuple[tuple[str, dict[str, Any]], ...] = (
+                ("first page, warm", {}),
+                ("counts=true", {"counts": "true"}),
+                ("q= one ticket", {"q": old.lower()}),
+                ("q= a team", {"q": team}),
+                ("metadata= one ticket", {"metadata": f"ticket={old}"}),
+                ("metadata= a team", {"metadata": f"team={team}"}),
+            )
+            for name, query in queries:
+                params = {"limit": FIRST_PAGE, **query}
+                body = await get_json(client, "/v1/sessions", ACME, params)  # the first: warms
+                in_team = len(range(7, size.acme, TEAMS))
+                expect = {"q= one ticket": 1, "metadata= one ticket": 1}.get(
+                    name, min(FIRST_PAGE, in_team if "team" in name else size.acme)
+                )
                 got = len(body["sessions"])
-                samples = await repeated(REPEAT, lambda p=path: get_json(client, p, ACME))
+                samples = await repeated(
+                    REPEAT, lambda p=params: get_json(client, "/v1/sessions", ACME, p)
+                )
                 figures.values[name], figures.notes[name] = summary(samples)
                 if got != expect:
                     figures.notes[name] += f"  ** {got} rows, not {expect} **"
@@ -429,11 +438,16 @@ async def measure(store: Store, store_url: str, directory: Path, size: Counts) -
     finally:
         server.stop()
 
-    seen, pages, took = await local_page_through(store)
-    owned_check("LocalRuntime page-through, seen / owned", seen, size.acme, figures)
-    figures.notes["LocalRuntime page-through, seen / owned"] += (
-        f"  ({pages} pages of {PAGE}, {took:.1f} s)"
-    )
+    try:
+        seen, pages, took = await local_page_through(store)
+    except TypeError as exc:  # a runtime without paging (before issue 33)
+        figures.notes["LocalRuntime page-through, seen / owned"] = f"** {exc} **"
+        figures.values["failed"] = 1
+    else:
+        owned_check("LocalRuntime page-through, seen / owned", seen, size.acme, figures)
+        figures.notes["LocalRuntime page-through, seen / owned"] += (
+            f"  ({pages} pages of {PAGE}, {took:.1f} s)"
+        )
 
     cli: list[float] = []
     found = ""
@@ -491,7 +505,7 @@ def print_size(figures: Figures, base: Figures | None) -> None:
             if base is not None and name in base.values and base is not figures:
                 ratio = value / base.values[name] if base.values[name] else float("inf")
                 extra.append(
-                    f"{ratio:.1f}x of 10k ({base.values[name]:.1f} ms)"
+                    f"{ratio:.1f}x of {base.size // 1000}k ({base.values[name]:.1f} ms)"
                     + ("" if ratio <= 2 else " OVER")
                 )
         print(f"    {name:<40} {text}" + (f"   [{'; '.join(extra)}]" if extra else ""))
@@ -509,15 +523,25 @@ def store_url(kind: str, directory: Path) -> str:
     return fresh_database(base)
 
 
-def fresh_database(base: str) -> str:
-    """A database of the bench's own on the server of `base` (never the tests')."""
+DATABASE = f"tether_bench_catalog_{os.getpid()}"
+
+
+def database(base: str, create: bool) -> None:
+    """Create (or drop) a database of the bench's own on the server of `base`, never the
+    tests'."""
     import psycopg
     from psycopg import sql
 
-    name = f"tether_bench_catalog_{os.getpid()}"
     with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        name = sql.Identifier(DATABASE)
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        if create:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
+
+
+def fresh_database(base: str) -> str:
+    database(base, create=True)
+    name = DATABASE
     head, _, tail = base.rpartition("/")
     query = tail.partition("?")[2]
     return f"{head}/{name}" + (f"?{query}" if query else "")
@@ -541,7 +565,8 @@ async def main(args: argparse.Namespace) -> None:
         for size in sizes:
             want = Counts(size)
             took = await fill(store, writer, have, want)
-            await check_sample(store, want)
+            if hasattr(store, "catalog_row"):  # TEMP until the SQL catalogs land
+                await check_sample(store, want)
             have = want
             print(f"  filled to {size:,} in {took:.0f} s; {load()}", flush=True)
             if args.store == "memory":
@@ -551,6 +576,8 @@ async def main(args: argparse.Namespace) -> None:
             print_size(figures, results[0])
     finally:
         await store.close()
+        if args.store == "postgres" and not args.keep:
+            database(os.environ["TETHER_TEST_POSTGRES_URL"], create=False)
     if results:
         print(f"bench_catalog, {args.store}, each figure beside the 10k one and its target:")
         for figures in results:
@@ -564,4 +591,5 @@ if __name__ == "__main__":
     parser.add_argument("--store", choices=("sqlite", "postgres", "memory"), default="sqlite")
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--dir", help="where the SQLite file goes (default: a new temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the PostgreSQL database")
     asyncio.run(main(parser.parse_args()))
