@@ -15,7 +15,7 @@ from tether.runtime.base import SessionRef
 from tether.runtime.http import HttpRuntime
 from tether.runtime.local import LocalRuntime
 from tether.server.app import WEB_VIEW, create_app
-from tether.server.listquery import encode_cursor
+from tether.runtime.listing import encode_cursor
 from tether.server.schemas import MAX_SEQ, openapi
 from tether.testing.runtime_conformance import Observer, spec
 

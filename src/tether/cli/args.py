@@ -98,6 +98,14 @@ WAIT = number(at_least=0)  # a wait that may be none
 USD = number(above=0)
 
 
+def metadata_pair(value: str) -> tuple[str, str]:
+    """An argparse `type=` for a `KEY=VALUE` filter (`sessions ls --metadata`)."""
+    key, equals, text = value.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError(f"must be KEY=VALUE, not {value[:40]!r}")
+    return key, text
+
+
 def nonblank(value: str) -> str:
     """An argparse `type=` for a task or a message: anything but empty or blank (as the
     HTTP API refuses them)."""

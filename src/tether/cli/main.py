@@ -17,7 +17,7 @@ from typing import Any, cast
 import tether
 from tether import documents
 from tether.agent import Agent, RunResult, resolve_model
-from tether.cli.args import COUNT, SECONDS, Parser, nonblank, number
+from tether.cli.args import COUNT, SECONDS, Parser, metadata_pair, nonblank, number
 from tether.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -42,7 +42,7 @@ from tether.cli.common import (
 from tether.cli.interrupts import Interrupts
 from tether.cli.live import LiveView, Style
 from tether.cli.secrets import add_secret_flags, keyring_from
-from tether.errors import CorruptLog, SessionNotFound, TetherError
+from tether.errors import SessionNotFound, TetherError, UsageError
 from tether.events import Event
 from tether.fold import fold
 from tether.limits import Limits
@@ -51,8 +51,10 @@ from tether.process import configure_gc
 from tether.providers.base import Model
 from tether.render import Timeline, render_runner, render_transcript, render_view, runner_json
 from tether.retrying import DEFAULT_RETRY
-from tether.state import SessionView
-from tether.store.base import SessionInfo, Store
+from tether.runtime.base import ListOptions, SessionSummary
+from tether.runtime.listing import MAX_LIMIT, list_sessions
+from tether.store.base import Store
+from tether.store.catalog import SORTS
 from tether.store.open import DEFAULT_STORE_URL
 from tether.tools.base import Tool, Toolbox
 
@@ -290,40 +292,54 @@ async def _show(store: Store, args: argparse.Namespace, events: list[Event], thr
 
 
 async def _sessions_ls(store: Store, args: argparse.Namespace) -> int:
-    """Every session, and those that cannot be read (a damaged file) each with its error."""
-    rows: list[tuple[SessionInfo, SessionView | CorruptLog]] = []
-    for info in await store.sessions(limit=args.limit):
-        try:
-            rows.append((info, fold(await store.read(info.session_id))[1]))
-        except CorruptLog as exc:
-            rows.append((info, exc))
+    """A page of the store's sessions (every tenant's) from its catalog, filtered and sorted
+    as `GET /v1/sessions` is (`runtime.listing`): a header row, a row per session, and the
+    `--cursor` of the next page when there is one. No session's log is read."""
+    options = ListOptions(sort=args.sort)
+    for name in ("state", "model", "q", "cursor"):
+        if getattr(args, name):
+            options[name] = getattr(args, name)  # type: ignore[literal-required]
+    if args.metadata:
+        options["metadata"] = dict(args.metadata)
+    rows: list[SessionSummary] = []
+    cursor: str | None = None
+    try:
+        while True:  # a --limit past one page's 500 is read a page at a time
+            page = await list_sessions(store, None, min(args.limit - len(rows), MAX_LIMIT), options)
+            rows += page
+            cursor = page.next_cursor
+            if cursor is None or len(rows) >= args.limit:
+                break
+            options["cursor"] = cursor
+    except UsageError as exc:
+        raise CliError(str(exc)) from None
     if args.json:
-        print(json.dumps([_ls_json(i, v) for i, v in rows]))
-        return 0
-    if not rows:
-        print(f"no sessions in {store.url}")
-    for info, view in rows:
-        if isinstance(view, CorruptLog):
-            print(f"{info.session_id}  unreadable: {view}")
-            continue
-        print(
-            f"{info.session_id}  {view.state:<16} {view.stop_reason or '-':<17} "
-            f"{view.steps:>4} steps  {info.last_seq:>6} events  {info.updated}"
-        )
+        print(json.dumps([s.to_json() for s in rows], ensure_ascii=False))
+    elif not rows:
+        print(f"no sessions in {store.url}" if not _filtered(args) else "no session matches")
+    else:
+        print(LS_ROW.format(*LS_HEADER))
+        for s in rows:
+            cost = "unknown" if s.cost_usd is None else f"${s.cost_usd:.4f}"
+            shown = (s.session_id, s.state, s.stop_reason or "-", s.steps, s.tokens, cost,
+                     s.updated, _one_line(s.task, 50))  # fmt: skip
+            print(LS_ROW.format(*shown))
+    if cursor is not None:  # said apart from the rows, so `--json` stays one document
+        print(f"more: --cursor {cursor}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
-def _ls_json(info: SessionInfo, view: SessionView | CorruptLog) -> dict[str, Any]:
-    times = {"events": info.last_seq, "created": info.created, "updated": info.updated}
-    if isinstance(view, CorruptLog):
-        return {"session_id": info.session_id, "unreadable": str(view), **times}
-    return {
-        "session_id": info.session_id,
-        "state": view.state,
-        "stop_reason": view.stop_reason,
-        "steps": view.steps,
-        **times,
-    }
+LS_HEADER = ("SESSION", "STATE", "STOP", "STEPS", "TOKENS", "COST", "UPDATED", "TASK")
+LS_ROW = "{:<30} {:<16} {:<17} {:>5} {:>9} {:>9}  {:<27} {}"
+
+
+def _one_line(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _filtered(args: argparse.Namespace) -> bool:
+    return bool(args.state or args.model or args.q or args.metadata or args.cursor)
 
 
 def _print_events(events: list[Event], as_json: bool) -> None:
@@ -390,8 +406,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     sessions = sub.add_parser("sessions", help="inspect stored sessions")
     ssub = sessions.add_subparsers(dest="sessions_command", required=True)
-    ls = ssub.add_parser("ls", help="list sessions, newest first")
-    ls.add_argument("--limit", type=COUNT, default=50)
+    ls = ssub.add_parser("ls", help="list sessions, most recently updated first")
+    ls.add_argument("--limit", type=COUNT, default=50, help="rows to print (default 50)")
+    ls.add_argument("--state", default=None, help="only these states (comma-separated)")
+    ls.add_argument("--model", default=None, help="only these models (comma-separated)")
+    ls.add_argument("--q", default=None, metavar="TEXT",
+                    help="only sessions whose id, task or a metadata value holds TEXT")  # fmt: skip
+    ls.add_argument("--metadata", action="append", type=metadata_pair, metavar="K=V",
+                    help="only sessions whose start metadata has K=V (repeat: all must hold)")  # fmt: skip
+    ls.add_argument("--sort", default="updated", choices=SORTS, help="default: updated")
+    ls.add_argument("--cursor", default=None, help="the page after the one that printed it")
     for name, text in (
         ("show", "state, stop reason, usage and transcript"),
         ("events", "the event log"),

@@ -9,9 +9,10 @@ definition of its wire shape: its JSON form and the API's JSON Schema derive fro
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from datetime import datetime
+from typing import Any, Literal, Protocol, TypedDict, Unpack, overload
 
 import pydantic
 
@@ -294,7 +295,9 @@ class Waiting:
 
 @dataclass(frozen=True, slots=True)
 class SessionSummary:
-    """One line of a runtime's session list: enough to choose a session to look at."""
+    """One line of a runtime's session list: enough to choose a session to look at. It is
+    the session's catalog row as `catalog.describe` shows it (`of`): read from the index,
+    never from the session's log."""
 
     session_id: str
     state: str
@@ -305,20 +308,14 @@ class SessionSummary:
     created: str
     updated: str
     last_output: str  # its first 300 characters
+    task: str = ""  # the first user message, its first 300 characters
+    tokens: int = 0  # input and output tokens, its sub-agents' too
+    cost_usd: float | None = None  # None: some price was unknown
+    metadata: dict[str, str] = field(default_factory=dict)  # the start's (20 keys), as text
 
     @staticmethod
-    def of(view: SessionView, created: str, updated: str) -> SessionSummary:
-        return SessionSummary(
-            view.session_id,
-            view.state,
-            view.stop_reason,
-            view.model,
-            view.steps,
-            view.turns,
-            created,
-            updated,
-            view.last_output[:300],
-        )
+    def of(row: catalog.CatalogRow) -> SessionSummary:
+        return SessionSummary.from_json(catalog.describe(row))
 
     def to_json(self) -> JSONObject:
         return wire.to_json(self)
@@ -326,6 +323,66 @@ class SessionSummary:
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> SessionSummary:
         return wire.from_json(SessionSummary, data)
+
+
+class ListOptions(TypedDict, total=False):
+    """What `Runtime.sessions` takes besides its `limit`: the parameters of `GET /v1/sessions`
+    (the same names, the same rules). Every filter given must hold. A text is at most 200
+    characters; a filter of several values takes at most 20, as a collection or as one
+    comma-separated string."""
+
+    cursor: str | None  # a page's `next_cursor` (of the same sort): the page after it
+    state: str | Collection[str]  # only sessions in these states
+    stop_reason: str | Collection[str]  # whose last stop reason is one of these
+    model: str | Collection[str]  # of these model strings
+    id_prefix: str  # whose id starts with this
+    q: str  # whose id, task or a metadata value holds this text, case-insensitive
+    created_after: str | datetime | None  # created at or after (ISO 8601; UTC if no offset)
+    created_before: str | datetime | None  # created before
+    metadata: Mapping[str, str]  # whose start metadata has each KEY: VALUE (a value that is
+    # not a string compares as its JSON); at most 20
+    sort: str  # updated (default), newest, oldest: by time; tokens, cost: the most first
+    counts: bool  # also count, per state, the sessions every filter but `state` lets through
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPage(Sequence[SessionSummary]):
+    """A page of a session list: its sessions in the sort asked for (the page is a sequence
+    of them), the cursor of the next page (None on the last), and the counts per state when
+    asked for (`ListOptions.counts`)."""
+
+    sessions: tuple[SessionSummary, ...]
+    next_cursor: str | None = None
+    counts: dict[str, int] | None = None
+
+    @overload
+    def __getitem__(self, index: int) -> SessionSummary: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[SessionSummary]: ...
+    def __getitem__(self, index: int | slice) -> SessionSummary | Sequence[SessionSummary]:
+        return self.sessions[index]
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    def to_json(self) -> JSONObject:
+        """`GET /v1/sessions`'s answer: `counts` only when they were asked for."""
+        out: JSONObject = {
+            "sessions": [s.to_json() for s in self.sessions],
+            "next_cursor": self.next_cursor,
+        }
+        if self.counts is not None:
+            out["counts"] = dict(self.counts)
+        return out
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> SessionPage:
+        counts = data.get("counts")
+        return SessionPage(
+            tuple(SessionSummary.from_json(item) for item in data["sessions"]),
+            data.get("next_cursor"),
+            None if counts is None else {str(k): int(v) for k, v in counts.items()},
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,9 +534,13 @@ class Runtime(Protocol):
         ...
 
     async def sessions(
-        self, limit: int = 50, *, timeout: float | None = None
-    ) -> list[SessionSummary]:
-        """This tenant's sessions, the most recently updated first."""
+        self, limit: int = 50, *, timeout: float | None = None, **options: Unpack[ListOptions]
+    ) -> SessionPage:
+        """A page of this tenant's sessions (at most `limit`, 1 to 500), the most recently
+        updated first unless `sort` says otherwise, filtered as `options` say, read from the
+        store's catalog. Follow `next_cursor` (as `cursor`, with the same filters and sort) to
+        the last page: every session that matched when the first page was read and was not
+        updated since is seen exactly once. Bad options are a `UsageError` naming them."""
         ...
 
     def events(

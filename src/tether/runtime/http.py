@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Mapping
+from datetime import datetime
+from typing import Any, Unpack
+from urllib.parse import urlencode
 
 import httpx
 
@@ -29,10 +31,11 @@ from tether.providers.base import Delta
 from tether.runtime.base import (
     Capabilities,
     CapabilityRefused,
+    ListOptions,
+    SessionPage,
     SessionRef,
     SessionSpec,
     SessionStatus,
-    SessionSummary,
     StateConflict,
     events_only,
 )
@@ -123,10 +126,11 @@ class HttpRuntime:
         return Capabilities.from_json(data)
 
     async def sessions(
-        self, limit: int = 50, *, timeout: float | None = None
-    ) -> list[SessionSummary]:
-        data = await self._call("GET", f"/v1/sessions?limit={int(limit)}", timeout=timeout)
-        return [SessionSummary.from_json(item) for item in data["sessions"]]
+        self, limit: int = 50, *, timeout: float | None = None, **options: Unpack[ListOptions]
+    ) -> SessionPage:
+        query = urlencode(list_params(limit, options))
+        data = await self._call("GET", f"/v1/sessions?{query}", timeout=timeout)
+        return SessionPage.from_json(data)
 
     async def start(
         self,
@@ -261,6 +265,29 @@ class HttpRuntime:
     async def close(self) -> None:
         if self._owns:
             await self._client.aclose()
+
+
+def list_params(limit: int, options: ListOptions) -> list[tuple[str, str]]:
+    """`sessions`' options as `GET /v1/sessions`'s query parameters: a collection of values
+    comma-separated, a time in ISO 8601, each metadata pair a `metadata=KEY=VALUE`. The
+    server checks them, as `LocalRuntime` does."""
+    params = [("limit", str(limit))]
+    for name, value in options.items():
+        if value is None or (not value and not isinstance(value, bool)):
+            continue
+        if name == "metadata" and isinstance(value, Mapping):
+            params += [("metadata", f"{k}={v}") for k, v in value.items()]
+        elif isinstance(value, bool):
+            params.append((name, "true" if value else "false"))
+        elif isinstance(value, datetime):
+            params.append((name, value.isoformat()))
+        elif isinstance(value, str):
+            params.append((name, value))
+        elif isinstance(value, Collection):
+            params.append((name, ",".join(str(v) for v in value)))
+        else:
+            params.append((name, str(value)))
+    return params
 
 
 def _path(ref: SessionRef, action: str | None = None) -> str:

@@ -12,6 +12,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Unpack
 
 from tether.errors import IdempotencyConflict, SessionNotFound, UsageError
 from tether.events import Event, format_time
@@ -24,16 +25,18 @@ from tether.runtime.base import (
     AgentSpec,
     Capabilities,
     CapabilityRefused,
+    ListOptions,
+    SessionPage,
     SessionRef,
     SessionSpec,
     SessionStatus,
-    SessionSummary,
     StateConflict,
     Waiting,
     events_only,
     validate_capabilities,
 )
 from tether.runtime.hub import EventHub, stream_events
+from tether.runtime.listing import list_sessions
 from tether.runtime.quotas import Admission, Quota, capped
 from tether.runtime.sessions import (
     Views,
@@ -283,23 +286,12 @@ class LocalRuntime:
         return self._core.views.known(ref.session_id)
 
     async def sessions(
-        self, limit: int = 50, *, timeout: float | None = None
-    ) -> list[SessionSummary]:
-        """This tenant's sessions, the most recently updated first. The store lists every
-        tenant's: a window several times `limit` is looked through for this tenant's, so a
-        tenant among many busier ones may see fewer than `limit`."""
-        if limit < 1:
-            raise UsageError(f"limit must be at least 1, not {limit}")
-        window = limit if self.tenant is None else min(limit * 8, 2_000)
-        found: list[SessionSummary] = []
+        self, limit: int = 50, *, timeout: float | None = None, **options: Unpack[ListOptions]
+    ) -> SessionPage:
+        """`Runtime.sessions`: a page of this tenant's sessions (every tenant's in a runtime
+        not scoped by `for_tenant`), read from the store's catalog."""
         async with asyncio.timeout(timeout):
-            for info in await self._core.store.sessions(limit=window):
-                folder = await self._core.views.get(info.session_id)
-                if self.tenant is None or folder.metadata.get("tenant") == self.tenant:
-                    found.append(SessionSummary.of(folder.view(), info.created, info.updated))
-                    if len(found) == limit:
-                        break
-        return found
+            return await list_sessions(self._core.store, self.tenant, limit, options)
 
     async def poll(self, ref: SessionRef, *, timeout: float | None = None) -> SessionStatus:
         async with asyncio.timeout(timeout):

@@ -23,12 +23,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, Route
 
-from tether.errors import CorruptLog
+from tether.errors import CorruptLog, UsageError
 from tether.events import Event
 from tether.providers.base import Delta
 from tether.runtime.base import SessionRef
+from tether.runtime.listing import MAX_LIMIT
 from tether.runtime.local import LocalRuntime
-from tether.server import experiments, listing, listquery, offer
+from tether.server import experiments, listquery, offer
 from tether.server.auth import Tokens
 from tether.server.bounds import InputLimits
 from tether.server.errors import ApiError, envelope, error_response
@@ -84,7 +85,6 @@ class Api:
         self.metrics = Metrics(runtime, gateways)
         self.metrics_token = metrics_token  # None: /metrics names no tenant and no backend
         self.queries: dict[str, tuple[str, ...]] = {}  # route name -> its query parameters
-        self.listing = listing.Listing()
         self._closing: asyncio.Future[None] | None = None
 
     def close_streams(self) -> None:
@@ -154,22 +154,17 @@ class Api:
         )
 
     async def list_sessions(self, request: Request, rt: LocalRuntime) -> Response:
+        """A page of the tenant's sessions, from the store's catalog (`runtime.listing`)."""
         params = request.query_params
-        query = listquery.parse_query(params, params.getlist("metadata"))
-        cursor = params.get("cursor")
-        found = await self.listing.page(
-            rt,
-            int_param(request, "limit", 50, 1, 500),
-            query,
-            listquery.decode_cursor(cursor, query.sort) if cursor else None,
-            bool_param(request, "counts"),
+        options = listquery.list_options(
+            params, params.getlist("metadata"), bool_param(request, "counts")
         )
-        body: dict[str, Any] = {"sessions": found.sessions, "next_cursor": found.next_cursor}
-        if found.counts is not None:
-            body["counts"] = found.counts
-        if found.unreadable:
-            body["unreadable"] = found.unreadable
-        return JSONResponse(body)
+        limit = int_param(request, "limit", 50, 1, MAX_LIMIT)
+        try:
+            page = await rt.sessions(limit, **options)
+        except UsageError as exc:  # an option the runtime refused: a parameter of this request
+            raise ApiError("invalid_request", str(exc)) from None
+        return JSONResponse(page.to_json())
 
     async def ui(self, request: Request, rt: LocalRuntime) -> Response:
         """The web view: a static page, its script and its style (`web.ASSETS`); `/`

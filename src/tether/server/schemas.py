@@ -239,15 +239,12 @@ def components() -> dict[str, Any]:
     defs["SessionStatus"] = view
     defs["StartedModel"] = _object(session_id={"type": "string"}, status=_ref(SessionStatus))
     row = defs["SessionSummary"]
-    row["properties"] |= {
-        "task": {"type": "string", "description": "the first user message, cut at 300 characters"},
-        "tokens": {"type": "integer", "description": "input and output tokens, sub-agents' too"},
-        "cost_usd": {"anyOf": [{"type": "number"}, {"type": "null"}]},
-        "metadata": {"type": "object", "additionalProperties": {"type": "string"},
-                     "description": "the start's metadata (20 keys), each value as text, cut at "
-                                    "300 characters"},
-    }  # fmt: skip
-    row["required"] = [*row["required"], "task", "tokens", "cost_usd", "metadata"]
+    _as_written(row, SessionSummary("", "", None, "", 0, 0, "", "", "").to_json())
+    row["properties"]["task"]["description"] = "the first user message, cut at 300 characters"
+    row["properties"]["tokens"]["description"] = "input and output tokens, sub-agents' too"
+    row["properties"]["metadata"]["description"] = (
+        "the start's metadata (20 keys), each value as text, cut at 300 characters"
+    )
     defs["SessionList"] = _object(
         sessions={"type": "array", "items": _ref(SessionSummary)},
         next_cursor={"anyOf": [{"type": "string"}, {"type": "null"}],
@@ -256,11 +253,6 @@ def components() -> dict[str, Any]:
     defs["SessionList"]["properties"]["counts"] = {
         "type": "object", "additionalProperties": {"type": "integer"},
         "description": "with counts=true: per state, the sessions every filter but state lets through",
-    }  # fmt: skip
-    defs["SessionList"]["properties"]["unreadable"] = {
-        "type": "array", "items": {"type": "string"},
-        "description": "the tenant's sessions looked at for this page whose stored log cannot be "
-                       "read (a damaged store file); absent when there are none",
     }  # fmt: skip
     defs["StartOptions"] = _object(
         allow_code={"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
@@ -376,7 +368,7 @@ LIST_PARAMETERS = [
                    "cost: the most first (an unknown cost last)",
            {"type": "string", "enum": ["updated", "newest", "oldest", "tokens", "cost"],
             "default": "updated"}),
-    _query("counts", "also counts per state (reads every candidate session: slower)",
+    _query("counts", "also counts per state of the sessions every filter but state lets through",
            {"type": "string", "enum": ["true", "false", "1", "0"]}),
 ]  # fmt: skip
 
@@ -441,8 +433,8 @@ def openapi() -> dict[str, Any]:
         "/v1/sessions": {
             "post": _op("start a session", 201, "StartedModel", 400, 409, 413, 415, 422,
                         parameters=[IDEMPOTENCY_KEY], requestBody=_body(StartBody)),
-            "get": _op("this tenant's sessions, a page at a time, filtered and sorted (among the "
-                       "store's 10,000 most recently updated)", 200, "SessionList", 422,
+            "get": _op("this tenant's sessions, a page at a time, filtered and sorted, every one "
+                       "of them (read from the store's catalog)", 200, "SessionList", 422,
                        parameters=LIST_PARAMETERS),
         },
         "/v1/sessions/{session_id}": {"get": _op(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import get_args
+from typing import Any, get_args
 
 from tether.errors import IdempotencyConflict, SessionNotFound, UsageError
 from tether.events import Event, UserMessage
@@ -405,6 +405,70 @@ async def the_session_list_holds_the_sessions_newest_first(rt: Runtime) -> None:
     assert len(await rt.sessions(1, timeout=WAIT)) == 1
 
 
+async def the_session_list_pages_and_filters_from_the_catalog(rt: Runtime) -> None:
+    """A page at a time by its cursor, each session once, the last page's cursor None; each
+    filter, every sort, counts per state; a bad option refused naming it."""
+    tag = secrets.token_hex(4)  # this check's sessions, among any others the runtime holds
+    refs = [
+        await rt.start(spec(f"echo paged {tag} {n}", metadata={"check": tag, "n": str(n % 2)}))
+        for n in range(5)
+    ]
+    for ref in refs:
+        await Observer(rt, ref).settled()
+    cancelled = refs[2]
+    await rt.cancel(cancelled, timeout=WAIT)
+    await Observer(rt, cancelled).until("canceled", lambda s: s.state == "canceled")
+    mine = {"check": tag}
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        page = await rt.sessions(2, cursor=cursor, metadata=mine, counts=True, timeout=WAIT)
+        assert len(page) <= 2 and page.counts == {"idle": 4, "canceled": 1}, page
+        seen += [s.session_id for s in page]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+        assert len(page) == 2 and len(seen) < 5, seen
+    assert seen[0] == cancelled.session_id, seen  # the most recently updated first
+    assert sorted(seen) == sorted(r.session_id for r in refs), seen
+
+    async def listed(**options: Any) -> list[str]:
+        page = await rt.sessions(50, metadata={**mine, **options.pop("meta", {})},
+                                 timeout=WAIT, **options)  # fmt: skip
+        assert page.next_cursor is None and page.counts is None, page
+        return [s.session_id for s in page]
+
+    ids = [r.session_id for r in refs]
+    assert await listed(sort="oldest") == ids
+    assert await listed(sort="newest") == ids[::-1]
+    assert sorted(await listed(sort="tokens")) == sorted(ids)
+    assert await listed(state="canceled") == [cancelled.session_id]
+    assert sorted(await listed(state=("idle", "canceled"))) == sorted(ids)
+    assert sorted(await listed(meta={"n": "1"})) == sorted([ids[1], ids[3]])
+    assert await listed(q=f"PAGED {tag} 4") == [ids[4]]
+    assert await listed(id_prefix=ids[3]) == [ids[3]]
+    assert await listed(model="no-such-model") == []
+    first = (await rt.sessions(1, metadata=mine, sort="oldest", timeout=WAIT))[0]
+    assert first.session_id == ids[0] and first.task == f"echo paged {tag} 0", first
+    assert {"check": tag, "n": "0"}.items() <= first.metadata.items(), first
+    assert first.state == "idle" and first.tokens > 0, first
+    assert await listed(created_after=first.created, sort="oldest") == ids
+    assert await listed(created_before=first.created) == []
+    for options, says in [
+        ({"state": "sleeping"}, "unknown state 'sleeping'"),
+        ({"sort": "id"}, "sort must be one of"),
+        ({"cursor": "not a cursor"}, "is not one this server gave"),
+        ({"created_after": "yesterday"}, "created_after must be an ISO 8601"),
+        ({"q": "x" * 201}, "q is longer than 200"),
+    ]:
+        try:
+            await rt.sessions(10, timeout=WAIT, **options)
+        except UsageError as exc:
+            assert says in str(exc), (options, str(exc))
+        else:
+            raise AssertionError(f"sessions(**{options}) was not refused")
+
+
 RUNTIME_CHECKS: list[Check] = [
     capabilities_are_declared_and_a_spec_asking_for_more_is_refused,
     a_session_runs_its_task_and_every_poll_is_a_valid_observation,
@@ -423,6 +487,7 @@ RUNTIME_CHECKS: list[Check] = [
     a_live_stream_carries_the_models_output_as_it_comes,
     a_message_sent_again_with_its_key_is_added_once,
     the_session_list_holds_the_sessions_newest_first,
+    the_session_list_pages_and_filters_from_the_catalog,
 ]
 
 
