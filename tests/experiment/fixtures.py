@@ -7,10 +7,13 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import time
 from collections.abc import Sequence
 
 from tether import Agent, RunResult
-from tether.messages import Message, ToolResult
+from tether.events import Event, SessionCreated, UserMessage, format_time
+from tether.messages import JSONObject, Message, ToolResult, user
+from tether.session.log import new_event_id, new_session_id
 from tether.store.base import Store
 from tether.testing import ScriptedModel, call
 from tether.testing.scripted import Hang, Reply
@@ -89,3 +92,24 @@ def answer_or_hang(messages: Sequence[Message]) -> Reply:
 
 def stalling() -> ScriptedModel:
     return ScriptedModel([answer_or_hang], price_per_million=(3.0, 15.0))
+
+
+async def fill(
+    store: Store, count: int, tenant: str = "acme", tag: JSONObject | None = None
+) -> None:
+    """`count` sessions of `tenant` that have a task and nothing more, as a store holds
+    sessions of other work (with `tag`: tagged as an experiment's runs are)."""
+    metadata: JSONObject = (
+        {"tenant": tenant} if tag is None else {"tenant": tenant, "experiment": tag}
+    )
+    stamp = format_time(time.time())
+    for _ in range(count):
+        sid = new_session_id()
+        await store.append(
+            sid,
+            [
+                Event(sid, 1, new_event_id(), stamp, SessionCreated("scripted", metadata=metadata)),
+                Event(sid, 2, new_event_id(), stamp, UserMessage(user("other work"))),
+            ],
+            0,
+        )

@@ -28,7 +28,7 @@ from tether.experiment.plan import Check, import_check
 from tether.published import Published
 from tether.server import checks
 from tether.server.checks import NOT_RUN
-from tether.server.experiments import SCAN, SVG_CSP
+from tether.server.experiments import LISTED_EXPERIMENTS, SVG_CSP
 from tether.store import open_store
 from tether.store.base import Store
 from tether.testing import ScriptedModel
@@ -202,7 +202,7 @@ async def test_a_tenant_lists_only_the_experiments_run_in_its_own_sessions(
     assert by_id["shared"]["variants"] == ["a", "b"] and by_id["shared"]["tasks"] == ["fetch"]
     assert by_id["shared"]["runs"] == 8  # acme's runs only: globex's `shared` is not counted
     assert listed["experiments"][0]["experiment_id"] == "slow"  # the newest first
-    assert listed["scanned"]["limit"] == SCAN and listed["scanned"]["complete"] is True
+    assert listed["bounds"] == {"limit": LISTED_EXPERIMENTS, "complete": True}
 
     theirs = (await get(server, "/v1/experiments", GLOBEX)).json()
     assert {e["experiment_id"] for e in theirs["experiments"]} == {"secret", "shared"}

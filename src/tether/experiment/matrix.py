@@ -64,6 +64,7 @@ async def run_matrix(
     `on_progress` the report so far as each run ends. All variants must share one store
     object.
 
+    Earlier runs are those of the variants' tenant (their metadata's `tenant`), if any.
     One process runs an experiment at a time: the run holds a claim on the experiment id in
     the store for as long as it runs, and raises `ExperimentRunning` (naming the holder)
     when another process holds it. A holder that died lets its claim run out `lease_ttl`
@@ -78,7 +79,7 @@ async def run_matrix(
     async with claiming(store, experiment_id, lease_ttl) as claim:
         by_name = {t.key: t for t in tasks}
         checks = {t.key: t.check for t in tasks}
-        earlier = await read_sessions(store, experiment_id)
+        earlier = await read_sessions(store, experiment_id, _tenant(variants))
         for stored in earlier:
             _check_same_agent(stored, variants, experiment_id)
         records = await _records(earlier, plan, checks)
@@ -273,6 +274,14 @@ def _one_store(variants: Mapping[str, Agent]) -> Store:
             "(Agent(..., store=store) for each): its runs are looked up there"
         )
     return next(iter(stores.values()))
+
+
+def _tenant(variants: Mapping[str, Agent]) -> str | None:
+    """The tenant the variants' runs belong to (their metadata's `tenant`), whose runs of
+    the experiment are the ones continued; None (every tenant's) when they name none."""
+    named = {agent.metadata.get("tenant") for agent in variants.values()}
+    tenant = named.pop() if len(named) == 1 else None
+    return tenant if isinstance(tenant, str) else None
 
 
 def _tagged_copies(agent: Agent) -> Callable[[JSONObject], Agent]:

@@ -1,11 +1,12 @@
 """One record per run of an experiment that compares (`MatrixRun`), made the same way live
 and later: from the run's session log, folded, and its check applied. Also finding an
-experiment's sessions in a store (`read_sessions`). Does not decide what to run."""
+experiment's sessions in a store by their tag, from its catalog (`find_runs`), and reading
+their logs (`read_sessions`). Does not decide what to run."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from tether.agent import RunResult
@@ -14,10 +15,10 @@ from tether.experiment.plan import INCOMPLETE, Cell, Check, Checked, apply_check
 from tether.fold import fold
 from tether.messages import JSONObject, JSONValue
 from tether.store.base import Store
+from tether.store.catalog import CatalogQuery, CatalogRow, sort_key
 
-# How many sessions a store is asked for when looking for an experiment's: all of them in
-# any store an experiment is run on (the store API lists newest first, with a limit).
-SCAN_LIMIT = 1_000_000
+# The catalog rows asked for at once while finding an experiment's runs (all are found).
+PAGE = 500
 
 METRICS = ("pass_rate", "score", "steps", "tokens", "cost_usd", "seconds")
 HIGHER_IS_BETTER = frozenset({"pass_rate", "score"})
@@ -94,16 +95,33 @@ class StoredRun:
         return None
 
 
-async def read_sessions(store: Store, experiment_id: str) -> list[StoredRun]:
+async def find_runs(
+    store: Store, experiment_id: str, tenant: str | None = None
+) -> list[CatalogRow]:
+    """Every session the catalog tags with the experiment (`tenant`'s only, unless None),
+    oldest first: a page of the index at a time, never a log."""
+    rows: list[CatalogRow] = []
+    query = CatalogQuery(tenant=tenant, experiment=experiment_id, sort="oldest", limit=PAGE)
+    while True:
+        page = await store.catalog(query)
+        rows.extend(page)
+        if len(page) < PAGE:
+            return rows
+        query = replace(query, after=sort_key(page[-1], "oldest"))
+
+
+async def read_sessions(
+    store: Store, experiment_id: str, tenant: str | None = None
+) -> list[StoredRun]:
     """The sessions whose `session.created` names the experiment (as `run_matrix` tags
-    them), oldest first. Reads the first event of every session in the store."""
+    them), oldest first, with their logs: found in the catalog (`find_runs`), so only the
+    experiment's own logs are read."""
     found: list[StoredRun] = []
-    for info in await store.sessions(limit=SCAN_LIMIT):
-        first = await store.read(info.session_id, limit=1)
-        tag = _tag(first[0]) if first else None
+    for row in await find_runs(store, experiment_id, tenant):
+        events = await store.read(row.session_id)
+        tag = _tag(events[0]) if events else None
         if tag is not None and tag.get("id") == experiment_id and "variant" in tag:
-            found.append(StoredRun(info.session_id, tag, await store.read(info.session_id)))
-    found.sort(key=lambda s: (s.events[0].time, s.session_id))
+            found.append(StoredRun(row.session_id, tag, events))
     return found
 
 

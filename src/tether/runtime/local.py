@@ -118,7 +118,7 @@ class LocalRuntime:
         hub = EventHub(the_store, interval=poll_interval, tail=tail)
         code = None if allow_code is None else Published(tuple(allow_code), tuple(allow_check))
         folds = Views(the_store, views)
-        admission = Admission(the_store, folds, quotas=quotas)
+        admission = Admission(the_store, quotas=quotas)
         worker = None
         if workers > 0:
             worker = Worker(
@@ -220,7 +220,7 @@ class LocalRuntime:
         created = created_event(spec, model, [*tools, *offered], self.tenant, idempotency_key)
         async with (
             asyncio.timeout(timeout),
-            self._core.admission.start(self.tenant, self.quota) as admitted,
+            self._core.admission.start(self.tenant, self.quota) as admit,
         ):
             sid = await create_session(
                 self._core.store,
@@ -230,8 +230,8 @@ class LocalRuntime:
                 idempotency_key,
                 time.time(),
                 views=self._core.views,
+                admit=admit,
             )
-            admitted.append(sid)
         self._core.started += 1
         if self._core.worker is not None:
             self._core.worker.wake()
@@ -376,7 +376,7 @@ class LocalRuntime:
             raise UsageError("a message must not be empty")
         async with asyncio.timeout(timeout):
             folder = await self._folder(ref)
-            await self._core.admission.turn(self.tenant, self.quota, ref.session_id, folder)
+            admit = await self._core.admission.turn(self.tenant, self.quota, folder)
             try:
                 sent = await control.send_message(
                     self._core.store,
@@ -384,6 +384,7 @@ class LocalRuntime:
                     message,
                     idempotency_key,
                     known=self._known(ref),
+                    admit=admit,
                 )
             except IdempotencyConflict:
                 raise

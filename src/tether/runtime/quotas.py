@@ -1,15 +1,29 @@
-"""Per-tenant quotas of one runtime process: sessions running at once, threads running at
-once (sessions and their sub-agents), starts per minute, spending per day, and the ceilings
-a spec may ask for (output tokens per request, tokens and dollars per session).
+"""Per-tenant quotas: sessions running at once, threads running at once (sessions and their
+sub-agents), starts per minute, spending per day, and the ceilings a spec may ask for
+(output tokens per request, tokens and dollars per session).
 
 `Quota` is what the operator sets for a tenant (the tokens file of `tether serve`);
-`TenantLoad` counts against it (the one place counts live, so that a shared count can
-replace it); `Admission` admits a start or a turn, or refuses it with `QuotaExceeded` before
-anything is created, and admits the sub-agent threads this process's workers open. It
-counts what this process started or was asked to wake and what its workers spent, plus,
-once per tenant, the open sessions among the store's most recent and what those spent in
-the window: several server processes on one store each hold their own count. It appends
-nothing.
+`Admission` admits a start or a turn, or refuses it with `QuotaExceeded` before anything is
+created, and admits the sub-agent threads this process's workers open. What is counted
+where:
+
+- `max_running`, in the store: the append that creates a session, or that sends an idle
+  one a message (a turn), carries a `catalog.Admit`, and the store counts the tenant's
+  running sessions in its catalog in that append's transaction. It holds across every
+  process on one store.
+- `max_threads`: the tenant's running sessions from the catalog (every process's), plus,
+  per process, the sub-agent threads this process's workers run and the starts under way
+  here. Another process's sub-agent threads are not counted here, and two processes
+  admitting at the same moment may each admit the last thread.
+- spending per day, from the catalog: the tokens and cost of the tenant's sessions updated
+  in the last 24 hours, each session's whole spending dated at its last update (so a
+  session that spent over several days counts all of it until a day after its last
+  event). Read at most every `SPEND_FRESH` seconds per tenant; in between, what this
+  process's workers spend is added as it is spent.
+- starts per minute, per process (`TenantLoad`): a token bucket of each tenant's starts
+  here; N server processes admit up to N times the rate.
+
+It appends nothing itself.
 """
 
 from __future__ import annotations
@@ -21,18 +35,23 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import get_args
 
 from tether.errors import QuotaExceeded, UsageError
-from tether.events import ContextCompacted, Event, ModelResponded, SamplingAnswered
+from tether.events import ContextCompacted, Event, ModelResponded, SamplingAnswered, format_time
 from tether.fold import Folder
 from tether.limits import Limits
 from tether.runtime.base import CapabilityRefused, SessionSpec
-from tether.runtime.sessions import Views
 from tether.runtime.spend import DAY, SpendWindow
+from tether.state import State
 from tether.store.base import Store
+from tether.store.catalog import RESTING, RUNNING_RETRY_AFTER, Admit, CatalogQuery, sort_key
 
-# A running session's end cannot be foreseen: a refused start is told to try this much later.
-RUNNING_RETRY_AFTER = 5.0
+# The states of a session with an open turn: what `max_running` and `max_threads` count.
+RUNNING_STATES = frozenset(get_args(State)) - RESTING
+# Seconds a tenant's spending read from the catalog is used before it is read again.
+SPEND_FRESH = 5.0
+PAGE = 500  # catalog rows read at once while summing a tenant's spending
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,24 +104,17 @@ class _Bucket:
 
 @dataclass(slots=True)
 class TenantLoad:
-    """The counts of every tenant of one process. `open` holds the sessions known to have an
-    open turn (pruned against their state when a tenant reaches its limit); `reserved` the
-    starts between admission and creation, so concurrent starts cannot all pass one check."""
+    """What this process alone counts for each tenant: its starts per minute (a bucket), the
+    starts under way here (admitted, not yet in the catalog), the sub-agent threads its
+    workers run, and the spending read from the catalog (`spend`, read at `spend_read`)."""
 
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time  # spending is dated by the log's times
-    open: dict[str, set[str]] = field(default_factory=dict)
-    seeded: set[str] = field(default_factory=set)
     reserved: dict[str, int] = field(default_factory=dict)
     threads: dict[str, int] = field(default_factory=dict)  # sub-agent threads running here
-    spend: SpendWindow = field(default_factory=SpendWindow)
+    spend: dict[str, SpendWindow] = field(default_factory=dict)
+    spend_read: dict[str, float] = field(default_factory=dict)  # by `clock`
     _buckets: dict[str, _Bucket] = field(default_factory=dict)
-
-    def in_use(self, tenant: str) -> tuple[int, int]:
-        """(sessions, threads) the tenant runs now: sessions with an open turn (and starts
-        under way), and those with every sub-agent thread running here."""
-        sessions = len(self.running(tenant)) + self.reserved.get(tenant, 0)
-        return sessions, sessions + self.threads.get(tenant, 0)
 
     def take_start(self, tenant: str, per_minute: float) -> None:
         """Spend one start from the tenant's bucket, or raise `QuotaExceeded`."""
@@ -125,33 +137,24 @@ class TenantLoad:
         if bucket is not None:
             bucket.level = min(per_minute, bucket.level + 1.0)
 
-    def running(self, tenant: str) -> set[str]:
-        return self.open.setdefault(tenant, set())
+    def here(self, tenant: str) -> int:
+        """Threads of the tenant this process counts that the catalog does not show: starts
+        under way and its workers' sub-agent threads."""
+        return self.reserved.get(tenant, 0) + self.threads.get(tenant, 0)
 
-    def refusal(self, tenant: str, quota: Quota) -> QuotaExceeded | None:
-        """Why one more running session (one more thread) of the tenant is refused now."""
-        sessions, threads = self.in_use(tenant)
-        if quota.max_running is not None and sessions >= quota.max_running:
-            return QuotaExceeded(
-                f"tenant {tenant} has {sessions} sessions running, its limit is "
-                f"{quota.max_running} (max_running); start more when some have ended",
-                RUNNING_RETRY_AFTER,
-            )
-        if quota.max_threads is not None and threads >= quota.max_threads:
-            return QuotaExceeded(
-                f"tenant {tenant} has {threads} threads running (sessions and their "
-                f"sub-agents), its limit is {quota.max_threads} (max_threads); start more "
-                "when some have ended",
-                RUNNING_RETRY_AFTER,
-            )
+    def spent(self, tenant: str, quota: Quota) -> QuotaExceeded | None:
+        """Why the tenant may not start or open a turn for what it spent, or None."""
+        window = self.spend.get(tenant)
+        if window is None:
+            return None
         now = self.wall()
-        tokens, cost = self.spend.spent(tenant, now)
+        tokens, cost = window.spent(tenant, now)
         for name, spent, limit, of in (
             ("max_tokens_per_day", tokens, quota.max_tokens_per_day, "tokens"),
             ("max_cost_usd_per_day", cost, quota.max_cost_usd_per_day, "cost_usd"),
         ):
             if limit is not None and spent >= limit:
-                wait = self.spend.wait(tenant, now, limit, of)
+                wait = window.wait(tenant, now, limit, of)
                 amount = f"{spent} tokens" if of == "tokens" else f"{spent:.2f} USD"
                 return QuotaExceeded(
                     f"tenant {tenant} spent {amount} in the last 24 hours, its limit is "
@@ -160,14 +163,12 @@ class TenantLoad:
                 )
         return None
 
-    def reserve(self, tenant: str) -> None:
-        self.reserved[tenant] = self.reserved.get(tenant, 0) + 1
 
-    def settle(self, tenant: str, session_id: str | None) -> None:
-        """A reserved start has created `session_id` (None: it created nothing)."""
-        self.reserved[tenant] -= 1
-        if session_id is not None:
-            self.running(tenant).add(session_id)
+def threads_refusal(tenant: str, threads: int, limit: int) -> str:
+    return (
+        f"tenant {tenant} has {threads} threads running (sessions and their sub-agents), "
+        f"its limit is {limit} (max_threads)"
+    )
 
 
 def capped(spec: SessionSpec, quota: Quota) -> SessionSpec:
@@ -216,21 +217,18 @@ def is_running(folder: Folder) -> bool:
 
 
 class Admission:
-    """Admits starts and turns of the tenants of one runtime against their quotas, with the
-    runtime's store and folds to tell which counted sessions still run; and, as the
-    `ThreadGate` of its workers' engines, their sub-agent threads, and what they spent.
-    `quotas`: each tenant's quota, for threads and spending no request names (None: the
-    quota its last request came with)."""
+    """Admits starts and turns of the tenants of one runtime against their quotas, reading
+    the store's catalog; and, as the `ThreadGate` of its workers' engines, their sub-agent
+    threads, and what they spent. `quotas`: each tenant's quota, for threads and spending no
+    request names (None: the quota its last request came with)."""
 
     def __init__(
         self,
         store: Store,
-        views: Views,
         load: TenantLoad | None = None,
         quotas: Callable[[str], Quota] | None = None,
     ) -> None:
         self.store = store
-        self.views = views
         self.load = load or TenantLoad()
         self.lookup = quotas
         self.quotas: dict[str, Quota] = {}  # as the tenant's last request came with it
@@ -241,51 +239,63 @@ class Admission:
         return self.quotas.get(tenant) or Quota()
 
     @contextlib.asynccontextmanager
-    async def start(self, tenant: str | None, quota: Quota) -> AsyncIterator[list[str]]:
+    async def start(self, tenant: str | None, quota: Quota) -> AsyncIterator[Admit | None]:
         """Admit one more running session of `tenant`, or raise `QuotaExceeded` before
-        anything is created. The block appends the session it made (an idempotent retry of
-        one already counted changes nothing). No tenant, or no such quota: always admitted."""
+        anything is created. The block creates the session with the `Admit` it is given
+        (None: no `max_running`), with which the store counts the tenant's running sessions
+        in the creating append. No tenant, or no such quota: always admitted."""
         load = self.load
         if tenant is None or not (
             quota.counts_sessions or quota.counts_spend or quota.starts_per_minute
         ):
-            yield []
+            yield None
             return
         await self._admit(tenant, quota)
         if quota.starts_per_minute is not None:
             load.take_start(tenant, quota.starts_per_minute)
-        load.reserve(tenant)
-        made: list[str] = []
+        load.reserved[tenant] = load.reserved.get(tenant, 0) + 1
         try:
-            yield made
+            yield _store_admit(tenant, quota)
         except BaseException:
             if quota.starts_per_minute is not None:
                 load.give_back_start(tenant, quota.starts_per_minute)
             raise
         finally:
-            load.settle(tenant, made[0] if made else None)
+            load.reserved[tenant] -= 1
 
-    async def turn(self, tenant: str | None, quota: Quota, session_id: str, folder: Folder) -> None:
+    async def turn(self, tenant: str | None, quota: Quota, folder: Folder) -> Admit | None:
         """A message to an idle session opens a turn: it runs again, so it counts against
         the tenant's running sessions and threads, and is refused once its spending is
-        spent (`QuotaExceeded`)."""
-        if tenant is None or folder.terminal or is_running(folder):
-            return
-        if not (quota.counts_sessions or quota.counts_spend):
-            return
-        await self._admit(tenant, quota)
-        self.load.running(tenant).add(session_id)
+        spent (`QuotaExceeded`). Returns the `Admit` its append carries (`control.
+        send_message` applies it only if the session is idle when the message lands)."""
+        if tenant is None or folder.terminal:
+            return None
+        if not is_running(folder) and (quota.max_threads is not None or quota.counts_spend):
+            await self._admit(tenant, quota)
+        return _store_admit(tenant, quota)
 
     async def _admit(self, tenant: str, quota: Quota) -> None:
-        """Raise `QuotaExceeded` unless one more running session fits, its counts brought up
-        to date first when they say it does not."""
-        if quota.counts_sessions or quota.counts_spend:
-            await self._seed(tenant)
-        if self.load.refusal(tenant, quota) is not None:
-            await self._prune(tenant)
-        refused = self.load.refusal(tenant, quota)
-        if refused is not None:
-            raise refused
+        """Raise `QuotaExceeded` unless one more running session fits the tenant's threads
+        and spending (its running sessions are the store's to count)."""
+        if quota.max_threads is not None:
+            threads = await self._threads(tenant)
+            if threads >= quota.max_threads:
+                raise QuotaExceeded(
+                    f"{threads_refusal(tenant, threads, quota.max_threads)}; start more when "
+                    "some have ended",
+                    RUNNING_RETRY_AFTER,
+                )
+        if quota.counts_spend:
+            await self._read_spend(tenant)
+            refused = self.load.spent(tenant, quota)
+            if refused is not None:
+                raise refused
+
+    async def _threads(self, tenant: str) -> int:
+        """The tenant's threads: its running sessions in the catalog, and what this process
+        counts besides (`TenantLoad.here`)."""
+        counts = await self.store.catalog_counts(CatalogQuery(tenant=tenant, states=RUNNING_STATES))
+        return sum(counts.get(s, 0) for s in RUNNING_STATES) + self.load.here(tenant)
 
     # -- the thread gate: sub-agent threads of this process's workers -----------------------
     async def enter_thread(self, tenant: str) -> str | None:
@@ -293,15 +303,9 @@ class Admission:
         load = self.load
         limit = self.quota_of(tenant).max_threads
         if limit is not None:
-            await self._seed(tenant)
-            if load.in_use(tenant)[1] >= limit:
-                await self._prune(tenant)
-            threads = load.in_use(tenant)[1]
+            threads = await self._threads(tenant)
             if threads >= limit:
-                return (
-                    f"tenant {tenant} has {threads} threads running (sessions and their "
-                    f"sub-agents), its limit is {limit} (max_threads)"
-                )
+                return threads_refusal(tenant, threads, limit)
         load.threads[tenant] = load.threads.get(tenant, 0) + 1
         return None
 
@@ -310,44 +314,45 @@ class Admission:
 
     def observe(self, tenant: str, event: Event) -> None:
         """Count what a run of this process's workers spent (a model answer, a summary, a
-        sampling request), for tenants whose spending is counted here. Until a tenant is
-        seeded, the seed reads it from the store instead."""
+        sampling request) into the tenant's spending read from the catalog, until it is
+        read again (which then holds it)."""
         p = event.payload
         if not isinstance(p, ModelResponded | ContextCompacted | SamplingAnswered):
             return
-        if tenant in self.load.seeded and self.quota_of(tenant).counts_spend:
+        window = self.load.spend.get(tenant)
+        if window is not None:
             tokens = p.usage.input_tokens + p.usage.output_tokens
-            self.load.spend.add(tenant, tokens, p.cost_usd or 0.0, self.load.wall())
+            window.add(tenant, tokens, p.cost_usd or 0.0, self.load.wall())
 
-    # -- bringing counts up to date ----------------------------------------------------------
-    async def _seed(self, tenant: str) -> None:
-        """Once per tenant: its open sessions among the store's most recent, and what those
-        updated within the spending window spent (all of it, dated at their last update)."""
+    async def _read_spend(self, tenant: str) -> None:
+        """The tenant's spending in the last 24 hours from the catalog, unless read within
+        `SPEND_FRESH` seconds: every row updated since, most recently updated first, each
+        session's tokens and cost dated at its last update."""
         load = self.load
-        if tenant in load.seeded:
+        now = load.clock()
+        if now - load.spend_read.get(tenant, -math.inf) < SPEND_FRESH:
             return
-        load.seeded.add(tenant)
-        running = load.running(tenant)
-        since = load.wall() - DAY
-        for info in await self.store.sessions(limit=SEEDED):
-            folder = await self.views.get(info.session_id)
-            if folder.metadata.get("tenant") != tenant:
-                continue
-            if is_running(folder):
-                running.add(info.session_id)
-            updated = _epoch(info.updated)
-            if updated >= since and (folder.total_tokens or folder.cost_usd):
-                load.spend.add(tenant, folder.total_tokens, folder.cost_usd or 0.0, updated)
-
-    async def _prune(self, tenant: str) -> None:
-        """Drop the counted sessions whose turn has closed."""
-        running = self.load.running(tenant)
-        for session_id in list(running):
-            if not is_running(await self.views.get(session_id)):
-                running.discard(session_id)
+        since = format_time(load.wall() - DAY)
+        window = SpendWindow()
+        query = CatalogQuery(tenant=tenant, sort="updated", limit=PAGE)
+        while True:
+            page = await self.store.catalog(query)
+            for row in page:
+                if row.updated < since:
+                    break
+                if row.tokens or row.cost_usd:
+                    window.add(tenant, row.tokens, row.cost_usd or 0.0, _epoch(row.updated))
+            else:
+                if len(page) == PAGE:
+                    query = dataclasses.replace(query, after=sort_key(page[-1], "updated"))
+                    continue
+            break
+        load.spend[tenant] = window
+        load.spend_read[tenant] = now
 
 
-SEEDED = 2_000  # the store's most recent sessions a tenant's counts are seeded from
+def _store_admit(tenant: str, quota: Quota) -> Admit | None:
+    return None if quota.max_running is None else Admit(tenant, quota.max_running)
 
 
 def _epoch(stamp: str) -> float:

@@ -29,6 +29,7 @@ from tether.scheduler.queue import Priority
 from tether.session.control import KEYED, Known
 from tether.session.log import new_event_id, new_session_id
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
+from tether.store import catalog
 from tether.store.base import Store
 from tether.telemetry.ids import new_trace_id
 from tether.tools.base import Tool
@@ -230,11 +231,14 @@ async def create_session(
     now: float,
     *,
     views: Views | None = None,
+    admit: catalog.Admit | None = None,
 ) -> str:
-    """Append `session.created` and the task as one batch, then mark the session runnable.
-    A retried key returns the session it made (and marks it again, should the first try
-    have stopped before marking). `views`: handed the fold of a session made here, so the
-    first poll of it reads only what came after."""
+    """Append `session.created` and the task as one batch, with the session's catalog row,
+    then mark the session runnable. A retried key returns the session it made (and marks it
+    again, should the first try have stopped before marking). `views`: handed the fold of a
+    session made here, so the first poll of it reads only what came after. `admit`: the
+    tenant's quota of running sessions, checked by the store in the creating append
+    (`QuotaExceeded`; a retried key's session is not counted again)."""
     session_id = new_session_id() if key is None else session_id_for(tenant, key)
     stamp = format_time(now)
     events = [
@@ -242,7 +246,8 @@ async def create_session(
         Event(session_id, 2, new_event_id(), stamp, UserMessage(user(spec.task))),
     ]
     try:
-        await store.append(session_id, events, 0)
+        row = catalog.row_of(Folder().apply_all(events))
+        await store.append(session_id, events, 0, row=row, admit=admit)
         if views is not None:
             views.seed(session_id, events)
     except Conflict:

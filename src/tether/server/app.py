@@ -324,7 +324,8 @@ class Api:
         names = self.metrics_token is not None and hmac.compare_digest(
             given.encode(), self.metrics_token.encode()
         )
-        return Response(self.metrics.render(names=names), media_type="text/plain; version=0.0.4")
+        text = await self.metrics.scrape(names=names)
+        return Response(text, media_type="text/plain; version=0.0.4")
 
     async def openapi_json(self, request: Request, rt: LocalRuntime) -> Response:
         return JSONResponse(openapi())

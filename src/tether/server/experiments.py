@@ -1,28 +1,28 @@
-"""Experiments over HTTP: a tenant's experiments, found among the store's newest sessions
-as its own sessions tagged by `run_matrix`; an experiment's report (intervals, each variant
-against the first, the runs) and its chart. A log is tenant input: a check it names is run
-only as `checks` allows (the operator's `--allow-check`). Routes: `app`."""
+"""Experiments over HTTP: a tenant's experiments, as the store's catalog knows them (its
+own sessions tagged by `run_matrix`); an experiment's report (intervals, each variant
+against the first, the runs) and its chart, from the runs the catalog finds by their tag. A
+log is tenant input: a check it names is run only as `checks` allows (the operator's
+`--allow-check`). Routes: `app`."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tether.errors import UsageError
-from tether.events import SessionCreated
+from tether.events import Event, SessionCreated
 from tether.experiment import MATRIX_METRICS, MatrixReport, chart_svg, matrix_report
 from tether.experiment.plan import NAME, Plan
-from tether.experiment.records import METRICS, StoredRun
+from tether.experiment.records import METRICS, StoredRun, find_runs
 from tether.messages import JSONObject, JSONValue
 from tether.runtime.local import LocalRuntime
 from tether.server import checks
 from tether.server.errors import ApiError
+from tether.store.catalog import CatalogQuery, ExperimentEntry
 
-SCAN = 2_000  # the newest sessions of the store a request looks through
+LISTED_EXPERIMENTS = 100  # experiments a list shows, the most recently updated first
 MAX_RUNS = 500  # sessions of one experiment a report folds (the newest)
 MAX_EVENTS = 5_000  # a run with a longer log is left out of the report (and counted)
 LISTED = 50  # variant and task names per experiment in the list
@@ -31,61 +31,31 @@ MAX_VARIANTS, MAX_CELLS = 20, 20_000  # a recorded plan larger than this is not 
 SVG_CSP = "default-src 'none'; style-src 'unsafe-inline'; sandbox"
 
 
-@dataclass(frozen=True, slots=True)
-class Tagged:
-    """A session of the tenant's that `run_matrix` tagged: its id, its tag, its creation."""
-
-    session_id: str
-    tag: JSONObject
-    created: str
-
-
-@dataclass(frozen=True, slots=True)
-class Scan:
-    by_id: dict[str, list[Tagged]]  # experiment id -> its sessions, newest first
-    scanned: int
-    complete: bool  # False: the store has more sessions than a request looks through
-
-    def to_json(self) -> JSONObject:
-        return {"sessions": self.scanned, "limit": SCAN, "complete": self.complete}
+def _tag(first: Event | None) -> JSONObject:
+    """The `experiment` tag of a run's `session.created` ({} when it has none)."""
+    created = None if first is None else first.payload
+    tag: JSONValue = (
+        created.metadata.get("experiment") if isinstance(created, SessionCreated) else None
+    )
+    return tag if isinstance(tag, dict) else {}
 
 
-async def scan(rt: LocalRuntime) -> Scan:
-    """The tenant's tagged sessions among the store's `SCAN` most recently updated."""
-    infos = await rt.store.sessions(limit=SCAN)
-    by_id: dict[str, list[Tagged]] = {}
-    for info in infos:
-        first = await rt.store.read(info.session_id, limit=1)
-        created = first[0].payload if first else None
-        if not isinstance(created, SessionCreated):
-            continue
-        if rt.tenant is not None and created.metadata.get("tenant") != rt.tenant:
-            continue  # another tenant's: never counted, named or read further
-        tag: JSONValue = created.metadata.get("experiment")
-        if not isinstance(tag, dict) or not isinstance(tag.get("variant"), str):
-            continue
-        exp = tag.get("id")
-        if isinstance(exp, str) and NAME.fullmatch(exp):
-            by_id.setdefault(exp, []).append(Tagged(info.session_id, tag, first[0].time))
-    return Scan(by_id, len(infos), len(infos) < SCAN)
-
-
-def summary(experiment_id: str, sessions: Sequence[Tagged]) -> JSONObject:
-    newest = max(sessions, key=lambda s: s.created)
-    plan = _plan(newest.tag)
-    variants = list(plan.variants) if plan else _seen(sessions, "variant")
-    tasks = [t.name for t in plan.tasks] if plan else _seen(sessions, "task")
+async def summary(rt: LocalRuntime, entry: ExperimentEntry) -> JSONObject:
+    """An experiment as the list shows it: its variants and tasks as its newest run's plan
+    names them (what its runs' tags name, should that plan be malformed)."""
+    query = CatalogQuery(tenant=rt.tenant, experiment=entry.experiment, sort="newest", limit=1)
+    newest = await rt.store.catalog(query)
+    first = await rt.store.read(newest[0].session_id, limit=1) if newest else []
+    plan = _plan(_tag(first[0] if first else None))
+    variants = list(plan.variants) if plan else [r.variant for r in newest]
+    tasks = [t.name for t in plan.tasks] if plan else [r.experiment_task for r in newest]
     return {
-        "experiment_id": experiment_id,
+        "experiment_id": entry.experiment,
         "variants": list[JSONValue](variants[:LISTED]),
         "tasks": list[JSONValue](tasks[:LISTED]),
-        "runs": len(sessions),
-        "updated": newest.created,
+        "runs": entry.runs,
+        "updated": entry.updated,
     }
-
-
-def _seen(sessions: Sequence[Tagged], key: str) -> list[str]:
-    return list(dict.fromkeys(v for s in sessions if isinstance(v := s.tag.get(key), str)))
 
 
 def _plan(tag: JSONObject) -> Plan | None:
@@ -96,30 +66,37 @@ def _plan(tag: JSONObject) -> Plan | None:
 
 
 async def list_experiments(request: Request, rt: LocalRuntime) -> Response:
-    found = await scan(rt)
-    items = [summary(exp, sessions) for exp, sessions in found.by_id.items()]
-    items.sort(key=lambda e: str(e["updated"]), reverse=True)
-    return JSONResponse({"experiments": items, "scanned": found.to_json()})
+    entries = await rt.store.catalog_experiments(rt.tenant, LISTED_EXPERIMENTS + 1)
+    items = [await summary(rt, e) for e in entries[:LISTED_EXPERIMENTS]]
+    bounds: JSONObject = {
+        "limit": LISTED_EXPERIMENTS,
+        "complete": len(entries) <= LISTED_EXPERIMENTS,
+    }
+    return JSONResponse({"experiments": items, "bounds": bounds})
 
 
 async def build(rt: LocalRuntime, experiment_id: str) -> tuple[MatrixReport, JSONObject]:
     """The report of the tenant's experiment and what the server did to make it; 404 as for
     a session when the tenant has no session of it."""
-    found = await scan(rt)
-    sessions = found.by_id.get(experiment_id) if NAME.fullmatch(experiment_id) else None
-    if not sessions:
+    rows = (
+        await find_runs(rt.store, experiment_id, rt.tenant) if NAME.fullmatch(experiment_id) else []
+    )
+    if not rows:
         raise ApiError("experiment_not_found", f"no experiment {experiment_id[:100]!r}")
-    kept = sessions[:MAX_RUNS]
+    kept = rows[-MAX_RUNS:]  # the newest: the plan is the newest run's
     stored: list[StoredRun] = []
-    for s in kept:
-        events = await rt.store.read(s.session_id, limit=MAX_EVENTS + 1)
-        if 0 < len(events) <= MAX_EVENTS:
-            stored.append(StoredRun(s.session_id, s.tag, events))
+    too_long = 0
+    for row in kept:
+        events = await rt.store.read(row.session_id, limit=MAX_EVENTS + 1)
+        tag = _tag(events[0] if events else None)
+        if len(events) > MAX_EVENTS:
+            too_long += 1
+        elif isinstance(tag.get("variant"), str):  # a run `run_matrix` made
+            stored.append(StoredRun(row.session_id, tag, events))
     if not stored:
         raise ApiError(
             "invalid_request", f"experiment {experiment_id}: every run's log is too long"
         )
-    stored.sort(key=lambda s: (s.events[0].time, s.session_id))
     plan = _plan(stored[-1].tag)
     if plan is None:
         raise ApiError("invalid_request", f"experiment {experiment_id}: its plan is malformed")
@@ -137,14 +114,13 @@ async def build(rt: LocalRuntime, experiment_id: str) -> tuple[MatrixReport, JSO
         t.name: "none" if t.check is None else decided.get(t.check, "run") for t in plan.tasks
     }
     bounds: JSONObject = {
-        **found.to_json(),
-        "runs": len(kept),
+        "runs": len(rows),
         "runs_limit": MAX_RUNS,
-        "too_long": len(kept) - len(stored),
+        "too_long": too_long,
         "events_limit": MAX_EVENTS,
-        "complete": found.complete and len(sessions) <= MAX_RUNS and len(stored) == len(kept),
+        "complete": len(rows) <= MAX_RUNS and not too_long,
     }
-    return report, {"checks": by_task, "scanned": bounds}
+    return report, {"checks": by_task, "bounds": bounds}
 
 
 def comparisons(report: MatrixReport) -> list[JSONValue]:

@@ -1,6 +1,7 @@
 """`GET /metrics`: the server's own counters, the series its sessions and workers feed
 (`telemetry.metrics`: model and tool latency, time to first token, tokens, cost, outcomes,
-worker slots, leases, states, takeovers, parks), and the figures of the model gateways (the
+worker slots, leases, states, takeovers, parks), every session of the store by state (from
+its catalog, whichever process runs them), and the figures of the model gateways (the
 runtime's own, one per backend its workers used, and any others it is given), in the
 Prometheus text format (0.0.4). Backends, models, tools, tenants and routes are named only
 to the operator (`names`, the bearer of the metrics token): a backend is what a tenant chose,
@@ -9,15 +10,18 @@ business, not another's."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, get_args
 
-from tether.errors import ConfigError
+from tether.errors import ConfigError, StoreError
 from tether.runtime.local import LocalRuntime
 from tether.scheduler.figures import _COUNTERS as COUNTERS
-from tether.scheduler.figures import GatewayFigures, render_prometheus
+from tether.scheduler.figures import GatewayFigures, _escape, render_prometheus
 from tether.server.auth import MIN_TOKEN, Tokens
+from tether.state import State
+from tether.store.catalog import CatalogQuery
 from tether.telemetry import metrics as session_metrics
 from tether.telemetry.prometheus import render as render_sessions
 
@@ -35,9 +39,20 @@ class Metrics:
     def request(self, route: str, status: int) -> None:
         self.requests[(route, status)] += 1
 
-    def render(self, *, names: bool = False) -> str:
+    async def scrape(self, *, names: bool = False) -> str:
+        """`render`, with every session of the store counted by state from its catalog (one
+        query; left out, and logged, while the store cannot answer)."""
+        try:
+            states = await self.runtime.store.catalog_counts(CatalogQuery())
+        except StoreError as exc:
+            _log.warning("metrics: the store did not count its sessions: %s", exc)
+            states = None
+        return self.render(names=names, states=states)
+
+    def render(self, *, names: bool = False, states: Mapping[str, int] | None = None) -> str:
         """The server's own series and the gateways': per backend (`names`, for the operator),
-        else summed over all backends, so that no tenant's backend is named."""
+        else summed over all backends, so that no tenant's backend is named. `states`: the
+        store's sessions by state (`tether_sessions`), every state shown, 0 when none."""
         lines: list[str] = []
 
         def family(name: str, kind: str, help_text: str) -> str:
@@ -70,6 +85,12 @@ class Metrics:
              worker.failures if worker else 0),
         ):  # fmt: skip
             lines.append(f"{family(name, kind, help_text)} {value}")
+        if states is not None:
+            metric = family(
+                "sessions", "gauge", "sessions in the store by state, whichever process runs them"
+            )
+            for state in sorted({*STATES, *states}):
+                lines.append(f'{metric}{{state="{_escape(state)}"}} {states.get(state, 0)}')
         lines.extend(render_sessions(names=names))
         figures = [*self.runtime.figures(), *(g.figures() for g in self.gateways)]
         if not names:
@@ -78,6 +99,10 @@ class Metrics:
         if figures and names:
             text += render_prometheus(figures)
         return text
+
+
+_log = logging.getLogger("tether.server")
+STATES: tuple[str, ...] = get_args(State)
 
 
 def check_token(metrics_token: str | None, tokens: Tokens | None) -> None:

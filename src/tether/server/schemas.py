@@ -260,21 +260,21 @@ def components() -> dict[str, Any]:
             spec={"type": "string"}, tools={"type": "array", "items": _object(
                 name={"type": "string"}, description={"type": "string"})})},
     )  # fmt: skip
-    scanned = {"type": "object", "description": "how many sessions were looked through, the "
-               "limit, and whether that was all of them"}  # fmt: skip
+    bounds = {"type": "object", "description": "what the answer was bounded by (its limits) "
+              "and whether it holds everything (complete)"}  # fmt: skip
     defs["ExperimentList"] = _object(
         experiments={"type": "array", "items": _object(
             experiment_id={"type": "string"}, variants={"type": "array", "items": {"type": "string"}},
             tasks={"type": "array", "items": {"type": "string"}}, runs={"type": "integer"},
             updated={"type": "string"})},
-        scanned=scanned,
+        bounds=bounds,
     )  # fmt: skip
     defs["ExperimentReport"] = _object(
         experiment_id={"type": "string"}, plan={"type": "object"}, confidence={"type": "number"},
         variants={"type": "object"}, runs={"type": "array", "items": {"type": "object"}},
         comparisons={"type": "array", "items": {"type": "object"}},
         checks={"type": "object", "description": "task -> run, none, or why its check was not run"},
-        scanned=scanned,
+        bounds=bounds,
     )  # fmt: skip
     return defs
 

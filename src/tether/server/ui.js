@@ -434,8 +434,8 @@ async function showExperiments() {
       body.appendChild(tr);
     }
     $("experiments-empty").hidden = data.experiments.length > 0;
-    $("experiments-scanned").textContent = data.scanned.complete ? "" :
-      "Looked through the " + data.scanned.sessions + " most recent sessions only.";
+    $("experiments-scanned").textContent = data.bounds.complete ? "" :
+      "The " + data.bounds.limit + " most recently updated experiments only.";
   };
   const mine = generation;
   await refresh();
@@ -478,9 +478,9 @@ async function showExperiment(experimentId) {
     if (how !== "run" && how !== "none") note("task " + task + ": check " + how + "; its pass and score are unknown");
   }
   if (r.incomplete) note(r.incomplete);
-  if (!r.scanned.complete) {
-    note("Looked through the " + r.scanned.sessions + " most recent sessions and " + r.scanned.runs + " runs of this experiment only" +
-      (r.scanned.too_long ? "; " + r.scanned.too_long + " run(s) with logs over " + r.scanned.events_limit + " events left out." : "."));
+  if (!r.bounds.complete) {
+    note("Reported on the newest " + Math.min(r.bounds.runs, r.bounds.runs_limit) + " of this experiment's " + r.bounds.runs + " runs" +
+      (r.bounds.too_long ? "; " + r.bounds.too_long + " run(s) with logs over " + r.bounds.events_limit + " events left out." : "."));
   }
   for (const name of plan.variants) {
     const v = r.variants[name];

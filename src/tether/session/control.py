@@ -34,6 +34,7 @@ from tether.messages import JSONObject, Message, user
 from tether.session.lease import holding
 from tether.session.log import SessionLog
 from tether.store.base import Store
+from tether.store.catalog import Admit
 
 ATTEMPTS = 5  # a control append that races other writers re-checks and tries again
 
@@ -84,11 +85,14 @@ async def send_message(
     key: str | None = None,
     *,
     known: Known | None = None,
+    admit: Admit | None = None,
 ) -> bool:
     """Add a user message; the session runs it when next run or resumed. With an
     idempotency `key`, the message is added once, whatever process sends it how often: the
     key names its event, so a send finds an earlier one in the log itself. False when it
-    was sent already; `IdempotencyConflict` when the key was used for another message."""
+    was sent already; `IdempotencyConflict` when the key was used for another message.
+    `admit`: the tenant's quota of running sessions, which a message that opens a turn (to
+    a session idle when it lands) is admitted by, in its append (`QuotaExceeded`)."""
     text = message if isinstance(message, Message) else user(message)
     event_id = None if key is None else message_event_id(key)
     earlier: list[Event] = []
@@ -120,7 +124,10 @@ async def send_message(
         if log.folder.terminal:
             raise UsageError(f"session {session_id} has ended ({log.folder.state})")
         try:
-            await log.append(UserMessage(text), ids=None if event_id is None else (event_id,))
+            opens = admit if log.folder.state == "idle" else None
+            await log.append(
+                UserMessage(text), ids=None if event_id is None else (event_id,), admit=opens
+            )
             await store.mark_runnable(session_id)  # a worker process picks the session up
             return True
         except Conflict:

@@ -313,7 +313,7 @@ RUNNING_RETRY_AFTER = 5.0
 def refusal(admit: Admit, running: int) -> str:
     return (
         f"tenant {admit.tenant} has {running} sessions running, its limit is "
-        f"{admit.max_running} (max_running)"
+        f"{admit.max_running} (max_running); start more when some have ended"
     )
 
 
