@@ -338,18 +338,19 @@ async def local_page_through(store: Store) -> tuple[list[str], int, float]:
     """Every page of `LocalRuntime.for_tenant(acme).sessions`, as a library user pages."""
     from tether.runtime.local import LocalRuntime
 
-    rt = LocalRuntime(store, workers=0).for_tenant(ACME)
     seen: list[str] = []
     cursor: str | None = None
     pages = 0
-    t0 = time.perf_counter()
-    while True:
-        page = await rt.sessions(limit=PAGE, cursor=cursor)  # type: ignore[call-arg]
-        pages += 1
-        seen += [s.session_id for s in page.sessions]
-        cursor = page.next_cursor
-        if not cursor:
-            return seen, pages, time.perf_counter() - t0
+    async with LocalRuntime(store, workers=0) as runtime:
+        rt = runtime.for_tenant(ACME)
+        t0 = time.perf_counter()
+        while True:
+            page = await rt.sessions(limit=PAGE, cursor=cursor)
+            pages += 1
+            seen += [s.session_id for s in page.sessions]
+            cursor = page.next_cursor
+            if not cursor:
+                return seen, pages, time.perf_counter() - t0
 
 
 def owned_check(name: str, seen: list[str], owned: int, figures: Figures) -> None:
@@ -362,8 +363,20 @@ def owned_check(name: str, seen: list[str], owned: int, figures: Figures) -> Non
         figures.values["failed"] = 1
 
 
-async def measure(store: Store, store_url: str, directory: Path, size: Counts) -> Figures:
+async def measure(
+    store: Store, store_url: str, directory: Path, size: Counts, *, http: bool
+) -> Figures:
+    """Every figure of one size; with `http` False (the memory store, which no other process
+    sees), only those in this process."""
     figures = Figures(size.size)
+    if http:
+        await measure_http(figures, store_url, directory, size)
+    await measure_local(figures, store, store_url, size, cli=http)
+    figures.notes["load"] = load()
+    return figures
+
+
+async def measure_http(figures: Figures, store_url: str, directory: Path, size: Counts) -> None:
     tokens = tokens_file(directory)
     fresh: list[float] = []
     starts: list[float] = []
@@ -438,6 +451,10 @@ async def measure(store: Store, store_url: str, directory: Path, size: Counts) -
     finally:
         server.stop()
 
+
+async def measure_local(
+    figures: Figures, store: Store, store_url: str, size: Counts, *, cli: bool
+) -> None:
     try:
         seen, pages, took = await local_page_through(store)
     except TypeError as exc:  # a runtime without paging (before issue 33)
@@ -448,8 +465,9 @@ async def measure(store: Store, store_url: str, directory: Path, size: Counts) -
         figures.notes["LocalRuntime page-through, seen / owned"] += (
             f"  ({pages} pages of {PAGE}, {took:.1f} s)"
         )
-
-    cli: list[float] = []
+    if not cli:
+        return
+    cli_ms: list[float] = []
     found = ""
     for _ in range(3):
         t0 = time.perf_counter()
@@ -458,7 +476,7 @@ async def measure(store: Store, store_url: str, directory: Path, size: Counts) -
              "--store", store_url, "--json"],
             capture_output=True, text=True, timeout=600,
         )  # fmt: skip
-        cli.append((time.perf_counter() - t0) * 1000)
+        cli_ms.append((time.perf_counter() - t0) * 1000)
         if done.returncode != 0:
             found = f"** exit {done.returncode}: {done.stderr.strip()[-200:]} **"
         else:
@@ -466,13 +484,11 @@ async def measure(store: Store, store_url: str, directory: Path, size: Counts) -
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import tether.cli.main"], check=True)
     bare = (time.perf_counter() - t0) * 1000
-    figures.values["experiment report, CLI"] = statistics.median(cli)
+    figures.values["experiment report, CLI"] = statistics.median(cli_ms)
     figures.notes["experiment report, CLI"] = (
-        f"median of 3 {statistics.median(cli):7.1f} ms  {found}  "
+        f"median of 3 {statistics.median(cli_ms):7.1f} ms  {found}  "
         f"(python -c 'import tether.cli.main': {bare:.0f} ms)"
     )
-    figures.notes["load"] = load()
-    return figures
 
 
 # -- the table -------------------------------------------------------------------------------
@@ -497,7 +513,9 @@ def print_size(figures: Figures, base: Figures | None) -> None:
     print(f"  {figures.size:,} sessions:")
     for name in ROWS:
         value = figures.values.get(name)
-        text = figures.notes.get(name, "")
+        text = figures.notes.get(name)
+        if text is None:
+            continue
         extra = []
         if value is not None and name in TARGETS:
             target = TARGETS[name]
@@ -569,9 +587,7 @@ async def main(args: argparse.Namespace) -> None:
                 await check_sample(store, want)
             have = want
             print(f"  filled to {size:,} in {took:.0f} s; {load()}", flush=True)
-            if args.store == "memory":
-                continue  # a server in another process cannot see this store
-            figures = await measure(store, url, directory, want)
+            figures = await measure(store, url, directory, want, http=args.store != "memory")
             results.append(figures)
             print_size(figures, results[0])
     finally:
