@@ -7,12 +7,16 @@ start at once (one advisory lock). It does not run queries for the store; `postg
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from tether.errors import ConfigError
+from tether.store import pg_backfill
+
+log = logging.getLogger("tether.store.postgres")
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,10 +353,248 @@ BEGIN
 END $$;
 """
 
+# The session catalog (`store/catalog.py`): one row per session, written by `tether_append`
+# in the transaction of the batch it describes. Text that is sorted or compared is COLLATE
+# "C", so PostgreSQL orders it as Python does (by code point) whatever the database's locale.
+# Every page is a keyset walk of one index: (tenant, sort value, id) for a tenant's sessions,
+# (sort value, id) for every tenant's. The metadata filter looks pairs up by a hash (a value
+# may be longer than a btree entry holds); the search text (`CatalogRow.haystack`) lives in a
+# table of its own, rewritten only when it changes, so an append does not re-index a task
+# it did not touch. `tether_catalog_backfill` is the resumable progress of folding the rows
+# of the sessions stored before this version (`pg_backfill`).
+_V4 = """
+CREATE TABLE tether_catalog (
+    session_id text COLLATE "C" PRIMARY KEY,
+    tenant text COLLATE "C" NOT NULL,
+    parent text NOT NULL,
+    created text COLLATE "C" NOT NULL,
+    updated text COLLATE "C" NOT NULL,
+    state text NOT NULL,
+    stop_reason text,
+    model text NOT NULL,
+    steps bigint NOT NULL,
+    turns bigint NOT NULL,
+    input_tokens bigint NOT NULL,
+    output_tokens bigint NOT NULL,
+    cache_read_tokens bigint NOT NULL,
+    cache_write_tokens bigint NOT NULL,
+    cost_usd double precision,
+    task text NOT NULL,
+    last_output text NOT NULL,
+    metadata jsonb NOT NULL,  -- [[key, value], ...], in the row's order
+    experiment text COLLATE "C" NOT NULL,
+    variant text NOT NULL,
+    experiment_task text NOT NULL,
+    repeat integer NOT NULL,
+    threads_running integer NOT NULL,
+    last_seq bigint NOT NULL
+);
+CREATE INDEX tether_catalog_t_updated ON tether_catalog (tenant, updated, session_id);
+CREATE INDEX tether_catalog_t_created ON tether_catalog (tenant, created, session_id);
+CREATE INDEX tether_catalog_t_tokens
+    ON tether_catalog (tenant, (input_tokens + output_tokens), session_id);
+CREATE INDEX tether_catalog_t_cost ON tether_catalog (tenant, coalesce(cost_usd, -1), session_id);
+CREATE INDEX tether_catalog_updated ON tether_catalog (updated, session_id);
+CREATE INDEX tether_catalog_created ON tether_catalog (created, session_id);
+CREATE INDEX tether_catalog_tokens ON tether_catalog ((input_tokens + output_tokens), session_id);
+CREATE INDEX tether_catalog_cost ON tether_catalog (coalesce(cost_usd, -1), session_id);
+CREATE INDEX tether_catalog_t_state ON tether_catalog (tenant, state);
+-- What `max_running` counts: the states outside `catalog.RESTING`.
+CREATE INDEX tether_catalog_running ON tether_catalog (tenant)
+    WHERE state NOT IN ('idle', 'completed', 'failed', 'canceled');
+CREATE INDEX tether_catalog_experiment ON tether_catalog (tenant, left(experiment, 200))
+    WHERE experiment <> '';
+
+CREATE FUNCTION tether_meta_hash(p_key text, p_value text) RETURNS uuid
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT md5(length(p_key)::text || ':' || p_key || p_value)::uuid
+$$;
+
+CREATE TABLE tether_catalog_metadata (
+    session_id text COLLATE "C" NOT NULL,
+    key text NOT NULL,
+    value text NOT NULL,
+    hash uuid NOT NULL
+);
+CREATE INDEX tether_catalog_metadata_session ON tether_catalog_metadata (session_id);
+CREATE INDEX tether_catalog_metadata_pair ON tether_catalog_metadata (hash, session_id);
+
+CREATE TABLE tether_catalog_text (
+    session_id text COLLATE "C" PRIMARY KEY,
+    haystack text NOT NULL  -- lower case: the id, the task, the metadata's values
+);
+
+-- pg_trgm is a trusted extension: a database owner may create it. Kept in `public` where
+-- possible (a schema dropped with its tables must not take the extension from the others);
+-- without it `q` is answered by a scan, and the store says so once.
+DO $do$
+DECLARE
+    home text;
+BEGIN
+    BEGIN
+        CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public;
+    EXCEPTION WHEN OTHERS THEN
+        BEGIN
+            CREATE EXTENSION IF NOT EXISTS pg_trgm;
+        EXCEPTION WHEN OTHERS THEN
+            RAISE NOTICE 'pg_trgm cannot be created: %', SQLERRM;
+        END;
+    END;
+    SELECT n.nspname INTO home FROM pg_extension e
+        JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm';
+    IF home IS NOT NULL THEN
+        EXECUTE format('CREATE INDEX tether_catalog_text_trgm ON tether_catalog_text '
+                       'USING gin (haystack %I.gin_trgm_ops)', home);
+    END IF;
+END $do$;
+
+-- Write a session's row (`p_row`: the row's fields by name, and its `haystack`); its
+-- metadata pairs and search text only when they changed.
+CREATE FUNCTION tether_catalog_write(p_row jsonb) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    r tether_catalog := jsonb_populate_record(NULL::tether_catalog, p_row);
+    old_metadata jsonb;
+BEGIN
+    SELECT c.metadata INTO old_metadata FROM tether_catalog c WHERE c.session_id = r.session_id;
+    INSERT INTO tether_catalog AS c SELECT r.*
+    ON CONFLICT (session_id) DO UPDATE SET
+        (tenant, parent, created, updated, state, stop_reason, model, steps, turns,
+         input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, task,
+         last_output, metadata, experiment, variant, experiment_task, repeat,
+         threads_running, last_seq) =
+        (EXCLUDED.tenant, EXCLUDED.parent, EXCLUDED.created, EXCLUDED.updated,
+         EXCLUDED.state, EXCLUDED.stop_reason, EXCLUDED.model, EXCLUDED.steps,
+         EXCLUDED.turns, EXCLUDED.input_tokens, EXCLUDED.output_tokens,
+         EXCLUDED.cache_read_tokens, EXCLUDED.cache_write_tokens, EXCLUDED.cost_usd,
+         EXCLUDED.task, EXCLUDED.last_output, EXCLUDED.metadata, EXCLUDED.experiment,
+         EXCLUDED.variant, EXCLUDED.experiment_task, EXCLUDED.repeat,
+         EXCLUDED.threads_running, EXCLUDED.last_seq);
+    IF old_metadata IS DISTINCT FROM r.metadata THEN
+        DELETE FROM tether_catalog_metadata m WHERE m.session_id = r.session_id;
+        INSERT INTO tether_catalog_metadata
+            SELECT r.session_id, p->>0, p->>1, tether_meta_hash(p->>0, p->>1)
+            FROM jsonb_array_elements(r.metadata) AS p;
+    END IF;
+    INSERT INTO tether_catalog_text AS t VALUES (r.session_id, p_row->>'haystack')
+        ON CONFLICT (session_id) DO UPDATE SET haystack = EXCLUDED.haystack
+        WHERE t.haystack IS DISTINCT FROM EXCLUDED.haystack;
+END $$;
+
+-- A rebuilt row, written only while the session's log still ends at the row's last seq:
+-- FOR SHARE waits out an append in flight and then sees its new last seq.
+CREATE FUNCTION tether_put_catalog_row(p_row jsonb) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM tether_sessions s
+        WHERE s.session_id = p_row->>'session_id' AND s.last_seq = (p_row->>'last_seq')::bigint
+        FOR SHARE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM tether_catalog_write(p_row);
+    RETURN true;
+END $$;
+
+-- As in version 1, and the session's catalog row (`p_row`) in the same transaction. With
+-- `p_admit_tenant`, the batch makes the session run under that tenant's `max_running`
+-- (`p_admit_max`): admissions of one tenant take turns on an advisory lock, count the
+-- tenant's running sessions (this one aside) and refuse before anything is written.
+-- status: ok | retry | conflict | lease | quota (`actual`: the running count).
+DROP FUNCTION tether_append(text, bigint, bigint, text[], text[], text[], text[], text[]);
+CREATE FUNCTION tether_append(
+    p_session text, p_expected bigint, p_generation bigint,
+    p_ids text[], p_times text[], p_threads text[], p_types text[], p_data text[],
+    p_row jsonb, p_admit_tenant text, p_admit_max integer
+) RETURNS TABLE (status text, actual bigint, held_owner text, held_generation bigint)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    n integer := cardinality(p_ids);
+    h_owner text;
+    h_generation bigint;
+    stored text[];
+    running bigint;
+BEGIN
+    IF p_row IS NULL THEN
+        RAISE EXCEPTION 'tether_append needs the session''s catalog row';
+    END IF;
+    IF p_generation IS NOT NULL THEN
+        SELECT l.owner, l.generation INTO h_owner, h_generation
+            FROM tether_leases l WHERE l.session_id = p_session FOR SHARE;
+        IF h_generation IS DISTINCT FROM p_generation
+           OR (h_owner = '' AND h_generation = p_generation) THEN
+            RETURN QUERY SELECT 'lease'::text, NULL::bigint, h_owner, h_generation;
+            RETURN;
+        END IF;
+    END IF;
+    IF p_admit_tenant IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(2122186754, hashtext(p_admit_tenant));
+        -- Only a batch that would be written is refused: a conflict or a retry says so below.
+        IF coalesce((SELECT s.last_seq FROM tether_sessions s
+                     WHERE s.session_id = p_session), 0) = p_expected THEN
+            SELECT count(*) INTO running FROM tether_catalog c
+                WHERE c.tenant = p_admit_tenant AND c.session_id <> p_session
+                  AND c.state NOT IN ('idle', 'completed', 'failed', 'canceled');
+            IF running >= p_admit_max THEN
+                RETURN QUERY SELECT 'quota'::text, running, NULL::text, NULL::bigint;
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+    IF p_expected = 0 THEN
+        INSERT INTO tether_sessions AS s VALUES (p_session, n, p_types[n], p_times[1], p_times[n])
+            ON CONFLICT (session_id) DO NOTHING;
+    ELSE
+        UPDATE tether_sessions s SET last_seq = p_expected + n, last_type = p_types[n],
+                updated = p_times[n]
+            WHERE s.session_id = p_session AND s.last_seq = p_expected;
+    END IF;
+    IF NOT FOUND THEN
+        SELECT array_agg(e.id ORDER BY e.seq) INTO stored FROM tether_events e
+            WHERE e.session_id = p_session AND e.seq > p_expected AND e.seq <= p_expected + n;
+        IF stored = p_ids THEN
+            RETURN QUERY SELECT 'retry'::text, NULL::bigint, NULL::text, NULL::bigint;
+        ELSE
+            RETURN QUERY SELECT 'conflict'::text,
+                coalesce((SELECT s.last_seq FROM tether_sessions s
+                          WHERE s.session_id = p_session), 0), NULL::text, NULL::bigint;
+        END IF;
+        RETURN;
+    END IF;
+    INSERT INTO tether_events
+        SELECT p_session, p_expected + u.o, u.i, u.t, u.th, u.ty, u.d
+        FROM unnest(p_ids, p_times, p_threads, p_types, p_data) WITH ORDINALITY
+            AS u(i, t, th, ty, d, o);
+    PERFORM tether_catalog_write(p_row);
+    IF p_generation IS NULL THEN
+        PERFORM pg_notify('tether_news', p_session);
+    END IF;
+    RETURN QUERY SELECT 'ok'::text, p_expected + n, NULL::text, NULL::bigint;
+END $$;
+
+CREATE TABLE tether_snapshots (
+    session_id text PRIMARY KEY,
+    seq bigint NOT NULL,
+    version text NOT NULL,
+    data bytea NOT NULL
+);
+
+-- One row: how far the backfill of the sessions stored before this version has come (the
+-- last session id it folded, in id order) and whether it is done.
+CREATE TABLE tether_catalog_backfill (
+    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    after_id text NOT NULL DEFAULT '',
+    done boolean NOT NULL DEFAULT false
+);
+INSERT INTO tether_catalog_backfill DEFAULT VALUES;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sessions, events, leases with claim counts, wakeups, blobs, token buckets", _V1),
     Migration(2, "wakeups get a not-before time and its reason (parked, backoff)", _V2),
     Migration(3, "takeovers go to any worker, oldest expiry first; suspects only alone", _V3),
+    Migration(4, "the session catalog (rows, metadata pairs, search text), fold snapshots", _V4),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
@@ -380,10 +622,18 @@ async def schema_version(conn: AsyncConnection[TupleRow]) -> int:
     return int(row[0]) if row is not None else 0
 
 
-async def migrate(conn: AsyncConnection[TupleRow]) -> list[Migration]:
-    """Bring the schema to `SCHEMA_VERSION`; returns the migrations applied (none when it is
-    current). Each migration commits with its bookkeeping row, so a crash leaves a whole
-    number of them applied. A database newer than this code is refused, not touched."""
+async def migrate(
+    conn: AsyncConnection[TupleRow],
+    *,
+    upto: int = SCHEMA_VERSION,
+    backfill_batch: int = pg_backfill.BATCH,
+    progress: pg_backfill.Progress | None = None,
+) -> list[Migration]:
+    """Bring the schema to `SCHEMA_VERSION` (or `upto`, for tests of older versions), then
+    fold the catalog rows of the sessions stored before it had one (`pg_backfill`, resumed
+    where a killed run stopped); returns the migrations applied (none when it is current).
+    Each migration commits with its bookkeeping row, so a crash leaves a whole number of
+    them applied. A database newer than this code is refused, not touched."""
     applied: list[Migration] = []
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
@@ -397,9 +647,9 @@ async def migrate(conn: AsyncConnection[TupleRow]) -> list[Migration]:
                     f"the database has tether schema version {current}; this tether knows "
                     f"versions up to {SCHEMA_VERSION}: upgrade tether"
                 )
-            pending = [m for m in MIGRATIONS if m.version > current]
+            pending = [m for m in MIGRATIONS if current < m.version <= upto]
             if not pending:
-                return applied
+                break
             step = pending[0]
             await conn.execute(step.sql.encode())
             await conn.execute(
@@ -407,3 +657,25 @@ async def migrate(conn: AsyncConnection[TupleRow]) -> list[Migration]:
                 (step.version, step.description),
             )
             applied.append(step)
+    if upto >= 4:
+        await pg_backfill.backfill(conn, _MIGRATION_LOCK, batch=backfill_batch, progress=progress)
+        await _say_if_search_is_unindexed(conn)
+    return applied
+
+
+_unindexed_said = False
+
+
+async def _say_if_search_is_unindexed(conn: AsyncConnection[TupleRow]) -> None:
+    """Log once per process when `q` has no trigram index (pg_trgm could not be created)."""
+    global _unindexed_said
+    if _unindexed_said:
+        return
+    cur = await conn.execute("SELECT to_regclass('tether_catalog_text_trgm') IS NOT NULL")
+    row = await cur.fetchone()
+    if row is not None and not row[0]:
+        _unindexed_said = True
+        log.warning(
+            "the session catalog's text search (q=) has no index: the pg_trgm extension "
+            "could not be created in this database, so each search reads every session's text"
+        )

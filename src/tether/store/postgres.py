@@ -1,7 +1,9 @@
 """The PostgreSQL store: many workers on many machines sharing one event log and its leases.
 
 Each append, claim and token-bucket take is one statement calling a server-side function
-(`pg_schema`), so it is atomic and costs one round trip. Lease expiry uses the database's
+(`pg_schema`), so it is atomic and costs one round trip; an append writes the session's
+catalog row (`pg_catalog`) in the same statement, and admits a start under a tenant's
+`max_running` there too. Lease expiry uses the database's
 clock. Control-plane appends NOTIFY, so a worker hears of a message, a decision or a cancel
 at once (`subscribe`). `claim_runnable` hands
 runnable sessions to workers without contention (SKIP LOCKED); `defer` keeps one back for a while.
@@ -23,10 +25,13 @@ from tether.errors import (
     CorruptLog,
     LeaseHeld,
     LeaseLost,
+    QuotaExceeded,
     StoreError,
     StoreUnavailable,
+    UsageError,
 )
 from tether.events import Event
+from tether.store import catalog, pg_catalog
 from tether.store.base import (
     READY_BLOB,
     UNDECODABLE,
@@ -35,6 +40,7 @@ from tether.store.base import (
     Lease,
     Queued,
     SessionInfo,
+    Snapshot,
     Wakeup,
     check_batch,
     check_claim,
@@ -46,7 +52,7 @@ from tether.store.base import (
     redact_url,
     unreadable,
 )
-from tether.store.catalog import Admit, CatalogRow
+from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry
 from tether.store.pg_conn import Conn, News, Pool, Subscription
 
 DEFAULT_POOL_SIZE = 4
@@ -123,10 +129,21 @@ class PostgresStore:
         expected_seq: int,
         lease: Lease | None = None,
         *,
-        row: CatalogRow | None = None,  # the catalog's row and admission: not kept here yet
+        row: CatalogRow | None = None,
         admit: Admit | None = None,
     ) -> None:
         check_batch(session_id, events, expected_seq)
+        if row is None:
+            # No fold handed in: fold the whole log here. Read and append are two statements;
+            # an append between them makes this one a conflict, as it would be anyway.
+            history = await self.read(session_id, 0, expected_seq)
+            row = catalog.row_for_log([*history, *events])
+        elif row.session_id != session_id or row.last_seq != expected_seq + len(events):
+            raise UsageError(
+                f"session {session_id}: the catalog row handed in is session "
+                f"{row.session_id} at seq {row.last_seq}, not this batch's last seq "
+                f"{expected_seq + len(events)}"
+            )
         params = (
             session_id,
             expected_seq,
@@ -136,21 +153,27 @@ class PostgresStore:
             [e.thread for e in events],
             [e.type for e in events],
             [payload_data(e.payload) for e in events],
+            pg_catalog.row_param(row),
+            None if admit is None else admit.tenant,
+            None if admit is None else admit.max_running,
         )
         # A cancel must not leave the caller unsure whether the connection was mid-commit:
         # the statement runs to its end, then the cancel goes on (the outcome is as after a
         # lost reply: a retry of the same batch is accepted once).
         task = asyncio.ensure_future(self.pool.run(lambda conn: _append(conn, params)))
         try:
-            outcome = await asyncio.shield(task)
+            result = await asyncio.shield(task)
         except asyncio.CancelledError:
             await asyncio.wait({task}, timeout=_APPEND_SETTLE)
             if task.done() and not task.cancelled():
                 task.exception()  # retrieved: the caller is cancelled and hears of neither
             raise
-        status, actual, owner, generation = outcome
+        status, actual, owner, generation = result
         if status == "conflict":
             raise Conflict(session_id, expected_seq, int(actual))
+        if status == "quota" and admit is not None:
+            refusal = catalog.refusal(admit, int(actual))
+            raise QuotaExceeded(refusal, catalog.RUNNING_RETRY_AFTER)
         if status == "lease" and lease is not None:
             held = f"generation {generation} ({owner or 'released'})" if generation else "no lease"
             raise LeaseLost(
@@ -188,11 +211,68 @@ class PostgresStore:
 
     async def sessions(self, limit: int = 100) -> list[SessionInfo]:
         rows = await self.fetch_all(
-            "SELECT session_id, last_seq, created, updated FROM tether_sessions "
-            "ORDER BY updated DESC, session_id LIMIT %s",
+            "SELECT session_id, last_seq, created, updated FROM tether_catalog "
+            "ORDER BY updated DESC, session_id DESC LIMIT %s",
             (limit,),
         )
         return [SessionInfo(r[0], int(r[1]), r[2], r[3]) for r in rows]
+
+    # -- the catalog --------------------------------------------------------------------------
+    async def catalog(self, query: CatalogQuery) -> list[CatalogRow]:
+        sql, params = pg_catalog.page(query)
+        return [pg_catalog.row_from(r) for r in await self.fetch_all(sql, tuple(params))]
+
+    async def catalog_counts(self, query: CatalogQuery) -> dict[str, int]:
+        sql, params = pg_catalog.counts(query)
+        return {r[0]: int(r[1]) for r in await self.fetch_all(sql, tuple(params))}
+
+    async def catalog_row(self, session_id: str) -> CatalogRow | None:
+        row = await self.fetch_one(
+            f"SELECT {pg_catalog.COLUMNS} FROM tether_catalog c WHERE c.session_id = %s",
+            (session_id,),
+        )
+        return None if row is None else pg_catalog.row_from(row)
+
+    async def catalog_experiments(
+        self, tenant: str | None, limit: int = 100
+    ) -> list[ExperimentEntry]:
+        sql, params = pg_catalog.experiments(tenant, limit)
+        rows = await self.fetch_all(sql, tuple(params))
+        return [ExperimentEntry(r[0], int(r[1]), r[2], r[3]) for r in rows]
+
+    async def put_catalog_row(self, row: CatalogRow) -> bool:
+        found = await self.fetch_one(
+            "SELECT tether_put_catalog_row(%s::jsonb)", (pg_catalog.row_param(row),)
+        )
+        return bool(found and found[0])
+
+    async def session_ids(self, after: str = "", limit: int = 1000) -> list[str]:
+        rows = await self.fetch_all(
+            "SELECT session_id FROM tether_sessions WHERE session_id > %s "
+            "ORDER BY session_id LIMIT %s",
+            (after, limit),
+        )
+        return [r[0] for r in rows]
+
+    async def count_sessions(self) -> int:
+        row = await self.fetch_one("SELECT count(*) FROM tether_sessions", ())
+        return 0 if row is None else int(row[0])
+
+    # -- fold snapshots -----------------------------------------------------------------------
+    async def put_snapshot(self, snapshot: Snapshot) -> None:
+        await self.execute(
+            "INSERT INTO tether_snapshots AS k VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (session_id) DO UPDATE SET seq = EXCLUDED.seq, "
+            "version = EXCLUDED.version, data = EXCLUDED.data WHERE k.seq <= EXCLUDED.seq",
+            (snapshot.session_id, snapshot.seq, snapshot.version, bytes(snapshot.data)),
+        )
+
+    async def get_snapshot(self, session_id: str) -> Snapshot | None:
+        row = await self.fetch_one(
+            "SELECT seq, version, data FROM tether_snapshots WHERE session_id = %s",
+            (session_id,),
+        )
+        return None if row is None else Snapshot(session_id, int(row[0]), row[1], bytes(row[2]))
 
     # -- leases -------------------------------------------------------------------------------
     async def claim(self, session_id: str, owner: str, ttl: float) -> Lease:
@@ -378,7 +458,9 @@ class PostgresStore:
 
 
 async def _append(conn: Conn, params: tuple[object, ...]) -> TupleRow:
-    cur = await conn.execute("SELECT * FROM tether_append(%s, %s, %s, %s, %s, %s, %s, %s)", params)
+    cur = await conn.execute(
+        "SELECT * FROM tether_append(%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s)", params
+    )
     row = await cur.fetchone()
     if row is None:
         raise StoreError("tether_append returned nothing")
