@@ -1,7 +1,7 @@
 """The SQLite file's format: a format-2 file (events clustered by session) or a format-3 one
-(no claim counts, no not-before times) is brought to format 4 (events in append order, claims
-counted, wakeups deferrable) when first opened, losing nothing; an unknown format is refused
-and left as it was."""
+(no claim counts, no not-before times) is brought to the current format (events in append
+order, claims counted, wakeups deferrable, a session catalog: test_sqlite_catalog_format.py)
+when first opened, losing nothing; an unknown format is refused and left as it was."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from tether.events import Event, ToolFinished, UserMessage
 from tether.messages import user
 from tether.store import SQLiteStore
 from tether.store.base import event_to_row
+from tether.store.catalog import row_for_log
 from tether.store.sqlite import STORE_FORMAT
 from tether.testing.store_conformance import make_events
 
@@ -89,10 +90,12 @@ async def test_a_format_2_file_is_migrated_on_open_and_loses_nothing(tmp_path: P
         more = make_events("ses_a", 3, [UserMessage(user("after the move"))])
         await store.append("ses_a", more, 2, lease)
         assert await store.read("ses_a") == logs["ses_a"] + more
+        for sid in logs:  # the catalog was backfilled, and the append kept ses_a's current
+            assert await store.catalog_row(sid) == row_for_log(await store.read(sid))
     finally:
         await store.close()
 
-    assert stored_format(path) == STORE_FORMAT == "4"
+    assert stored_format(path) == STORE_FORMAT == "5"
     conn = sqlite3.connect(path)
     columns = [r[1] for r in conn.execute("PRAGMA table_info(events)")]
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -158,7 +161,7 @@ def test_a_file_of_an_unknown_format_is_refused_and_left_alone(tmp_path: Path) -
     conn.close()
     before = path.read_bytes()
 
-    with pytest.raises(ConfigError, match="format 9, expected 4"):
+    with pytest.raises(ConfigError, match="format 9, expected 5"):
         SQLiteStore(str(path))
     assert path.read_bytes() == before
 

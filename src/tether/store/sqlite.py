@@ -30,11 +30,12 @@ from tether.errors import (
     Conflict,
     CorruptLog,
     LeaseHeld,
+    QuotaExceeded,
     StoreError,
     StoreUnavailable,
 )
 from tether.events import Event
-from tether.store import sqlite_wakeups
+from tether.store import catalog, sqlite_catalog, sqlite_wakeups
 from tether.store.base import (
     Claimed,
     DeferReason,
@@ -42,6 +43,7 @@ from tether.store.base import (
     Lease,
     Queued,
     SessionInfo,
+    Snapshot,
     Wakeup,
     check_batch,
     check_claim,
@@ -53,7 +55,7 @@ from tether.store.base import (
     is_retry,
     lease_refusal,
 )
-from tether.store.catalog import Admit, CatalogRow
+from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry
 from tether.store.group_commit import GroupCommit
 from tether.store.sqlite_health import Trust, quick_check, sanity_read
 
@@ -112,21 +114,16 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 CREATE TABLE IF NOT EXISTS blobs (hash TEXT PRIMARY KEY, data BLOB NOT NULL);
 """.replace("{events}", _EVENTS_TABLE.format(name="events"))
-STORE_FORMAT = "4"
+STORE_FORMAT = "5"
 # Format 2 clustered events by (session_id, seq) in a WITHOUT ROWID table: same columns.
-# Format 3 had no claim count on leases and no not-before time on wakeups. (An older tether
-# refuses a format-4 file rather than fail at its first mark or claim.)
-_MIGRATES_FROM = ("2", "3")
+# Format 3 had no claim count on leases and no not-before time on wakeups. Format 4 had no
+# session catalog and no snapshots (sqlite_catalog.py): its sessions' rows are backfilled
+# after the migration. (An older tether refuses a newer format's file rather than write
+# events that no catalog row follows.)
+_MIGRATES_FROM = ("2", "3", "4")
 
-# Each session with its newest event, newest first (`sessions`); and, for a file where that
-# event cannot be read, each session with its last seq from the index alone, newest created
-# first, its creation time standing in for its last update.
-_LISTING = (
-    "SELECT s.session_id, e.seq, s.created, e.time FROM sessions s "
-    "JOIN events e ON e.session_id = s.session_id AND e.seq = "
-    "(SELECT max(seq) FROM events WHERE session_id = s.session_id) "
-    "ORDER BY e.time DESC LIMIT ?"
-)
+# Each session with its last seq from the index alone, newest created first, its creation
+# time standing in for its last update: `sessions` for a file whose catalog cannot be read.
 _LISTING_DAMAGED = (
     "SELECT s.session_id, coalesce((SELECT max(seq) FROM events WHERE session_id = "
     "s.session_id), 0), s.created, s.created FROM sessions s ORDER BY s.created DESC LIMIT ?"
@@ -162,10 +159,11 @@ def _stored_format(conn: sqlite3.Connection) -> str | None:
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    """Format 2 or 3 to 4, in one transaction: from 2, the events copied into the
-    append-ordered table; from either, the claim count and the not-before time added (nothing
-    stored changes: no lease counts a claim, no mark is deferred). Another process may
-    migrate first: the format is read again under the write lock."""
+    """Format 2, 3 or 4 to 5, in one transaction: from 2, the events copied into the
+    append-ordered table; from 2 or 3, the claim count and the not-before time added (nothing
+    stored changes: no lease counts a claim, no mark is deferred); from any, a catalog
+    backfill owed (the catalog's tables exist already: the schema script made them). Another
+    process may migrate first: the format is read again under the write lock."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         row = conn.execute("SELECT value FROM tether_meta WHERE key='format'").fetchone()
@@ -183,6 +181,9 @@ def _migrate(conn: sqlite3.Connection) -> None:
             if "claims" not in columns:
                 conn.execute("ALTER TABLE leases ADD COLUMN claims INTEGER NOT NULL DEFAULT 0")
             sqlite_wakeups.add_columns(conn)
+            conn.execute(
+                "INSERT OR REPLACE INTO tether_meta VALUES (?, '')", (sqlite_catalog.BACKFILL_KEY,)
+            )
             conn.execute("UPDATE tether_meta SET value = ? WHERE key='format'", (STORE_FORMAT,))
         conn.execute("COMMIT")
     except BaseException:
@@ -212,6 +213,8 @@ class SQLiteStore:
         # Each session appends to its own last leaf page; with thousands running, 2 MiB of
         # page cache (the default) rereads them from the OS at every append.
         self._conn.execute(f"PRAGMA cache_size = {_WRITER_CACHE_KIB}")
+        if sqlite_catalog.backfill_owed(self._conn):
+            sqlite_catalog.backfill(self._conn, self._row_for_backfill, self.url)
         self._group = GroupCommit(
             self._db,
             self.url,
@@ -234,6 +237,17 @@ class SQLiteStore:
         )
 
     # -- thread-side --------------------------------------------------------------------------
+    def _row_for_backfill(self, conn: sqlite3.Connection, session_id: str) -> CatalogRow | None:
+        """The row of a session's whole log; None for a log that cannot be read (that
+        session stays out of the catalog until `tether db rebuild-catalog` after a repair,
+        rather than the file failing to open)."""
+        logged = self._select_events(conn, session_id, 0, None)
+        try:
+            return catalog.row_for_log([event_from_row(r) for r in logged]) if logged else None
+        except CorruptLog as exc:
+            log.warning("store %s: catalog backfill skipped a session: %s", self.url, exc)
+            return None
+
     def _connect(self) -> sqlite3.Connection:
         # Two processes opening one file at the same moment can meet where SQLite returns
         # "locked" at once rather than wait (switching a new file to WAL, a migration):
@@ -268,7 +282,7 @@ class SQLiteStore:
                 )
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-            conn.executescript(_SCHEMA + sqlite_wakeups.SCHEMA)
+            conn.executescript(_SCHEMA + sqlite_wakeups.SCHEMA + sqlite_catalog.SCHEMA)
             conn.execute("INSERT OR IGNORE INTO tether_meta VALUES ('format', ?)", (STORE_FORMAT,))
             if _stored_format(conn) in _MIGRATES_FROM:
                 _migrate(conn)
@@ -347,11 +361,26 @@ class SQLiteStore:
             if is_retry([r[0] for r in stored], [r[2] for r in rows]):
                 return False
             raise Conflict(session_id, expected_seq, last)
+        if batch.admit is not None:
+            running = sqlite_catalog.running(conn, batch.admit, session_id)
+            if running >= batch.admit.max_running:
+                raise QuotaExceeded(
+                    catalog.refusal(batch.admit, running), catalog.RUNNING_RETRY_AFTER
+                )
+        row = batch.row
+        if row is None:  # folded here, before the first write: decoding may refuse the log
+            logged = self._select_events(conn, session_id, 0, None)
+            try:
+                prior = [self._decode(r) for r in logged]
+            except CorruptLog as exc:
+                raise self._trust.damaged(exc, session_id, logged) from exc
+            row = catalog.row_for_log([*prior, *batch.events])
         conn.executemany(
             f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows
         )
         if expected_seq == 0:
             conn.execute("INSERT INTO sessions VALUES (?, ?)", (session_id, rows[0][3]))
+        sqlite_catalog.write(conn, row)
         self._last[session_id] = expected_seq + len(rows)
         return True
 
@@ -427,12 +456,13 @@ class SQLiteStore:
         expected_seq: int,
         lease: Lease | None = None,
         *,
-        row: CatalogRow | None = None,  # the catalog's row and admission: not kept here yet
+        row: CatalogRow | None = None,
         admit: Admit | None = None,
     ) -> None:
         check_batch(session_id, events, expected_seq)
         rows = [event_to_row(e) for e in events]
-        if await self._submit(_Batch(self, session_id, rows, expected_seq, lease)):
+        batch = _Batch(self, session_id, rows, events, expected_seq, lease, row, admit)
+        if await self._submit(batch):
             self._remember(rows, events)
 
     def _submit(self, body: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
@@ -522,17 +552,90 @@ class SQLiteStore:
         return out
 
     async def sessions(self, limit: int = 100) -> list[SessionInfo]:
-        # The newest event of each session says when it was last updated.
         try:
-            rows = await self._run(lambda: self._read_db().execute(_LISTING, (limit,)).fetchall())
+            rows = await self._run(lambda: sqlite_catalog.newest(self._read_db(), limit))
         except CorruptLog:
-            # A damaged page under some session's newest event: list every session from the
-            # sessions table and the index alone, so the sound ones are still found (and
-            # the damaged one is named by whoever reads it).
+            # A damaged page of the catalog (which holds tasks, so shares pages with other
+            # sessions): list every session from the sessions table and the events' index
+            # alone, so the sound ones are still found.
             rows = await self._run(
                 lambda: self._read_db().execute(_LISTING_DAMAGED, (limit,)).fetchall()
             )
-        return [SessionInfo(r[0], int(r[1]), r[2], r[3]) for r in rows]
+        return [SessionInfo(*r) for r in rows]
+
+    # -- the catalog (sqlite_catalog.py): written in the append's transaction, read by index --
+    async def catalog(self, query: CatalogQuery) -> list[CatalogRow]:
+        return await self._run(lambda: sqlite_catalog.page(self._read_db(), query))
+
+    async def catalog_counts(self, query: CatalogQuery) -> dict[str, int]:
+        return await self._run(lambda: sqlite_catalog.counts(self._read_db(), query))
+
+    async def catalog_row(self, session_id: str) -> CatalogRow | None:
+        return await self._run(lambda: sqlite_catalog.row_of(self._read_db(), session_id))
+
+    async def catalog_experiments(
+        self, tenant: str | None, limit: int = 100
+    ) -> list[ExperimentEntry]:
+        return await self._run(lambda: sqlite_catalog.experiments(self._read_db(), tenant, limit))
+
+    async def put_catalog_row(self, row: CatalogRow) -> bool:
+        def body(conn: sqlite3.Connection) -> bool:
+            last = conn.execute(
+                "SELECT max(seq) FROM events WHERE session_id = ?", (row.session_id,)
+            ).fetchone()[0]
+            if last is None or int(last) != row.last_seq:
+                return False
+            sqlite_catalog.rewrite(conn, row)
+            return True
+
+        return await self._submit(body)
+
+    async def session_ids(self, after: str = "", limit: int = 1000) -> list[str]:
+        found = await self._run(
+            lambda: (
+                self._read_db()
+                .execute(
+                    "SELECT session_id FROM sessions WHERE session_id > ? "
+                    "ORDER BY session_id LIMIT ?",
+                    (after, limit),
+                )
+                .fetchall()
+            )
+        )
+        return [str(r[0]) for r in found]
+
+    async def count_sessions(self) -> int:
+        found = await self._run(
+            lambda: self._read_db().execute("SELECT count(*) FROM sessions").fetchone()
+        )
+        return int(found[0])
+
+    # -- snapshots: the newest fold kept per session ------------------------------------------
+    async def put_snapshot(self, snapshot: Snapshot) -> None:
+        values = (snapshot.session_id, snapshot.seq, snapshot.version, bytes(snapshot.data))
+        await self._submit(
+            lambda conn: conn.execute(
+                "INSERT INTO snapshots VALUES (?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE "
+                "SET seq = excluded.seq, version = excluded.version, data = excluded.data "
+                "WHERE excluded.seq >= snapshots.seq",
+                values,
+            ).close()
+        )
+
+    async def get_snapshot(self, session_id: str) -> Snapshot | None:
+        found = await self._run(
+            lambda: (
+                self._read_db()
+                .execute(
+                    "SELECT seq, version, data FROM snapshots WHERE session_id = ?",
+                    (session_id,),
+                )
+                .fetchone()
+            )
+        )
+        if found is None:
+            return None
+        return Snapshot(session_id, int(found[0]), str(found[1]), bytes(found[2]))
 
     # -- blobs: content-addressed, written in the group commit like events ------------------
     async def put_blob(self, data: bytes) -> str:
@@ -718,8 +821,11 @@ class _Batch:
     store: SQLiteStore
     session_id: str
     rows: list[EventRow]
+    events: Sequence[Event]
     seq: int  # the expected seq
     lease: Lease | None
+    row: CatalogRow | None  # the session's catalog row after this batch; None: fold the log
+    admit: Admit | None
 
     def __call__(self, conn: sqlite3.Connection) -> bool:
         return self.store._append_rows(conn, self)
