@@ -644,43 +644,44 @@ def print_size(figures: Figures, base: Figures | None) -> None:
 
 
 # -- main ------------------------------------------------------------------------------------
-def store_url(kind: str, directory: Path) -> str:
-    if kind == "memory":
+def store_url(args: argparse.Namespace, directory: Path) -> str:
+    if args.store == "memory":
         return "memory:"
-    if kind == "sqlite":
+    if args.store == "sqlite":
         return f"sqlite:///{directory / 'catalog.db'}"
     base = os.environ.get("TETHER_TEST_POSTGRES_URL")
     if not base:
         raise SystemExit("--store postgres needs TETHER_TEST_POSTGRES_URL (source /tmp/svc_env.sh)")
-    return fresh_database(base)
+    if not args.database:  # a database of the bench's own, never the tests'
+        args.database = f"tether_bench_catalog_{os.getpid()}"
+        database(base, args.database, create=True)
+    else:
+        database(base, args.database, create=True, keep=True)
+    head, _, tail = base.rpartition("/")
+    query = tail.partition("?")[2]
+    return f"{head}/{args.database}" + (f"?{query}" if query else "")
 
 
-DATABASE = f"tether_bench_catalog_{os.getpid()}"
-
-
-def database(base: str, create: bool) -> None:
-    """Create (or drop) a database of the bench's own on the server of `base`, never the
-    tests'."""
+def database(base: str, name: str, *, create: bool, keep: bool = False) -> None:
+    """Create (or drop) the database `name` on the server of `base`; with `keep`, one that
+    exists already is left as it is."""
     import psycopg
     from psycopg import sql
 
     with psycopg.connect(base, autocommit=True) as conn:
-        name = sql.Identifier(DATABASE)
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        ident = sql.Identifier(name)
+        if (
+            keep
+            and conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        ):
+            return
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
         if create:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
-
-
-def fresh_database(base: str) -> str:
-    database(base, create=True)
-    name = DATABASE
-    head, _, tail = base.rpartition("/")
-    query = tail.partition("?")[2]
-    return f"{head}/{name}" + (f"?{query}" if query else "")
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
 
 
 async def main(args: argparse.Namespace, directory: Path) -> None:
-    url = store_url(args.store, directory)
+    url = store_url(args, directory)
     sizes = sorted(int(s) for s in args.sizes.split(","))
     store = open_store(url)
     await store.count_sessions()  # opened: the schema is there for a bulk writer
@@ -695,10 +696,13 @@ async def main(args: argparse.Namespace, directory: Path) -> None:
         f"acme owns the oldest {OLDER:.0%}; {os.cpu_count()} cores; {load()}",
         flush=True,
     )
-    have = Counts(0)
+    # A store kept by an earlier run (--keep) is measured again, and grown, from its size.
+    have = Counts(await store.count_sessions())
+    if have.size:
+        print(f"  reusing a store of {have.size:,} sessions", flush=True)
     results: list[Figures] = []
     try:
-        for size in sizes:
+        for size in (s for s in sizes if s >= have.size):
             want = Counts(size)
             took = await fill(store, writer, have, want)
             if hasattr(store, "catalog_row"):  # TEMP until the SQL catalogs land
@@ -711,11 +715,11 @@ async def main(args: argparse.Namespace, directory: Path) -> None:
     finally:
         await store.close()
         if args.store == "postgres" and not args.keep:
-            database(os.environ["TETHER_TEST_POSTGRES_URL"], create=False)
+            database(os.environ["TETHER_TEST_POSTGRES_URL"], args.database, create=False)
         if args.store == "sqlite" and not args.keep and not args.dir:
             shutil.rmtree(directory)
     if results:
-        print(f"bench_catalog, {args.store}, each figure beside the 10k one and its target:")
+        print(f"bench_catalog, {args.store}, each figure beside the first size's and its target:")
         for figures in results:
             print_size(figures, results[0])
     if any("failed" in f.values for f in results):
@@ -728,6 +732,7 @@ if __name__ == "__main__":
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--dir", help="where the SQLite file goes (default: a new temp dir)")
     parser.add_argument("--fill", choices=("bulk", "append"), default="bulk")
+    parser.add_argument("--database", help="PostgreSQL: this database (kept by --keep)")
     parser.add_argument("--keep", action="store_true", help="keep the store (database or file)")
     args = parser.parse_args()
     directory = Path(args.dir or tempfile.mkdtemp(prefix="bench-catalog-"))
