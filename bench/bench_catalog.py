@@ -1,6 +1,6 @@
 """Reads across sessions at a million sessions (issue 33): one store filled with sessions of
 three tenants and grown 10k -> 100k -> 1M, measured at each size, each figure printed beside
-its 10k one and its target.
+the first size's (10k) and its target.
 
 The fill: `acme`, the older tenant, owns the oldest 20 % of the sessions (`globex` the rest),
 and the growth keeps it so (each tenant's sessions have times of their own range). Each
@@ -8,20 +8,22 @@ session is one finished turn of six events: `session.created` with metadata (a t
 a ticket unique to it), the user's task, the model's answer with usage and a cost. Among
 acme's oldest, 40 runs of one experiment (2 variants x 2 tasks x 10 repeats). Before the
 others, `initech` has 3 sessions left open (a turn started, no answer), and its quota is
-`max_running` 3. Rows are written with their logs: with `--fill append` (the default for the
+`max_running` 3. Rows are written with their logs: with `--fill append` (always on the
 memory store) through `Store.append(..., row=catalog.row_for_log(events))`, many at once;
-with `--fill bulk` (SQLite, PostgreSQL) in large transactions on a connection of the bench's
-own, into the store's own tables, then a sample checked with `catalog_row` against
+with `--fill bulk` (the default; SQLite, PostgreSQL) by the backend's own writes
+(`sqlite_catalog.write`, `tether_append`) in large transactions on connections of the
+bench's own. Either way a sample of rows is then checked with `catalog_row` against
 `row_for_log` of the log read back.
 
-Measured at each size, through a real `tether serve --workers 0` on loopback (two tenants'
-tokens, initech's quota) and a `LocalRuntime` in this process:
+Measured at each size, through a real `tether serve --workers 0` on loopback (the three
+tenants' tokens, initech's quota) and a `LocalRuntime` in this process (the memory store:
+only the latter):
 - acme's page-through, every page of `GET /v1/sessions?limit=500` and of
   `LocalRuntime.for_tenant("acme").sessions`: sessions seen / owned, each exactly once;
 - acme's first page of 50 (warm), with `counts=true`, with `q=` (one ticket's words, and a
   team's), with a metadata filter (one ticket; a team, 1 in 50): the median and p90 of 20;
 - a freshly started server's first `GET /v1/sessions?counts=true`, timed from the moment it
-  listens (its start-up before that is printed beside);
+  listens (its start-up before that, and on SQLite the `quick_check` it runs first, beside);
 - the experiment's report over HTTP (runs found) and `tether experiment report` (a CLI
   subprocess; a bare `python -c "import tether.cli.main"` beside it);
 - initech's 4th start with 3 open: refused (429) or not.
@@ -30,6 +32,8 @@ It never fails on time; it fails when a page-through misses or repeats a session
     source /tmp/svc_env.sh    # PostgreSQL: TETHER_TEST_POSTGRES_URL
     .venv/bin/python bench/bench_catalog.py --store sqlite --sizes 10000,100000,1000000
     .venv/bin/python bench/bench_catalog.py --store postgres --sizes 10000,100000
+    --keep (with --dir DIR or --database NAME): keep the store; a later run on it measures it
+    again and grows it from its size.
 """
 
 from __future__ import annotations
