@@ -1,5 +1,7 @@
 """`tether db migrate|status`: bring a store's schema up to date, or say where it stands;
-`tether db rotate-secrets`: seal every stored secret with the current key.
+`tether db rotate-secrets`: seal every stored secret with the current key;
+`tether db rebuild-catalog`: fold every session's log again and write its catalog row
+(`store.catalog.rebuild`, the same on every backend), printing progress.
 
 A thin adapter over `tether.store.pg_schema`. Migrating is idempotent and safe while workers
 run: each step takes one advisory lock and commits with its bookkeeping row. SQLite stores
@@ -12,10 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from tether.cli.common import existing_store, store_from
 from tether.cli.secrets import add_secret_flags, keyring_from
+from tether.store import catalog
+from tether.store.base import redact_url
 from tether.store.credentials import open_rows, reseal
 from tether.store.open import DEFAULT_STORE_URL
 from tether.store.sealing import Keyring, key_id
@@ -28,6 +33,7 @@ def add_db_commands(sub: Any, store_help: str) -> None:
         ("migrate", "create or update the schema (idempotent)"),
         ("status", "the schema version the store is at"),
         ("rotate-secrets", "seal every stored secret with TETHER_SECRET_KEY (old keys in _OLD)"),
+        ("rebuild-catalog", "write every session's catalog row again from its log"),
     ):
         p = dsub.add_parser(name, help=text)
         p.add_argument("--store", default=None, help=store_help)
@@ -40,6 +46,8 @@ async def cmd_db(args: argparse.Namespace) -> int:
     url = args.store or os.environ.get("TETHER_STORE") or DEFAULT_STORE_URL
     if args.db_command == "rotate-secrets":
         report = await _rotate_secrets(url, keyring_from(args))
+    elif args.db_command == "rebuild-catalog":
+        report = await _rebuild_catalog(url)
     elif url.startswith(("postgresql://", "postgres://")):
         report = await _postgres(url, migrate=args.db_command == "migrate")
     else:  # opening a SQLite file creates or checks its schema; status makes no new one
@@ -52,7 +60,6 @@ async def cmd_db(args: argparse.Namespace) -> int:
 
 async def _postgres(url: str, *, migrate: bool) -> dict[str, Any]:
     from tether.store import pg_schema
-    from tether.store.base import redact_url
     from tether.store.postgres import PostgresStore
 
     store = PostgresStore(url, pool_size=1, auto_migrate=False)
@@ -76,6 +83,24 @@ async def _rotate_secrets(url: str, keyring: Keyring) -> dict[str, Any]:
     assert keyring.current is not None  # reseal refuses without it
     detail = f"{changed} secrets sealed again with key id {key_id(keyring.current)}"
     return {"store": rows.where, "resealed": changed, "detail": detail}
+
+
+async def _rebuild_catalog(url: str) -> dict[str, Any]:
+    store = existing_store(url)
+
+    def progress(done: int, total: int) -> None:
+        # On stderr: stdout keeps the one report line (or its JSON).
+        print(f"rebuilt {done} of {total} sessions", file=sys.stderr, flush=True)
+
+    try:
+        seen = await catalog.rebuild(store, progress)
+    finally:
+        await store.close()
+    detail = (
+        f"catalog rebuilt from the logs of {seen} sessions (a row an append moved "
+        "meanwhile was left as that append wrote it)"
+    )
+    return {"store": redact_url(store.url), "sessions": seen, "detail": detail}
 
 
 def _line(report: dict[str, Any]) -> str:

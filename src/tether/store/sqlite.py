@@ -231,6 +231,8 @@ class SQLiteStore:
         self._version: int | None = None
         self._last: dict[str, int] = {}
         self._leases: dict[str, Lease | None] = {}  # None: the session has no lease row
+        # The indexed columns of each session's catalog row as the writer last wrote them.
+        self._indexed: dict[str, sqlite_catalog.Indexed] = {}
         # Rows this process wrote or read lately, with their events (which are immutable).
         self._decoded: ByteLRU[tuple[str, int], tuple[EventRow, Event]] = ByteLRU(
             _DECODED_MAX, _DECODED_BYTES
@@ -310,6 +312,7 @@ class SQLiteStore:
     def _forget(self) -> None:
         self._last.clear()
         self._leases.clear()
+        self._indexed.clear()
 
     def _learn(self, conn: sqlite3.Connection, session_id: str) -> None:
         """Read a session's last seq and lease, in one statement, under the write lock."""
@@ -380,7 +383,8 @@ class SQLiteStore:
         )
         if expected_seq == 0:
             conn.execute("INSERT INTO sessions VALUES (?, ?)", (session_id, rows[0][3]))
-        sqlite_catalog.write(conn, row)
+        sqlite_catalog.write(conn, row, self._indexed.get(session_id))
+        self._indexed[session_id] = sqlite_catalog.indexed(row)
         self._last[session_id] = expected_seq + len(rows)
         return True
 
@@ -586,6 +590,7 @@ class SQLiteStore:
             if last is None or int(last) != row.last_seq:
                 return False
             sqlite_catalog.rewrite(conn, row)
+            self._indexed[row.session_id] = sqlite_catalog.indexed(row)
             return True
 
         return await self._submit(body)

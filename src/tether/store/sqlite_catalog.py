@@ -22,6 +22,7 @@ string; the text index keeps such a string with the surrogate replaced.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sqlite3
@@ -106,15 +107,30 @@ _UPSERT = (
     f"INSERT INTO catalog ({_COLUMNS}) VALUES ({', '.join('?' * len(_NAMES))}) "
     "ON CONFLICT (session_id) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _NAMES[1:])
 )
-# What a step changes; the row's identity, task and metadata (and so its tenant and
-# experiment tags) stand as they were, which the WHERE checks.
-_STEP = (
-    "UPDATE catalog SET updated = ?, state = ?, stop_reason = ?, model = ?, steps = ?, "
-    "turns = ?, input_tokens = ?, output_tokens = ?, cache_read_tokens = ?, "
-    "cache_write_tokens = ?, cost_usd = ?, last_output = ?, threads_running = ?, "
-    "last_seq = ? WHERE session_id = ? AND created = ? AND parent = ? AND task = ? "
-    "AND metadata = ?"
+# What a step changes. The row's identity, task and metadata (and so its tenant and
+# experiment tags) must stand as they were, which the step's WHERE checks.
+_STEP_COLUMNS = (
+    "updated",
+    "state",
+    "stop_reason",
+    "model",
+    "steps",
+    "turns",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cost_usd",
+    "last_output",
+    "threads_running",
+    "last_seq",
 )
+_AT = {name: i for i, name in enumerate(_NAMES)}
+_IDENTITY = ("session_id", "created", "parent", "task", "metadata")
+# The step's columns that indexes are built on, as last written: (updated, state, input
+# tokens, output tokens, cost). One left out of the SET where it did not change spares its
+# index the delete and insert SQLite makes for every indexed column an UPDATE sets.
+Indexed = tuple[str, str, int, int, float | None]
 _RESTING = ", ".join(f"'{s}'" for s in sorted(catalog.RESTING))
 # The sorted value of each sort, as an expression the indexes above are built on.
 _SORTED: dict[Sort, str] = {
@@ -128,6 +144,8 @@ _SORTED: dict[Sort, str] = {
 
 def fit(text: str) -> str | bytes:
     """Text as SQLite can keep it: as it is, or (holding a lone surrogate) as bytes."""
+    if text.isascii():  # most text, and far cheaper to ask than to encode
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -177,11 +195,35 @@ def _values(row: CatalogRow) -> list[Any]:
     ]
 
 
-def write(conn: sqlite3.Connection, row: CatalogRow) -> None:
-    """Keep `row` as its session's, inside the caller's transaction."""
+def indexed(row: CatalogRow) -> Indexed:
+    return (row.updated, row.state, row.input_tokens, row.output_tokens, row.cost_usd)
+
+
+@functools.lru_cache(maxsize=64)
+def _step(columns: tuple[str, ...]) -> str:
+    return (
+        f"UPDATE catalog SET {', '.join(f'{c} = ?' for c in columns)} "
+        f"WHERE {' AND '.join(f'{c} = ?' for c in _IDENTITY)}"
+    )
+
+
+def write(conn: sqlite3.Connection, row: CatalogRow, before: Indexed | None = None) -> None:
+    """Keep `row` as its session's, inside the caller's transaction. `before`: what this
+    connection last wrote of the session's indexed columns, if it knows (the columns it
+    shows unchanged are not set again)."""
     v = _values(row)
-    cursor = conn.execute(_STEP, (*v[4:15], v[16], v[22], v[23], v[0], v[3], v[2], v[15], v[17]))
-    if cursor.rowcount == 1:
+    columns: tuple[str, ...] = _STEP_COLUMNS
+    if before is not None:
+        same = {
+            "updated": before[0] == row.updated,
+            "state": before[1] == row.state,
+            "input_tokens": before[2:4] == (row.input_tokens, row.output_tokens),
+            "output_tokens": before[2:4] == (row.input_tokens, row.output_tokens),
+            "cost_usd": before[4] == row.cost_usd,
+        }
+        columns = tuple(c for c in _STEP_COLUMNS if not same.get(c, False))
+    params = [v[_AT[c]] for c in columns] + [v[_AT[c]] for c in _IDENTITY]
+    if conn.execute(_step(columns), params).rowcount == 1:
         return
     rewrite(conn, row, v)
 
