@@ -5,13 +5,14 @@ in the append's transaction, folds the log itself for an append without one, adm
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
 import pytest
 from psycopg import AsyncConnection
-
 from tests.postgres.catalog_support import TENANTS, at_seq, crafted_row, session_log
+
 from tether.errors import QuotaExceeded, UsageError
 from tether.store import catalog
 from tether.store.base import Snapshot
@@ -65,6 +66,26 @@ async def test_every_page_of_every_query_is_the_references(pg_url: str) -> None:
     assert checked > 1000  # the queries let rows through, not only empty pages
     for tenant in (None, *TENANTS):
         assert await store.catalog_experiments(tenant) == catalog.experiments_of(rows, tenant, 100)
+    await store.close()
+
+
+async def test_counts_follow_sessions_that_change_state_and_tenant(pg_url: str) -> None:
+    store, rows = await filled(pg_url, 40)
+    rng = random.Random(9)
+    for round_ in range(3):
+        for i, row in enumerate(rows):
+            moved = dataclasses.replace(
+                row,
+                state=rng.choice(["idle", "running", "completed", "canceled"]),
+                tenant=rng.choice(TENANTS) if round_ == 1 and i % 7 == 0 else row.tenant,
+                last_seq=row.last_seq + 1,
+            )
+            batch = make_events(row.session_id, moved.last_seq, _sample(2)[1:])
+            await store.append(row.session_id, batch, row.last_seq, row=moved)
+            rows[i] = moved
+        for tenant in (None, *TENANTS):
+            query = CatalogQuery(tenant=tenant)
+            assert await store.catalog_counts(query) == catalog.counts_of(rows, query)
     await store.close()
 
 

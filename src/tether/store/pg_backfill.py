@@ -78,10 +78,18 @@ async def backfill(
                 await conn.execute("UPDATE tether_catalog_backfill SET done = true")
                 log.info("catalog backfill: done, %d sessions folded", folded)
                 return folded
-            for session_id, missing in ids:
-                if missing:
-                    await _fold_one(conn, session_id)
-                    folded += 1
+            missing = [session_id for session_id, absent in ids if absent]
+            # Hold their log rows before writing any row (and so any state counter): an
+            # append takes a log row first and a counter after, so the same order here
+            # cannot deadlock with one.
+            await conn.execute(
+                "SELECT 1 FROM tether_sessions WHERE session_id = ANY(%s) "
+                "ORDER BY session_id FOR SHARE",
+                (missing,),
+            )
+            for session_id in missing:
+                await _fold_one(conn, session_id)
+                folded += 1
             await conn.execute("UPDATE tether_catalog_backfill SET after_id = %s", (ids[-1][0],))
         seen += len(ids)
         if progress is not None:

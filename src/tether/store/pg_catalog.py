@@ -113,11 +113,10 @@ def where(query: CatalogQuery, *, states: bool = True) -> tuple[str, list[object
         params.append(query.created_before)
     for key, value in query.metadata:
         clauses.append(
-            "EXISTS (SELECT 1 FROM tether_catalog_metadata m "
-            "WHERE m.hash = tether_meta_hash(%s, %s) AND m.session_id = c.session_id "
-            "AND m.key = %s AND m.value = %s)"
+            "EXISTS (SELECT 1 FROM tether_catalog_metadata m WHERE m.hash = "
+            "tether_meta_hash(%s, %s) AND m.tenant = c.tenant AND m.session_id = c.session_id)"
         )
-        params.extend((key, value, key, value))
+        params.extend((key, value))
     if query.experiment is not None:
         if query.experiment:  # through the experiment index (over tagged rows only)
             clauses.append("c.experiment <> '' AND left(c.experiment, 200) = left(%s, 200)")
@@ -128,18 +127,24 @@ def where(query: CatalogQuery, *, states: bool = True) -> tuple[str, list[object
 
 
 def page(query: CatalogQuery) -> tuple[str, list[object]]:
-    """`catalog.page_of` as one keyset query."""
+    """`catalog.page_of` as one keyset query. A page of every tenant's sessions orders under
+    the "POSIX" collation (the order of "C"), as the indexes kept for it do (`pg_schema`)."""
     if query.limit < 0:
         raise UsageError(f"a catalog page needs a limit of 0 or more, not {query.limit}")
     filters, params = where(query)
-    value = _SORT_VALUE[query.sort]
+    value, session_id = _SORT_VALUE[query.sort], "c.session_id"
+    if query.tenant is None:
+        session_id += ' COLLATE "POSIX"'
+        if query.sort in ("updated", "newest", "oldest"):
+            value += ' COLLATE "POSIX"'
     direction = "ASC" if catalog.ascending(query.sort) else "DESC"
     if query.after is not None:
-        filters += f" AND ({value}, c.session_id) {'>' if direction == 'ASC' else '<'} (%s, %s)"
+        below = ">" if direction == "ASC" else "<"
+        filters += f" AND ({value}, {session_id}) {below} (%s, %s)"
         params.extend((_cursor_value(query), query.after[1]))
     sql = (
         f"SELECT {COLUMNS} FROM tether_catalog c WHERE {filters} "
-        f"ORDER BY {value} {direction}, c.session_id {direction} LIMIT %s"
+        f"ORDER BY {value} {direction}, {session_id} {direction} LIMIT %s"
     )
     return sql, [*params, query.limit]
 
@@ -162,7 +167,16 @@ def _cursor_value(query: CatalogQuery) -> str | int | float:
 
 
 def counts(query: CatalogQuery) -> tuple[str, list[object]]:
-    """`catalog.counts_of` as one query: sessions per state."""
+    """`catalog.counts_of` as one query: sessions per state, from the kept counters when no
+    filter but the tenant (and the states, which counts ignore) is asked for."""
+    bare = CatalogQuery(tenant=query.tenant, states=query.states)
+    if dataclasses.replace(query, sort=bare.sort, after=None, limit=bare.limit) == bare:
+        tenant_clause = "WHERE k.tenant = %s " if query.tenant is not None else ""
+        sql = (
+            f"SELECT k.state, sum(k.n) FROM tether_catalog_counts k {tenant_clause}"
+            "GROUP BY k.state HAVING sum(k.n) > 0"
+        )
+        return sql, [query.tenant] if query.tenant is not None else []
     filters, params = where(query, states=False)
     return (
         f"SELECT c.state, count(*) FROM tether_catalog c WHERE {filters} GROUP BY c.state",
