@@ -43,3 +43,15 @@ async def test_no_cursor_or_filter_of_one_tenant_reveals_anothers_sessions(store
         assert [s.session_id for s in after] == mine
         # Unscoped (no authentication): every tenant's.
         assert {s.session_id for s in await rt.sessions(50)} == {*theirs, *mine}
+
+
+def test_a_summary_is_its_catalog_row_as_described() -> None:
+    from catalog_fill import session_events
+    from tether.runtime.base import SessionSummary
+    from tether.store import catalog
+
+    row = catalog.row_for_log(session_events("ses_1", "acme", 1.78e9, 7))
+    summary = SessionSummary.of(row)
+    assert summary.to_json() == catalog.describe(row)
+    assert SessionSummary.from_json(summary.to_json()) == summary
+    assert (summary.task, summary.metadata, summary.state) == ("task 7 of acme", {"n": "7"}, "pending")

@@ -298,7 +298,7 @@ async def _sessions_ls(store: Store, args: argparse.Namespace) -> int:
     options = ListOptions(sort=args.sort)
     for name in ("state", "model", "q", "cursor"):
         if getattr(args, name):
-            options[name] = getattr(args, name)  # type: ignore[literal-required]
+            options[name] = getattr(args, name)
     if args.metadata:
         options["metadata"] = dict(args.metadata)
     rows: list[SessionSummary] = []

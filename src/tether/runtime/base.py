@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol, TypedDict, Unpack, overload
+from typing import Any, Literal, Protocol, TypedDict, Unpack, cast, overload
 
 import pydantic
 
@@ -315,7 +315,8 @@ class SessionSummary:
 
     @staticmethod
     def of(row: catalog.CatalogRow) -> SessionSummary:
-        return SessionSummary.from_json(catalog.describe(row))
+        # `describe` writes exactly these fields, of these types: nothing to validate.
+        return SessionSummary(**cast(dict[str, Any], catalog.describe(row)))
 
     def to_json(self) -> JSONObject:
         return wire.to_json(self)

@@ -454,13 +454,14 @@ async def the_session_list_pages_and_filters_from_the_catalog(rt: Runtime) -> No
     assert first.state == "idle" and first.tokens > 0, first
     assert await listed(created_after=first.created, sort="oldest") == ids
     assert await listed(created_before=first.created) == []
-    for options, says in [
+    bad: list[tuple[dict[str, Any], str]] = [
         ({"state": "sleeping"}, "unknown state 'sleeping'"),
         ({"sort": "id"}, "sort must be one of"),
         ({"cursor": "not a cursor"}, "is not one this server gave"),
         ({"created_after": "yesterday"}, "created_after must be an ISO 8601"),
         ({"q": "x" * 201}, "q is longer than 200"),
-    ]:
+    ]
+    for options, says in bad:
         try:
             await rt.sessions(10, timeout=WAIT, **options)
         except UsageError as exc:
