@@ -15,6 +15,10 @@ FETCH = Task("Fetch the answer.", check=said_ok, name="fetch")
 async def test_an_experiment_of_40_runs_is_found_whole_among_3000_newer_sessions(
     store: Store,
 ) -> None:
+    await check_found_whole_by_tag(store)
+
+
+async def check_found_whole_by_tag(store: Store) -> None:
     variants = agent_pair(store, (0.9, 0.5), (1, 2))
     for agent in variants.values():
         agent.metadata = {"tenant": "acme"}

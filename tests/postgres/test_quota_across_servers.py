@@ -33,9 +33,7 @@ async def test_max_running_3_admits_exactly_3_of_50_concurrent_starts_on_two_ser
             httpx.AsyncClient(base_url=one.url, timeout=60) as a,
             httpx.AsyncClient(base_url=two.url, timeout=60) as b,
         ):
-            answers = await asyncio.gather(
-                *(start(a if i % 2 else b, ACME) for i in range(STARTS))
-            )
+            answers = await asyncio.gather(*(start(a if i % 2 else b, ACME) for i in range(STARTS)))
     admitted = [r for r in answers if r.status_code == 201]
     refused = [r for r in answers if r.status_code != 201]
     assert len(admitted) == MAX_RUNNING, [r.status_code for r in answers]

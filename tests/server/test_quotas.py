@@ -120,6 +120,57 @@ async def test_a_message_that_reopens_an_idle_session_counts_as_running() -> Non
         await acme.cancel(busy)
 
 
+async def test_two_runtimes_on_one_store_keep_one_max_running() -> None:
+    # Each runtime has its own admission, as two server processes do: the store counts.
+    store = MemoryStore()
+    async with LocalRuntime(store, workers=0) as one, LocalRuntime(store, workers=0) as two:
+        here, there = (rt.for_tenant("acme", Quota(max_running=2)) for rt in (one, two))
+        await here.start(SessionSpec(model=MODEL, task="hang"))
+        kept = await there.start(SessionSpec(model=MODEL, task="hang"), idempotency_key="k")
+        for rt in (here, there):
+            with pytest.raises(QuotaExceeded, match=r"has 2 sessions running, its limit is 2"):
+                await rt.start(SessionSpec(model=MODEL, task="hang"))
+        # A retried start is the session it made, not one more: at the quota, it is answered.
+        again = await here.start(SessionSpec(model=MODEL, task="hang"), idempotency_key="k")
+        assert again == kept
+        await one.for_tenant("globex", Quota(max_running=2)).start(
+            SessionSpec(model=MODEL, task="hang")
+        )  # another tenant's count is its own
+
+
+async def test_another_runtimes_idle_session_is_not_woken_past_max_running() -> None:
+    store = MemoryStore()
+    async with (
+        LocalRuntime(store, workers=2, poll_interval=0.02) as one,
+        LocalRuntime(store, workers=0) as two,
+    ):
+        here, there = (rt.for_tenant("acme", Quota(max_running=1)) for rt in (one, two))
+        idle = await here.start(SessionSpec(model=MODEL, task="echo one"))
+        await Observer(here, idle).until("idle", lambda s: s.state == "idle")
+        busy = await there.start(SessionSpec(model=MODEL, task="hang"))
+        with pytest.raises(QuotaExceeded, match=r"\(max_running\)") as refused:
+            await here.send(idle, "echo two")
+        assert refused.value.retry_after >= 1
+        assert (await here.poll(idle)).view.state == "idle"  # the refused message was not added
+        await there.cancel(busy)
+        await Observer(there, busy).until("the end", lambda s: s.terminal)
+        await here.send(idle, "echo two")  # room again
+
+
+async def test_spending_another_runtime_ran_is_counted() -> None:
+    store = MemoryStore()
+    async with (
+        LocalRuntime(store, workers=1, poll_interval=0.02) as one,
+        LocalRuntime(store, workers=0) as two,
+    ):
+        ran = one.for_tenant("acme")
+        ref = await ran.start(SessionSpec(model=MODEL, task="echo hi", end_after_turn=True))
+        await Observer(ran, ref).until("the end", lambda s: s.terminal)
+        spent = two.for_tenant("acme", Quota(max_tokens_per_day=30))
+        with pytest.raises(QuotaExceeded, match=r"its limit is 30 \(max_tokens_per_day\)"):
+            await spent.start(SessionSpec(model=MODEL, task="hang"))
+
+
 def test_the_start_bucket_refills_evenly() -> None:
     now = [0.0]
     load = TenantLoad(clock=lambda: now[0])
@@ -300,7 +351,7 @@ def test_spending_leaves_the_window_a_minute_at_a_time() -> None:
     assert window.spent("acme", 960 + 60 + DAY) == (50, 0.5)
 
 
-async def test_spending_is_seeded_from_the_store_after_a_restart(tmp_path: Path) -> None:
+async def test_spending_is_read_from_the_catalog_after_a_restart(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'spent.db'}"
     async with LocalRuntime(store, workers=1, poll_interval=0.02) as rt:
         acme = rt.for_tenant("acme")

@@ -28,8 +28,10 @@ It appends nothing itself.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import AsyncIterator, Callable
@@ -232,6 +234,7 @@ class Admission:
         self.load = load or TenantLoad()
         self.lookup = quotas
         self.quotas: dict[str, Quota] = {}  # as the tenant's last request came with it
+        self._reading: dict[str, asyncio.Future[None]] = {}  # spending being read, by tenant
 
     def quota_of(self, tenant: str) -> Quota:
         if self.lookup is not None:
@@ -326,12 +329,27 @@ class Admission:
 
     async def _read_spend(self, tenant: str) -> None:
         """The tenant's spending in the last 24 hours from the catalog, unless read within
-        `SPEND_FRESH` seconds: every row updated since, most recently updated first, each
-        session's tokens and cost dated at its last update."""
+        `SPEND_FRESH` seconds; admissions that come while it is read wait for that read."""
+        load = self.load
+        if load.clock() - load.spend_read.get(tenant, -math.inf) < SPEND_FRESH:
+            return
+        reading = self._reading.get(tenant)
+        if reading is None:
+            reading = asyncio.ensure_future(self._spend_of(tenant))
+            self._reading[tenant] = reading
+            reading.add_done_callback(functools.partial(self._read, tenant))
+        await asyncio.shield(reading)
+
+    def _read(self, tenant: str, reading: asyncio.Future[None]) -> None:
+        self._reading.pop(tenant, None)
+        if not reading.cancelled():
+            reading.exception()  # retrieved: its waiters, if any are left, raise it
+
+    async def _spend_of(self, tenant: str) -> None:
+        """Every catalog row of the tenant updated in the last 24 hours, most recently
+        updated first, each session's tokens and cost dated at its last update."""
         load = self.load
         now = load.clock()
-        if now - load.spend_read.get(tenant, -math.inf) < SPEND_FRESH:
-            return
         since = format_time(load.wall() - DAY)
         window = SpendWindow()
         query = CatalogQuery(tenant=tenant, sort="updated", limit=PAGE)
