@@ -221,11 +221,13 @@ def append_writer(store: Store, at_once: int = 256) -> Writer:
     return write
 
 
-def postgres_writer(url: str, connections: int = 2) -> Writer:
+def postgres_writer(url: str) -> Writer:
     """Through the store's own `tether_append` (what `PostgresStore.append` calls: the log,
-    the catalog row, its metadata and search text in one statement), thousands per
-    transaction on connections of the bench's own, `connections` at once, pipelined and with
-    `synchronous_commit` off: a load, not a workload."""
+    the catalog row, its metadata, search text and counts in one statement), thousands per
+    transaction on a connection of the bench's own, pipelined and with `synchronous_commit`
+    off: a load, not a workload. One connection: two such transactions would lock the
+    tenant's count rows in different orders and deadlock. A batch is sent while the next is
+    made (`write` returns once the batch before it is committed; an empty one flushes)."""
     import psycopg
 
     from tether.store.base import payload_data
@@ -234,6 +236,9 @@ def postgres_writer(url: str, connections: int = 2) -> Writer:
 
     conninfo, _ = parse_url(url)
     call = "SELECT * FROM tether_append(%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s)"
+    conn = psycopg.connect(conninfo, autocommit=True)
+    conn.execute("SET synchronous_commit = off")
+    sending: list[asyncio.Future[None]] = []
 
     def params(log: list[Event]) -> tuple[object, ...]:
         return (
@@ -243,17 +248,16 @@ def postgres_writer(url: str, connections: int = 2) -> Writer:
             None, None,
         )  # fmt: skip
 
-    def write_part(logs: list[list[Event]]) -> None:
-        with psycopg.connect(conninfo) as conn:
-            conn.execute("SET synchronous_commit = off")
-            with conn.cursor() as cur:
-                cur.executemany(call, [params(log) for log in logs])
+    def send(batch: list[tuple[object, ...]]) -> None:
+        with conn.transaction(), conn.cursor() as cur:
+            cur.executemany(call, batch)
 
     async def write(logs: list[list[Event]]) -> None:
-        part = -(-len(logs) // connections)
-        await asyncio.gather(
-            *(asyncio.to_thread(write_part, logs[i : i + part]) for i in range(0, len(logs), part))
-        )
+        batch = [params(log) for log in logs]
+        if sending:
+            await sending.pop()
+        if batch:
+            sending.append(asyncio.ensure_future(asyncio.to_thread(send, batch)))
 
     return write
 
@@ -302,6 +306,8 @@ async def fill(store: Store, writer: Writer, have: Counts, want: Counts) -> floa
     for i in range(0, len(todo), chunk):
         await writer([session_events(tenant, k) for tenant, k in todo[i : i + chunk]])
         done = min(i + chunk, len(todo))
+        if done == len(todo):
+            await writer([])  # the last batch, committed
         if done % 50_000 < chunk or done == len(todo):
             rate = done / (time.perf_counter() - t0)
             print(f"    filled {have.size + done:,} ({rate:,.0f} sessions/s)", flush=True)
