@@ -255,10 +255,14 @@ async def test_a_message_sent_as_an_interrupted_turn_closes_is_left_for_the_next
     append = store.append
 
     async def append_then_send(
-        session_id: str, events: Sequence[Event], expected_seq: int, lease: object = None
+        session_id: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        lease: object = None,
+        **catalog: object,
     ) -> None:
         nonlocal sent
-        await append(session_id, events, expected_seq, lease)  # type: ignore[arg-type]
+        await append(session_id, events, expected_seq, lease, **catalog)  # type: ignore[arg-type]
         if not sent and any(isinstance(e.payload, TurnEnded) for e in events):
             sent = True
             await control.send_message(store, session_id, "next")

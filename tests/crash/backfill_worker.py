@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from crash import kit
-from tether.store import SQLiteStore, sqlite_catalog
+from tether.store import SQLiteStore, sqlite_backfill, sqlite_catalog
 
 CHUNK = 10
 
@@ -34,7 +34,7 @@ class _DieAtChunk(logging.Handler):
 
 
 def main(db: str, mode: str, at: int) -> int:
-    sqlite_catalog.BACKFILL_CHUNK = CHUNK
+    sqlite_backfill.BACKFILL_CHUNK = CHUNK
     if mode == "row":
         rewrite = sqlite_catalog.rewrite
         written = 0

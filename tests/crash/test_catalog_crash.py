@@ -14,7 +14,7 @@ import pytest
 
 from catalog_files import catalog_size, check_file, format_4_file, meta
 from tether.fold import Folder
-from tether.store import sqlite_catalog
+from tether.store import sqlite_backfill
 
 from .backfill_worker import CHUNK
 from .support import HERE, TIMEOUT, env_for, read_session, run_worker
@@ -42,15 +42,15 @@ def test_a_backfill_killed_inside_and_between_chunks_is_finished_by_the_next_ope
     # Killed writing the 35th row: the first three chunks stand, the fourth left no trace.
     _backfill_killed(db, "row", 35)
     assert meta(db, "format") == "5"
-    assert meta(db, sqlite_catalog.BACKFILL_KEY) == ids[3 * CHUNK - 1]
+    assert meta(db, sqlite_backfill.BACKFILL_KEY) == ids[3 * CHUNK - 1]
     assert catalog_size(db) == 3 * CHUNK
     # The next process goes on from there, and is killed after two chunks of its own.
     _backfill_killed(db, "chunk", 2)
-    assert meta(db, sqlite_catalog.BACKFILL_KEY) == ids[5 * CHUNK - 1]
+    assert meta(db, sqlite_backfill.BACKFILL_KEY) == ids[5 * CHUNK - 1]
     assert catalog_size(db) == 5 * CHUNK
     # Then an open that is not killed finishes it.
     assert check_file(db) == SESSIONS
-    assert meta(db, sqlite_catalog.BACKFILL_KEY) is None
+    assert meta(db, sqlite_backfill.BACKFILL_KEY) is None
     assert catalog_size(db) == SESSIONS
 
 

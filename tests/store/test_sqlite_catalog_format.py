@@ -13,7 +13,7 @@ import pytest
 from catalog_files import assert_catalog_rebuilt, check_file, format_4_file, meta
 from tether.events import Event, UserMessage
 from tether.messages import user
-from tether.store import SQLiteStore, sqlite_catalog
+from tether.store import SQLiteStore, sqlite_backfill
 from tether.store.catalog import CatalogQuery, row_for_log
 
 from .test_sqlite_format import open_at_once
@@ -24,7 +24,7 @@ async def test_a_format_4_file_is_backfilled_on_open_in_chunks(
 ) -> None:
     path = tmp_path / "v4.db"
     ids = format_4_file(path, sessions=40)
-    monkeypatch.setattr(sqlite_catalog, "BACKFILL_CHUNK", 7)
+    monkeypatch.setattr(sqlite_backfill, "BACKFILL_CHUNK", 7)
     with caplog.at_level(logging.INFO, logger="tether.store"):
         store = SQLiteStore(str(path))
     try:
@@ -33,7 +33,7 @@ async def test_a_format_4_file_is_backfilled_on_open_in_chunks(
         assert len(progress) == 40 // 7 + 1 + 1, progress  # each chunk, then "complete"
         assert progress[-1].endswith("catalog backfill complete")
         assert meta(path, "format") == "5"
-        assert meta(path, sqlite_catalog.BACKFILL_KEY) is None
+        assert meta(path, sqlite_backfill.BACKFILL_KEY) is None
         # An append after the migration keeps the row current.
         sid = ids[0]
         last = await store.last_seq(sid)
@@ -64,13 +64,13 @@ async def test_a_format_4_file_is_backfilled_on_open_in_chunks(
 def test_two_stores_opening_a_format_4_file_at_once_backfill_it_rightly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_catalog, "BACKFILL_CHUNK", 5)
+    monkeypatch.setattr(sqlite_backfill, "BACKFILL_CHUNK", 5)
     for round_ in range(10):
         path = tmp_path / f"v4-{round_}.db"
         format_4_file(path, sessions=30, seed=round_)
         errors = open_at_once(path)
         assert not errors, (round_, errors)
-        assert meta(path, sqlite_catalog.BACKFILL_KEY) is None
+        assert meta(path, sqlite_backfill.BACKFILL_KEY) is None
         assert check_file(path) == 30
 
 
@@ -79,7 +79,7 @@ async def test_a_new_file_owes_no_backfill(tmp_path: Path) -> None:
     store = SQLiteStore(str(path))
     await store.close()
     assert meta(path, "format") == "5"
-    assert meta(path, sqlite_catalog.BACKFILL_KEY) is None
+    assert meta(path, sqlite_backfill.BACKFILL_KEY) is None
 
 
 async def test_a_session_that_cannot_be_read_is_left_out_and_the_file_opens(

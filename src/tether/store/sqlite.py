@@ -8,7 +8,9 @@ remembers, and trusts only while no other connection has committed since (`_begi
 append needs no read, and nor does a reader asking for what it already has.
 Reads, which can be long (a 10,000-event resume), run on a reader thread with a connection
 of their own. Other processes may share the file; SQLite's lock and `expected_seq` keep
-their appends apart.
+their appends apart. Every append writes its session's catalog row in the transaction of its
+events (sqlite_catalog.py); a file from before the catalog is backfilled on open
+(sqlite_backfill.py).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from tether.errors import (
     StoreUnavailable,
 )
 from tether.events import Event
-from tether.store import catalog, sqlite_catalog, sqlite_wakeups
+from tether.store import catalog, sqlite_backfill, sqlite_catalog, sqlite_wakeups
 from tether.store.base import (
     Claimed,
     DeferReason,
@@ -182,7 +184,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
                 conn.execute("ALTER TABLE leases ADD COLUMN claims INTEGER NOT NULL DEFAULT 0")
             sqlite_wakeups.add_columns(conn)
             conn.execute(
-                "INSERT OR REPLACE INTO tether_meta VALUES (?, '')", (sqlite_catalog.BACKFILL_KEY,)
+                "INSERT OR REPLACE INTO tether_meta VALUES (?, '')", (sqlite_backfill.BACKFILL_KEY,)
             )
             conn.execute("UPDATE tether_meta SET value = ? WHERE key='format'", (STORE_FORMAT,))
         conn.execute("COMMIT")
@@ -213,8 +215,8 @@ class SQLiteStore:
         # Each session appends to its own last leaf page; with thousands running, 2 MiB of
         # page cache (the default) rereads them from the OS at every append.
         self._conn.execute(f"PRAGMA cache_size = {_WRITER_CACHE_KIB}")
-        if sqlite_catalog.backfill_owed(self._conn):
-            sqlite_catalog.backfill(self._conn, self._row_for_backfill, self.url)
+        if sqlite_backfill.owed(self._conn):
+            sqlite_backfill.backfill(self._conn, self._row_for_backfill, self.url)
         self._group = GroupCommit(
             self._db,
             self.url,
@@ -372,7 +374,7 @@ class SQLiteStore:
                 )
         row = batch.row
         if row is None:  # folded here, before the first write: decoding may refuse the log
-            logged = self._select_events(conn, session_id, 0, None)
+            logged = self._select_events(conn, session_id, 0, None) if expected_seq else []
             try:
                 prior = [self._decode(r) for r in logged]
             except CorruptLog as exc:

@@ -1,6 +1,5 @@
 """The SQLite store's session catalog: its tables, the row an append writes in its group
-commit, the indexed queries that answer `CatalogQuery`, and the backfill of a file that had
-no catalog (format 4 and older).
+commit, the indexed queries that answer `CatalogQuery`.
 
 `catalog` holds one row per session; each metadata pair is also a row of
 `catalog_metadata`, so a K=V filter is an index lookup; `catalog_text` is an FTS5 table
@@ -9,6 +8,7 @@ finds a `q` of 3 or more characters. A `q` of 1 or 2 characters has no trigram t
 it is checked with `instr` against each row the other filters let through (the tenant's
 rows, found by index), which is exact and as fast as that tenant is small. Every answer
 equals `tether.store.catalog`'s reference answer (the conformance suite holds it to that).
+A file from before the catalog gets its rows from sqlite_backfill.py.
 
 An append's write is one statement when nothing but the step's figures changed (the common
 case: the row's task, metadata and creation time as stored): an UPDATE that sets only the
@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tether.store import catalog
 from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry, Sort
-
-log = logging.getLogger("tether.store")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS catalog (
@@ -91,10 +88,6 @@ CREATE TABLE IF NOT EXISTS snapshots (
     data BLOB NOT NULL
 );
 """
-
-# The backfill's progress, kept while one is owed: the last session id done ("" for none).
-BACKFILL_KEY = "catalog_backfill"
-BACKFILL_CHUNK = 500
 
 _COLUMNS = (
     "session_id, tenant, parent, created, updated, state, stop_reason, model, steps, turns, "
@@ -321,16 +314,18 @@ def _filters(query: CatalogQuery, *, states: bool = True) -> tuple[list[str], li
         where.append("c.created < ?")
         args.append(query.created_before)
     for key, value in query.metadata:
+        # By row number, which every index entry of `catalog` holds: a sort's index is
+        # walked without reading the table to test each entry.
         if query.tenant is None:
             where.append(
-                "c.session_id IN (SELECT session_id FROM catalog_metadata "
-                "WHERE key = ? AND value = ?)"
+                "c.n IN (SELECT k.n FROM catalog_metadata m JOIN catalog k "
+                "ON k.session_id = m.session_id WHERE m.key = ? AND m.value = ?)"
             )
             args.extend((fit(key), fit(value)))
         else:
             where.append(
-                "c.session_id IN (SELECT session_id FROM catalog_metadata "
-                "WHERE tenant = ? AND key = ? AND value = ?)"
+                "c.n IN (SELECT k.n FROM catalog_metadata m JOIN catalog k "
+                "ON k.session_id = m.session_id WHERE m.tenant = ? AND m.key = ? AND m.value = ?)"
             )
             args.extend((fit(query.tenant), fit(key), fit(value)))
     if query.experiment is not None:
@@ -351,11 +346,12 @@ def page(conn: sqlite3.Connection, query: CatalogQuery) -> list[CatalogRow]:
     where, args = _filters(query)
     sorted_by = _SORTED[query.sort]
     if query.after is not None:
+        # (value, id) after the cursor's, spelt so that the sort's index serves it as a
+        # range (a row-value comparison is not one on an expression index).
         value, session_id = query.after
-        where.append(
-            f"({sorted_by}, c.session_id) {'>' if catalog.ascending(query.sort) else '<'} (?, ?)"
-        )
-        args.extend((value, fit(session_id)))
+        past, edge = (">", ">=") if catalog.ascending(query.sort) else ("<", "<=")
+        where.append(f"{sorted_by} {edge} ? AND ({sorted_by} {past} ? OR c.session_id {past} ?)")
+        args.extend((value, value, fit(session_id)))
     order = "ASC" if catalog.ascending(query.sort) else "DESC"
     sql = (
         f"{_SELECT} {'WHERE ' + ' AND '.join(where) if where else ''} "
@@ -392,67 +388,3 @@ def newest(conn: sqlite3.Connection, limit: int) -> list[tuple[str, int, str, st
         (limit,),
     ).fetchall()
     return [(_unfit(s), int(q), c, u) for s, q, c, u in found]
-
-
-def backfill_owed(conn: sqlite3.Connection) -> bool:
-    found = conn.execute("SELECT 1 FROM tether_meta WHERE key = ?", (BACKFILL_KEY,)).fetchone()
-    return found is not None
-
-
-LogOf = Callable[[sqlite3.Connection, str], CatalogRow | None]
-
-
-def backfill(conn: sqlite3.Connection, row_for: LogOf, where: str, chunk: int | None = None) -> int:
-    """Write the row of every session the file holds, `chunk` sessions per transaction,
-    each with the progress made, so a kill loses at most one chunk and the next open goes
-    on from there. Another process may be doing the same: the progress is read again under
-    the write lock, so the two take chunks in turn, and a session whose row already stands
-    at its log's end is left alone. Returns the sessions written by this call."""
-    chunk = chunk or BACKFILL_CHUNK
-    written = seen = 0
-    total = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
-    while True:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            mark = conn.execute(
-                "SELECT value FROM tether_meta WHERE key = ?", (BACKFILL_KEY,)
-            ).fetchone()
-            if mark is None:  # done (by another process, maybe)
-                conn.execute("COMMIT")
-                return written
-            ids = [
-                str(r[0])
-                for r in conn.execute(
-                    "SELECT session_id FROM sessions WHERE session_id > ? "
-                    "ORDER BY session_id LIMIT ?",
-                    (mark[0], chunk),
-                )
-            ]
-            for session_id in ids:
-                stands = conn.execute(
-                    "SELECT c.last_seq = (SELECT max(seq) FROM events WHERE session_id = ?1) "
-                    "FROM catalog c WHERE c.session_id = ?1",
-                    (session_id,),
-                ).fetchone()
-                if stands is not None and stands[0]:
-                    continue  # an append wrote it since the format changed
-                row = row_for(conn, session_id)
-                if row is not None:
-                    rewrite(conn, row)
-                    written += 1
-            if ids:
-                conn.execute(
-                    "UPDATE tether_meta SET value = ? WHERE key = ?", (ids[-1], BACKFILL_KEY)
-                )
-            else:
-                conn.execute("DELETE FROM tether_meta WHERE key = ?", (BACKFILL_KEY,))
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        seen += len(ids)
-        if ids:
-            log.info("store %s: catalog backfill, %d of %d sessions (this run)", where, seen, total)
-        else:
-            log.info("store %s: catalog backfill complete", where)
