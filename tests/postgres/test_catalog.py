@@ -5,6 +5,7 @@ in the append's transaction, folds the log itself for an append without one, adm
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import random
@@ -86,6 +87,18 @@ async def test_counts_follow_sessions_that_change_state_and_tenant(pg_url: str) 
         for tenant in (None, *TENANTS):
             query = CatalogQuery(tenant=tenant)
             assert await store.catalog_counts(query) == catalog.counts_of(rows, query)
+    await store.close()
+
+
+async def test_concurrent_rebuilds_of_one_row_count_it_once(pg_url: str) -> None:
+    store, rows = await filled(f"{pg_url}&pool_size=8", 8)
+    for i, row in enumerate(rows):  # each row written again by 8 writers at once
+        moved = dataclasses.replace(row, state="canceled" if i % 2 else "running")
+        assert sum(await asyncio.gather(*(store.put_catalog_row(moved) for _ in range(8)))) == 8
+        rows[i] = moved
+    for tenant in (None, *TENANTS):
+        query = CatalogQuery(tenant=tenant)
+        assert await store.catalog_counts(query) == catalog.counts_of(rows, query)
     await store.close()
 
 

@@ -126,7 +126,10 @@ class Origin:
 
 def origin_of(meta: JSONObject) -> Origin:
     tenant = meta.get("tenant")
-    caller = ((k, v) for k, v in meta.items() if k not in RESERVED)
+    # In key order: a log keeps its metadata as canonical JSON (keys sorted), so a dict read
+    # back from a store is in that order whatever order the writer's had; the row must not
+    # depend on which of the two was folded.
+    caller = sorted(((k, v) for k, v in meta.items() if k not in RESERVED), key=lambda kv: kv[0])
     metadata = tuple((k[:TEXT], as_text(v)) for k, v in itertools.islice(caller, KEPT_KEYS))
     raw = meta.get("experiment")
     tag = raw if isinstance(raw, dict) else {}

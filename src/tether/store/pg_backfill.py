@@ -84,7 +84,7 @@ async def backfill(
             # cannot deadlock with one.
             await conn.execute(
                 "SELECT 1 FROM tether_sessions WHERE session_id = ANY(%s) "
-                "ORDER BY session_id FOR SHARE",
+                "ORDER BY session_id FOR UPDATE",
                 (missing,),
             )
             for session_id in missing:

@@ -516,13 +516,15 @@ BEGIN
 END $$;
 
 -- A rebuilt row, written only while the session's log still ends at the row's last seq:
--- FOR SHARE waits out an append in flight and then sees its new last seq.
+-- the lock on the log row waits out an append in flight and then sees its new last seq. An
+-- exclusive one: every writer of a session's catalog row holds it (an append by its UPDATE),
+-- so `tether_catalog_write` reads the state it moves the counters from alone.
 CREATE FUNCTION tether_put_catalog_row(p_row jsonb) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM 1 FROM tether_sessions s
         WHERE s.session_id = p_row->>'session_id' AND s.last_seq = (p_row->>'last_seq')::bigint
-        FOR SHARE;
+        FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
