@@ -54,4 +54,8 @@ def test_a_summary_is_its_catalog_row_as_described() -> None:
     summary = SessionSummary.of(row)
     assert summary.to_json() == catalog.describe(row)
     assert SessionSummary.from_json(summary.to_json()) == summary
-    assert (summary.task, summary.metadata, summary.state) == ("task 7 of acme", {"n": "7"}, "pending")
+    assert (summary.task, summary.metadata, summary.state) == (
+        "task 7 of acme",
+        {"n": "7"},
+        "pending",
+    )

@@ -39,11 +39,14 @@ async def test_the_older_tenant_pages_through_each_of_its_sessions_once(
 
 
 async def test_the_older_tenant_pages_through_each_of_its_sessions_once_on_postgres(
-    pg_url: str, tmp_path: Path  # noqa: F811  # the fixture imported above
+    pg_url: str,  # noqa: F811  # the fixture imported above
+    tmp_path: Path,
 ) -> None:
     # Filled without waiting for each commit's flush, on more connections: a load, not the
     # workload; the server then reads the store as any would.
-    await pages_each_once(pg_url, tmp_path, fill_url=f"{pg_url}&synchronous_commit=off&pool_size=16")
+    await pages_each_once(
+        pg_url, tmp_path, fill_url=f"{pg_url}&synchronous_commit=off&pool_size=16"
+    )
 
 
 async def pages_each_once(store_url: str, tmp_path: Path, fill_url: str | None = None) -> None:

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from server.support import ACME, GLOBEX, check_documented, serve
+from tether.errors import UsageError
 from tether.runtime.base import SessionRef
 from tether.runtime.http import HttpRuntime
-from tether.errors import UsageError
 from tether.runtime.listing import decode_cursor, encode_cursor
 from tether.testing.runtime_conformance import Observer, spec
 

@@ -13,9 +13,9 @@ from starlette.routing import Route
 from server.support import ACME, Server, check_documented
 from tether.runtime.base import SessionRef
 from tether.runtime.http import HttpRuntime
+from tether.runtime.listing import encode_cursor
 from tether.runtime.local import LocalRuntime
 from tether.server.app import WEB_VIEW, create_app
-from tether.runtime.listing import encode_cursor
 from tether.server.schemas import MAX_SEQ, openapi
 from tether.testing.runtime_conformance import Observer, spec
 

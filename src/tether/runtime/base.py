@@ -1,7 +1,8 @@
 """The Runtime protocol: the managed-session face of tether, in-process or over HTTP.
 
 Owns `Runtime`, `Capabilities`, `SessionSpec` (and its sub-agents, `AgentSpec`), `SessionRef`,
-`SessionStatus`, their JSON forms and `validate_capabilities`. It runs nothing: `LocalRuntime` and `HttpRuntime` do,
+`SessionStatus`, the session list's `ListOptions`, `SessionSummary` and `SessionPage`, their
+JSON forms and `validate_capabilities`. It runs nothing: `LocalRuntime` and `HttpRuntime` do,
 and both pass `tether.testing`'s runtime conformance suite. Each dataclass here is the one
 definition of its wire shape: its JSON form and the API's JSON Schema derive from it (`wire`).
 """
