@@ -4,6 +4,7 @@ the tools fail at set rates from seeded generators, as a flaky service would."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import random
@@ -98,12 +99,14 @@ async def fill(
     store: Store, count: int, tenant: str = "acme", tag: JSONObject | None = None
 ) -> None:
     """`count` sessions of `tenant` that have a task and nothing more, as a store holds
-    sessions of other work (with `tag`: tagged as an experiment's runs are)."""
+    sessions of other work (with `tag`: tagged as an experiment's runs are); appended a few
+    at once, as concurrent writers do."""
     metadata: JSONObject = (
         {"tenant": tenant} if tag is None else {"tenant": tenant, "experiment": tag}
     )
     stamp = format_time(time.time())
-    for _ in range(count):
+
+    async def one() -> None:
         sid = new_session_id()
         await store.append(
             sid,
@@ -113,3 +116,6 @@ async def fill(
             ],
             0,
         )
+
+    for done in range(0, count, 16):
+        await asyncio.gather(*(one() for _ in range(min(16, count - done))))
