@@ -572,16 +572,11 @@ async def measure_http(figures: Figures, store_url: str, directory: Path, size: 
 async def measure_local(
     figures: Figures, store: Store, store_url: str, size: Counts, *, cli: bool
 ) -> None:
-    try:
-        seen, pages, took = await local_page_through(store)
-    except TypeError as exc:  # a runtime without paging (before issue 33)
-        figures.notes["LocalRuntime page-through, seen / owned"] = f"** {exc} **"
-        figures.values["failed"] = 1
-    else:
-        owned_check("LocalRuntime page-through, seen / owned", seen, size.acme, figures)
-        figures.notes["LocalRuntime page-through, seen / owned"] += (
-            f"  ({pages} pages of {PAGE}, {took:.1f} s)"
-        )
+    seen, pages, took = await local_page_through(store)
+    owned_check("LocalRuntime page-through, seen / owned", seen, size.acme, figures)
+    figures.notes["LocalRuntime page-through, seen / owned"] += (
+        f"  ({pages} pages of {PAGE}, {took:.1f} s)"
+    )
     if not cli:
         return
     cli_ms: list[float] = []
@@ -715,8 +710,7 @@ async def main(args: argparse.Namespace, directory: Path) -> None:
         for size in (s for s in sizes if s >= have.size):
             want = Counts(size)
             took = await fill(store, writer, have, want)
-            if hasattr(store, "catalog_row"):  # TEMP until the SQL catalogs land
-                await check_sample(store, want)
+            await check_sample(store, want)
             have = want
             print(f"  filled to {size:,} in {took:.0f} s; {load()}", flush=True)
             figures = await measure(store, url, directory, want, http=args.store != "memory")
