@@ -342,8 +342,38 @@ def _filters(query: CatalogQuery, *, states: bool = True) -> tuple[list[str], li
     return where, args
 
 
+# A page is read by walking its sort's index and testing each row against the filters: fast
+# when many rows pass, but a filter that lets few through, matched only by old rows, walks
+# the tenant's whole index (120 ms at a million sessions). Such a filter is read from its own
+# index instead and its rows sorted: an experiment's runs, and a metadata pair whose matches
+# a capped count finds fewer than this many.
+_DRIVEN_BELOW = 2_000
+_COLUMNS_OF_C = ", ".join(f"c.{c}" for c in _NAMES)
+
+
+def _source(conn: sqlite3.Connection, query: CatalogQuery) -> tuple[str, list[Any]]:
+    """The FROM clause of a page and its arguments (see `_DRIVEN_BELOW`)."""
+    if query.experiment and query.tenant is not None:
+        return "FROM catalog c INDEXED BY catalog_experiment", []
+    if query.metadata:
+        key, value = query.metadata[0]
+        if query.tenant is None:
+            match, found = "key = ? AND value = ?", [fit(key), fit(value)]
+        else:
+            match, found = "tenant = ? AND key = ? AND value = ?", [fit(query.tenant)]
+            found += [fit(key), fit(value)]
+        probe = f"SELECT count(*) FROM (SELECT 1 FROM catalog_metadata WHERE {match} LIMIT ?)"
+        if conn.execute(probe, (*found, _DRIVEN_BELOW)).fetchone()[0] < _DRIVEN_BELOW:
+            driver = f"(SELECT session_id FROM catalog_metadata WHERE {match}) d"
+            return f"FROM {driver} CROSS JOIN catalog c ON c.session_id = d.session_id", found
+    return "FROM catalog c", []
+
+
 def page(conn: sqlite3.Connection, query: CatalogQuery) -> list[CatalogRow]:
     where, args = _filters(query)
+    source, source_args = _source(conn, query)
+    if query.experiment and query.tenant is not None:
+        where.append("c.experiment <> ''")  # what lets the partial index serve the page
     sorted_by = _SORTED[query.sort]
     if query.after is not None:
         # (value, id) after the cursor's, spelt so that the sort's index serves it as a
@@ -354,10 +384,11 @@ def page(conn: sqlite3.Connection, query: CatalogQuery) -> list[CatalogRow]:
         args.extend((value, value, fit(session_id)))
     order = "ASC" if catalog.ascending(query.sort) else "DESC"
     sql = (
-        f"{_SELECT} {'WHERE ' + ' AND '.join(where) if where else ''} "
+        f"SELECT {_COLUMNS_OF_C} {source} {'WHERE ' + ' AND '.join(where) if where else ''} "
         f"ORDER BY {sorted_by} {order}, c.session_id {order} LIMIT ?"
     )
-    return [_row(r) for r in conn.execute(sql, (*args, max(query.limit, 0))).fetchall()]
+    params = (*source_args, *args, max(query.limit, 0))
+    return [_row(r) for r in conn.execute(sql, params).fetchall()]
 
 
 def counts(conn: sqlite3.Connection, query: CatalogQuery) -> dict[str, int]:
