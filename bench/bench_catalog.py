@@ -44,7 +44,6 @@ import dataclasses
 import functools
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -58,6 +57,7 @@ from typing import Any
 
 import httpx
 
+from serving import spawn_serve
 from tether.events import Event, format_time
 from tether.experiment.plan import Plan, PlannedTask
 from tether.messages import JSONObject
@@ -395,18 +395,11 @@ class Server:
 
 def start_server(store_url: str, tokens: Path) -> Server:
     t0 = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tether", "serve", "--port", "0", "--tokens", str(tokens),
-         "--store", store_url, "--workers", "0", "--log-level", "warning",
-         "--allow-code", "tether.testing.runtime_fixtures:*"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    process, url = spawn_serve(
+        "--tokens", str(tokens), "--store", store_url, "--workers", "0", "--log-level",
+        "warning", "--allow-code", "tether.testing.runtime_fixtures:*",
     )  # fmt: skip
-    line = process.stdout.readline() if process.stdout else ""
-    found = re.search(r"listening on (http://\S+)", line)
-    if found is None:
-        process.kill()
-        raise SystemExit(f"tether serve did not start: {line!r} {process.communicate()[1][-800:]}")
-    return Server(process, found.group(1), (time.perf_counter() - t0) * 1000)
+    return Server(process, url, (time.perf_counter() - t0) * 1000)
 
 
 def quick_check(path: Path) -> float:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import sqlite3
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import bare_loop
+from serving import spawn_serve
 
 MODEL = "python:tether.testing.runtime_fixtures:model"
 ALLOW = "tether.testing.runtime_fixtures:*"
@@ -46,16 +46,10 @@ CLIENTS = (10, 100, 500)
 
 
 def start_server(store: str) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tether", "serve", "--port", "0", "--no-auth", "--store", store,
-         "--workers", "0", "--poll-interval", "0.02", "--allow-code", ALLOW],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    return spawn_serve(
+        "--no-auth", "--store", store, "--workers", "0", "--poll-interval", "0.02",
+        "--allow-code", ALLOW,
     )  # fmt: skip
-    line = process.stdout.readline() if process.stdout else ""
-    found = re.search(r"listening on (http://\S+)", line)
-    if found is None:
-        raise SystemExit(f"tether serve did not start: {line!r}")
-    return process, found.group(1)
 
 
 def start_workers(store: str) -> list[subprocess.Popen[str]]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from serving import spawn_serve
 from tether.events import Event, SessionCreated, UserMessage
 from tether.messages import user
 from tether.store.sqlite import SQLiteStore
@@ -79,17 +79,10 @@ def disk_size(directory: Path) -> float:
 
 
 def start_server(store: str) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tether", "serve", "--host", "127.0.0.1", "--port", "0",
-         "--no-auth", "--store", store, "--workers", "0", "--log-level", "error"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    return spawn_serve(
+        "--host", "127.0.0.1", "--no-auth", "--store", store, "--workers", "0",
+        "--log-level", "error", quiet=True,
     )  # fmt: skip
-    line = process.stdout.readline() if process.stdout else ""
-    found = re.search(r"listening on (http://\S+)", line)
-    if found is None:
-        process.kill()
-        raise SystemExit(f"tether serve did not start: {line!r}")
-    return process, found.group(1)
 
 
 def rss(proc: psutil.Process) -> float:

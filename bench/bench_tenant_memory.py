@@ -22,7 +22,6 @@ import json
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from serving import spawn_serve
 from tether.testing.runtime_fixtures import MODEL
 from tether.testing.tenant_input import near_limits, oversized
 
@@ -45,17 +45,10 @@ MIB = 1 << 20
 def start_server(directory: Path, extra: list[str]) -> tuple[subprocess.Popen[str], str]:
     tokens = directory / "tokens.json"
     tokens.write_text(json.dumps({"tenants": TOKENS}))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tether", "serve", "--port", "0", "--tokens", str(tokens),
-         "--store", f"sqlite:///{directory / 'serve.db'}", "--workers", "0",
-         "--allow-code", "tether.testing.runtime_fixtures:*", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    return spawn_serve(
+        "--tokens", str(tokens), "--store", f"sqlite:///{directory / 'serve.db'}",
+        "--workers", "0", "--allow-code", "tether.testing.runtime_fixtures:*", *extra,
     )  # fmt: skip
-    line = process.stdout.readline() if process.stdout else ""
-    found = re.search(r"listening on (http://\S+)", line)
-    if found is None:
-        raise SystemExit(f"tether serve did not start: {line!r}")
-    return process, found.group(1)
 
 
 async def timed(client: httpx.AsyncClient, path: str, headers: dict[str, str]) -> float:
