@@ -502,6 +502,10 @@ class Agent(Generic[OutputT]):
         session_id: str | None = None,
         settings: ModelSettings | None = None,
     ) -> RunResult[OutputT]:
+        """`run` for code that is not async: one turn, run to its end on an event loop of its
+        own (`asyncio.run`), so it cannot be called from a running loop (there, `await
+        agent.run(...)`). `task`, `session_id` and `settings` are as for `run`; it does not
+        wait for a held lease (`lease_wait` 0) and leaves the session open after the turn."""
         return asyncio.run(self.run(task, session_id=session_id, settings=settings))
 
     async def interrupt(self, session_id: str) -> None:
