@@ -4,8 +4,9 @@ time server (`pip install mcp-server-time`), started over stdio and stopped with
     python examples/mcp_time.py
     TETHER_EXAMPLE_MODEL=anthropic:claude-sonnet-4-5 python examples/mcp_time.py
 
-Needs the MCP extra (`pip install 'tether[mcp]'`). The configuration is the usual
-`mcpServers` mapping, as `load_mcp_config("mcp.json")` would read it from a file.
+Needs the MCP extra and the server (from a clone: `pip install -e '.[mcp]' mcp-server-time`).
+The configuration is the usual `mcpServers` mapping, as `load_mcp_config("mcp.json")` would
+read it from a file.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ watch and read a session through `HttpRuntime`, as an application would.
     python examples/serve.py
     TETHER_EXAMPLE_MODEL=anthropic:claude-sonnet-4-5 python examples/serve.py
 
-Needs the server extra (`pip install 'tether[server]'`). The session's model is a string and
+Needs the server extra (from a clone: `pip install -e '.[server]'`). The session's model is a string and
 its tools a `MODULE:ATTR`, because the server's workers, not this process, run it; the
 server may load only the code it was told it may (`--allow-code`). With the variable set, the
 server calls the real model with the key in its own environment.
