@@ -171,7 +171,8 @@ def read_input(stream: TextIO) -> Lines:
 
 class Chat:
     """Two loops: one reads lines and acts at once on `/interrupt` and `/quit`; the other
-    takes messages and commands in order, one turn at a time."""
+    takes messages and commands in order, one turn at a time. Ctrl-C comes to `on_ctrl_c`,
+    from the loop's signal handler."""
 
     agent: Agent
 
@@ -218,7 +219,8 @@ class Chat:
         stopping = self.stopping is not None and not self.stopping.done()
         running = turn is not None and not turn.done()
         press = self.presses.press(turn_running=running, stopping=stopping)
-        if self.tty and not self.view.end():
+        ended = self.view.end()
+        if self.tty and not ended:
             print(flush=True)  # past the `^C` the terminal echoed
         if press == "leave" or self.group is None:
             self.quitting = True
