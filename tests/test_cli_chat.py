@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tether.cli.chat import waiting_call
+from tether.cli.common import CliError
 from tether.events import ApprovalDecided, Event, ToolFinished, TurnEnded, UserMessage
 from tether.store import SQLiteStore
 
@@ -234,3 +236,83 @@ async def test_sessions_send_runs_the_next_turn_here_or_only_adds_the_message(
 
     missing = tether("sessions", "send", "ses_nope", "hi", cwd=workdir)
     assert missing.returncode == 2 and "no session 'ses_nope'" in missing.stderr
+
+
+APPROVALS = """
+from tether import tool
+from tether.testing import ScriptedModel, call
+
+
+@tool(effect="write", needs_approval=True)
+def pay(amount: int) -> str:
+    '''Pay an amount.'''
+    return f"paid {amount}"
+
+
+def results(messages):
+    return "results: " + "; ".join(r.content for r in messages[-1].tool_results)
+
+
+model = ScriptedModel([
+    [call("pay", amount=1), call("pay", amount=2)],
+    results,
+    call("pay", amount=3),
+    results,
+])
+"""
+
+
+async def test_approve_and_deny_take_the_start_of_an_id_or_none_when_one_call_waits(
+    workdir: Path,
+) -> None:
+    (workdir / "approvals.py").write_text(APPROVALS)
+    chat = await Chat.start(
+        workdir, "--model", "python:approvals:model", "--tools", "approvals:pay"
+    )
+    await chat.say("pay twice")
+    await chat.until("/approve call_0_1 or /deny call_0_1")
+    for refused in ("/approve", "/approve call_0", "/deny zzz no"):
+        await chat.say(refused)  # each refused, and nothing decided
+    await chat.say("/approve call_0_1")
+    await chat.until("· still waiting for a decision: call_0_0")
+    await chat.say("/deny c too much")  # `c`: the start of the one call still waiting
+    await chat.until("results: The user denied this call: too much; paid 2")
+    await chat.say("pay three")
+    await chat.until("/approve call_2_0")
+    await chat.say("/approve")  # the one call that waits
+    await chat.until("results: paid 3")
+    code, _, err = await chat.end()
+    assert code == 0, err
+    assert err.splitlines() == [
+        "tether: which call? 2 wait: call_0_0, call_0_1",
+        "tether: call_0 is the start of 2 waiting calls: call_0_0, call_0_1",
+        "tether: no waiting call's id starts with zzz: call_0_0, call_0_1 wait (2)",
+    ]
+    events = await read_log(workdir / "tether.db")
+    assert of(events, ApprovalDecided) == [
+        ApprovalDecided("call_0_1", True, None),
+        ApprovalDecided("call_0_0", False, "too much"),
+        ApprovalDecided("call_2_0", True, None),
+    ]
+
+
+def test_the_waiting_call_a_command_names() -> None:
+    waiting = ("call_1", "call_10", "toolu_01AbC")
+    assert waiting_call("call_1", waiting) == "call_1"  # a whole id, though others start so
+    assert waiting_call("call_10", waiting) == "call_10"
+    assert waiting_call("t", waiting) == "toolu_01AbC"
+    assert waiting_call("", ("fc_9",)) == "fc_9"
+    for given, why in (
+        ("", "which call? 3 wait: call_1, call_10, toolu_01AbC"),
+        ("ca", "ca is the start of 2 waiting calls: call_1, call_10"),
+        ("TOOLU", "no waiting call's id starts with TOOLU: call_1, call_10, toolu_01AbC wait (3)"),
+    ):
+        with pytest.raises(CliError) as refused:
+            waiting_call(given, waiting)
+        assert str(refused.value) == why
+    with pytest.raises(CliError, match=r"^no call waits for a decision$"):
+        waiting_call("", ())
+    many = [f"call_{i:02}" for i in range(25)]
+    with pytest.raises(CliError) as refused:
+        waiting_call("", many)
+    assert str(refused.value).endswith("call_08, call_09 and 15 more")  # no silent cap

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tether.cli.interrupts import ChatPresses
 from tether.events import Event, ToolFinished, TurnEnded
 from tether.recovery import ABANDONED
 from tether.store import SQLiteStore
@@ -145,3 +146,20 @@ async def test_a_second_ctrl_c_exits_at_once(workdir: Path) -> None:
     _, took, err = await interrupt(workdir, "writes", times=2)
     assert took < SYNC_GRACE, "the second Ctrl-C waited for the grace"
     assert "quitting now" in err
+
+
+def test_what_a_ctrl_c_means_in_a_chat() -> None:
+    now = [100.0]
+    presses = ChatPresses(clock=lambda: now[0])
+    assert presses.press(turn_running=False, stopping=False) == "prompt"
+    now[0] += 1.5  # more than a second later: a first press again
+    assert presses.press(turn_running=True, stopping=False) == "interrupt"
+    now[0] += 0.9
+    assert presses.press(turn_running=False, stopping=False) == "leave"  # within a second
+
+    presses.forget()  # a turn started since: its first Ctrl-C interrupts it
+    now[0] += 0.1
+    assert presses.press(turn_running=True, stopping=False) == "interrupt"
+    now[0] += 5
+    # Long after, but the turn it interrupted is still stopping: leave.
+    assert presses.press(turn_running=True, stopping=True) == "leave"

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from providers.fake_servers import FakeServer, Received, Reply
 from providers.toy_dialects import ToyModel, anthropic_handler
-from tether import Agent
-from tether.cli.live import LiveView, Style
-from tether.testing import ScriptedModel
+from tether import Agent, tool
+from tether.cli.live import ARGUMENTS_SHOWN, LiveView, Style
+from tether.providers.base import Delta
+from tether.testing import ScriptedModel, call, say
 
 MODEL = "anthropic:claude-sonnet-4-5"
 ANSWER = "Hello there from a stream that takes its time"
@@ -135,3 +136,44 @@ async def test_control_characters_from_a_model_never_reach_the_terminal() -> Non
     await agent.run("go")
     await agent.close()
     assert out.getvalue() == "clear␛[2J the screen� and� ring\n"
+
+
+def test_a_calls_arguments_stream_on_a_line_of_their_own_and_a_long_one_says_its_length() -> None:
+    out = io.StringIO()
+    view = LiveView(out, Style(False))
+    view.on_delta(Delta("text", "Checking"))
+    view.on_delta(Delta("tool_input", '{"city": ', "call_a"))
+    view.on_delta(Delta("tool_input", '"Lisbon"}', None))  # a later piece names no call
+    long = '{"text": "' + "x" * 500 + '"}'
+    view.on_delta(Delta("tool_input", long[:300], "call_b"))
+    view.on_delta(Delta("tool_input", long[300:], "call_b"))
+    assert view.end()
+    assert not view.end()  # nothing left open
+    assert out.getvalue() == (
+        'Checking\n⋯ [call_a] {"city": "Lisbon"}\n'
+        f"⋯ [call_b] {long[:ARGUMENTS_SHOWN]} … {len(long)} characters in all\n"
+    )
+
+
+async def test_a_turn_shows_the_arguments_as_they_stream_then_the_call() -> None:
+    out = io.StringIO()
+    view = LiveView(out, Style(False))
+
+    @tool
+    def forecast(city: str) -> str:
+        """The weather."""
+        return "sunny"
+
+    model = ScriptedModel([say("Let me look.", call("forecast", city="Lisbon")), "Sunny."])
+    agent = Agent(
+        model, tools=[forecast], store="memory:", on_event=view.on_event, on_delta=view.on_delta
+    )
+    await agent.run("weather?")
+    await agent.close()
+    lines = out.getvalue().splitlines()
+    assert lines[:3] == [
+        "Let me look.",
+        '⋯ [call_0_0] {"city": "Lisbon"}',
+        '→ forecast(city="Lisbon")  [call_0_0]',
+    ]
+    assert lines[-1] == "Sunny."

@@ -1,11 +1,13 @@
 """`tether chat [--session ID] --model MODEL [--tools ...]`: a conversation over a session.
 Each line read is a message, its turn run in this process and shown as `tether run` shows
-one (`cli.live`); `/approve CALL`, `/deny CALL [REASON]`, `/interrupt`, `/help` and `/quit`
-(or the end of the input) steer it. The session is stored like any other: `sessions show`,
-`resume`, `send` and `chat --session` go on with it.
+one (`cli.live`); `/approve [CALL]`, `/deny [CALL [REASON]]` (CALL: any unique start of a
+waiting call's id, or nothing when one call waits), `/interrupt`, `/help` and `/quit` (or the
+end of the input) steer it. Ctrl-C interrupts the running turn and the chat goes on; a second
+one within a second leaves (`interrupts.ChatPresses`). The session is stored like any other:
+`sessions show`, `resume`, `send` and `chat --session` go on with it.
 
-Owns reading the input while a turn runs (so `/interrupt` reaches it) and the commands; the
-turns are `Agent.run`'s.
+Owns reading the input while a turn runs (so `/interrupt` and Ctrl-C reach it) and the
+commands; the turns are `Agent.run`'s.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import sys
 import threading
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from tether.agent import Agent, RunResult, resolve_model
@@ -28,13 +31,17 @@ from tether.cli.common import (
     retry_policy,
     store_from,
 )
+from tether.cli.interrupts import ChatPresses, Interrupts
 from tether.cli.live import LiveView, Style
 from tether.cli.secrets import add_secret_flags, keyring_from
 from tether.errors import TetherError
 from tether.events import Event
 from tether.limits import Limits
 
-HELP = "/approve CALL · /deny CALL [REASON] · /interrupt · /help · /quit (or end of input)"
+HELP = (
+    "/approve [CALL] · /deny [CALL [REASON]] · /interrupt (or Ctrl-C) · /help · "
+    "/quit (or end of input, or Ctrl-C twice)"
+)
 Lines = asyncio.Queue[str | None]  # None: the end of the input
 
 
@@ -135,7 +142,7 @@ async def _chat(
             args.interrupts.session_id = args.session
             if (await chat.agent.view(args.session)).terminal:
                 raise CliError(f"session {args.session} has ended: start a new one")
-        await chat.run(read_input(sys.stdin))
+        await chat.run(read_input(sys.stdin), args.interrupts)
     finally:
         view.end()
         await chat.agent.close()  # and with it the store
@@ -164,7 +171,8 @@ def read_input(stream: TextIO) -> Lines:
 
 class Chat:
     """Two loops: one reads lines and acts at once on `/interrupt` and `/quit`; the other
-    takes messages and commands in order, one turn at a time."""
+    takes messages and commands in order, one turn at a time. Ctrl-C comes to `on_ctrl_c`,
+    from the loop's signal handler."""
 
     agent: Agent
 
@@ -178,23 +186,53 @@ class Chat:
         self.turn: asyncio.Task[RunResult] | None = None
         self.quitting = False
         self.named = asyncio.Event()  # the session has an id (a new one, once it is created)
+        self.presses = ChatPresses()
+        self.stopping: asyncio.Task[RunResult] | None = None  # the turn a Ctrl-C interrupted
+        self.group: asyncio.TaskGroup | None = None
 
     def saw(self, session_id: str) -> None:
         if self.session_id is None:
             self.session_id = session_id
             self.named.set()
 
-    async def run(self, lines: Lines) -> None:
+    async def run(self, lines: Lines, interrupts: Interrupts) -> None:
         if self.tty:
             where = "a new session" if self.session_id is None else f"session {self.session_id}"
             self._say(f"tether chat · {where} · {HELP}")
             self._prompt()
+        interrupts.divert, interrupts.stopping = self.on_ctrl_c, "leaving"
         try:
             async with asyncio.TaskGroup() as group:
+                self.group = group
                 group.create_task(self._read(lines))
                 group.create_task(self._work())
         except BaseExceptionGroup as failed:
             raise failed.exceptions[0] from None  # a store that failed, as itself
+        finally:
+            interrupts.divert, self.group = None, None  # closing: Ctrl-C as for any command
+
+    def on_ctrl_c(self) -> bool:
+        """A Ctrl-C, first seen here: True when the chat dealt with it (a turn interrupted,
+        a fresh prompt); False to leave (`Interrupts` cancels the command: the running turn
+        closes `interrupted` and its lease is let go before the process exits, 130)."""
+        turn = self.turn
+        stopping = self.stopping is not None and not self.stopping.done()
+        running = turn is not None and not turn.done()
+        press = self.presses.press(turn_running=running, stopping=stopping)
+        ended = self.view.end()
+        if self.tty and not ended:
+            print(flush=True)  # past the `^C` the terminal echoed
+        if press == "leave" or self.group is None:
+            self.quitting = True
+            return False
+        if press == "interrupt":
+            self.stopping = turn
+            self._say("· interrupting the turn (Ctrl-C again to leave the chat)")
+            self.group.create_task(self._interrupt())
+        else:  # the terminal dropped the line typed so far, as a shell's does
+            self._say("· Ctrl-C again to leave the chat (or /quit, or Ctrl-D)")
+            self._prompt()
+        return True
 
     async def _read(self, lines: Lines) -> None:
         while True:
@@ -224,6 +262,7 @@ class Chat:
                 self._prompt()
 
     async def _run(self, task: str | None) -> None:
+        self.presses.forget()  # a Ctrl-C from now on is about this turn
         self.turn = asyncio.create_task(
             self.agent.run(task, session_id=self.session_id, lease_wait=self.lease_wait)
         )
@@ -256,13 +295,16 @@ class Chat:
             await asyncio.wait((named, turn), return_when=asyncio.FIRST_COMPLETED)
             named.cancel()
         if self.session_id is not None and not turn.done():
-            await self.agent.interrupt(self.session_id)
+            try:
+                await self.agent.interrupt(self.session_id)
+            except TetherError as exc:  # the turn ended as it was asked to
+                self._error(str(exc))
 
     async def _command(self, text: str) -> None:
         name, _, rest = text.partition(" ")
         if name in ("/approve", "/deny"):
-            call_id, _, reason = rest.strip().partition(" ")
-            await self._decide(call_id, name == "/approve", reason.strip() or None)
+            given, _, reason = rest.strip().partition(" ")
+            await self._decide(given, name == "/approve", reason.strip() or None)
         elif name == "/interrupt":
             self._say("· no turn is running")
         elif name == "/help":
@@ -270,16 +312,15 @@ class Chat:
         else:
             self._error(f"unknown command {name}: {HELP}")
 
-    async def _decide(self, call_id: str, allow: bool, reason: str | None) -> None:
-        if not call_id:
-            self._error("/approve CALL or /deny CALL [REASON]: which call?")
-            return
+    async def _decide(self, given: str, allow: bool, reason: str | None) -> None:
         if self.session_id is None:
             self._error("no session yet: nothing waits for a decision")
             return
         try:
+            waiting = (await self.agent.view(self.session_id)).pending_approvals
+            call_id = waiting_call(given, waiting)
             await self.agent.decide(self.session_id, call_id, allow, reason)
-        except TetherError as exc:
+        except (CliError, TetherError) as exc:
             self._error(str(exc))
             return
         self._say(f"· {call_id} {'allowed' if allow else 'denied'}")
@@ -303,3 +344,31 @@ class Chat:
 
     def _error(self, text: str) -> None:
         print(f"tether: {text}", file=sys.stderr, flush=True)
+
+
+def waiting_call(given: str, waiting: Sequence[str]) -> str:
+    """The waiting call that `/approve GIVEN` or `/deny GIVEN` names: the only one when
+    `given` is empty, else the one whose id is `given` or, failing that, the one whose id
+    starts with it. Anything else is refused, naming what waits."""
+    if not waiting:
+        raise CliError("no call waits for a decision")
+    if not given:
+        if len(waiting) == 1:
+            return waiting[0]
+        raise CliError(f"which call? {len(waiting)} wait: {_listed(waiting)}")
+    if given in waiting:
+        return given
+    starting = [c for c in waiting if c.startswith(given)]
+    if len(starting) == 1:
+        return starting[0]
+    if starting:
+        raise CliError(
+            f"{given} is the start of {len(starting)} waiting calls: {_listed(starting)}"
+        )
+    waits = "waits" if len(waiting) == 1 else f"wait ({len(waiting)})"
+    raise CliError(f"no waiting call's id starts with {given}: {_listed(waiting)} {waits}")
+
+
+def _listed(calls: Sequence[str], at_most: int = 10) -> str:
+    shown = ", ".join(calls[:at_most])
+    return shown if len(calls) <= at_most else f"{shown} and {len(calls) - at_most} more"

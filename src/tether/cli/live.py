@@ -1,6 +1,6 @@
 """What `tether run`, `tether chat` and `tether sessions send` print while a turn runs: the
-model's text as it streams, each tool call as it starts and its result as it comes, retries,
-approvals and errors. Colour on a terminal, plain text otherwise or with `NO_COLOR`.
+model's text as it streams, a tool call's arguments as the model writes them, each call as it
+starts and its result as it comes, retries, approvals and errors. Colour on a terminal, plain text otherwise or with `NO_COLOR`.
 
 Owns formatting and colour; the commands decide when a view is used (`--json` uses none).
 """
@@ -34,6 +34,9 @@ _CODES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "
 _CONTROLS = {c: "\N{SYMBOL FOR ESCAPE}" if c == 0x1B else "\N{REPLACEMENT CHARACTER}" for c in
              [*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)]}  # fmt: skip
 _OUTCOME_COLOURS = {"ok": "green", "canceled": "yellow", "denied": "yellow"}
+# How much of a call's arguments is shown as they stream (a file a model writes may be long);
+# the line then says how many characters came in all.
+ARGUMENTS_SHOWN = 400
 
 
 def colour_wanted(stream: TextIO) -> bool:
@@ -86,6 +89,8 @@ class LiveView:
         self._calls: dict[str, ToolCall] = {}
         self._streamed = False  # some text of the current answer was shown as it came
         self._open_line = False  # the last write did not end its line
+        self._writing: str | None = None  # the call whose arguments stream on the open line
+        self._written = 0  # characters of its arguments that came so far
 
     def know(self, calls: Iterable[ToolCall]) -> None:
         """Calls an earlier answer asked for (a turn that goes on after a decision), so their
@@ -94,8 +99,25 @@ class LiveView:
 
     def on_delta(self, delta: Delta) -> None:
         if delta.kind == "text" and delta.text:
+            if self._writing is not None:
+                self.end()
             self._write(printable(delta.text))
             self._streamed = True
+        elif delta.kind == "tool_input" and delta.text:
+            self._arguments(delta.call_id, delta.text)
+
+    def _arguments(self, call_id: str | None, piece: str) -> None:
+        """A piece of a call's arguments: on a line of the call's own, the first
+        `ARGUMENTS_SHOWN` characters as they come. A piece with no id goes on the call
+        before it (a provider names a call in its first piece only)."""
+        if self._writing is None or (call_id is not None and call_id != self._writing):
+            self.end()
+            self._writing = call_id or ""
+            self._write(self.style(f"⋯ [{call_id}] " if call_id else "⋯ ", "dim"))
+        room = ARGUMENTS_SHOWN - self._written
+        self._written += len(piece)
+        if room > 0:
+            self._write(self.style(printable(piece[:room]), "dim"))
 
     def on_event(self, event: Event) -> None:
         self.session_id = event.session_id
@@ -123,9 +145,16 @@ class LiveView:
             seqs = f"events {p.first_seq}–{p.last_seq}"
             self._line(self.style(f"· context compacted: {what} {seqs}{cleared}", "dim"))
 
-    def end(self) -> None:
-        if self._open_line:
-            self._write("\n")
+    def end(self) -> bool:
+        """End the line the stream left open; False when there was none."""
+        if self._writing is not None:  # a call's arguments: how long they were, if cut
+            if self._written > ARGUMENTS_SHOWN:
+                self._write(self.style(f" … {self._written:,} characters in all", "dim"))
+            self._writing, self._written = None, 0
+        if not self._open_line:
+            return False
+        self._write("\n")
+        return True
 
     def _responded(self, p: ModelResponded) -> None:
         for call in p.message.tool_calls:
