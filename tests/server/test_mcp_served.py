@@ -17,7 +17,15 @@ import httpx
 import psutil
 import pytest
 
-from server.support import ACME_HEADERS, Server, serve, settled, start_worker, stop_worker
+from server.support import (
+    ACME_HEADERS,
+    Server,
+    check_documented,
+    serve,
+    settled,
+    start_worker,
+    stop_worker,
+)
 from tether.testing.runtime_fixtures import MODEL
 from tools.mcp_servers.harness import wait_until
 from tools.mcp_servers.reference import everything
@@ -29,7 +37,8 @@ def _mcp_file(directory: Path) -> Path:
     server = everything()
     path = directory / "mcp.json"
     config = {"command": server.node, "args": [server.entry, "stdio"]}
-    path.write_text(json.dumps({"mcpServers": {"everything": config}}))
+    theirs = {**config, "tenants": ["globex"]}  # offered to globex alone
+    path.write_text(json.dumps({"mcpServers": {"everything": config, "globex-only": theirs}}))
     return path
 
 
@@ -133,15 +142,21 @@ async def test_an_unknown_server_name_is_refused_listing_only_the_names_offered(
 ) -> None:
     async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
         refused = await client.post(
-            "/v1/sessions", json=_start(["everything", "files"]), headers=ACME_HEADERS
+            "/v1/sessions", json=_start(["everything", "globex-only"]), headers=ACME_HEADERS
         )
+        options = await client.get("/v1/start-options", headers=ACME_HEADERS)
     assert refused.status_code == 422, refused.text
     error = refused.json()["error"]
     assert error["code"] == "invalid_spec"
     assert error["message"] == (
-        "spec.mcp names 'files', which this server does not offer (it offers: everything)"
+        "spec.mcp names 'globex-only', which this server does not offer (it offers: everything)"
     )
     assert everything().entry not in refused.text and "node" not in refused.text
+    # The start form is offered the names, and only the names.
+    assert options.status_code == 200
+    check_documented(options.json(), "StartOptions")
+    assert options.json()["mcp"] == ["everything"]
+    assert "node" not in options.text and "stdio" not in options.text
 
 
 async def test_a_worker_that_takes_a_session_over_loads_the_servers_it_recorded(

@@ -91,13 +91,36 @@ async def test_an_idle_timer_does_not_stop_servers_a_new_run_took_up() -> None:
     assert server_children() == []
 
 
-def test_an_unknown_name_lists_the_names_offered_and_nothing_else_of_them() -> None:
-    servers = McpServers([toy_stdio(), McpServerConfig("remote", url="https://x.example/mcp")])
+def test_an_unknown_name_lists_the_names_offered_to_the_tenant_and_nothing_else() -> None:
+    remote = McpServerConfig("remote", url="https://x.example/mcp")
+    private = toy_stdio("private", tenants=frozenset({"globex"}))
+    servers = McpServers([toy_stdio(), remote, private])
     with pytest.raises(UsageError) as caught:
-        servers.check(["toy", "files"])
+        servers.check(["toy", "files"], "acme")
     assert str(caught.value) == (
         "spec.mcp names 'files', which this server does not offer (it offers: toy, remote)"
     )
+    with pytest.raises(UsageError) as hidden:  # another tenant's server is not said to exist
+        servers.check(["private"], "acme")
+    assert str(hidden.value) == (
+        "spec.mcp names 'private', which this server does not offer (it offers: toy, remote)"
+    )
+    servers.check(["private", "toy"], "globex")
+    assert servers.names(None) == ["toy", "remote"]  # no tenants: only the unrestricted
+
+
+def test_a_config_file_says_which_tenants_a_server_is_offered_to(tmp_path: Path) -> None:
+    path = tmp_path / "mcp.json"
+    path.write_text(
+        '{"mcpServers": {"files": {"command": "mcp-files", "tenants": ["acme", "globex"]},'
+        ' "time": {"command": "mcp-time"}}}'
+    )
+    servers = McpServers.load(str(path))
+    assert servers.names("acme") == ["files", "time"]
+    assert servers.names("initech") == ["time"]
+    path.write_text('{"mcpServers": {"files": {"command": "mcp-files", "tenants": "acme"}}}')
+    with pytest.raises(UsageError, match=r"^--mcp .*mcp.json: .*'tenants' must be a list"):
+        McpServers.load(str(path))
 
 
 @pytest.mark.parametrize(

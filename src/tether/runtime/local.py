@@ -169,8 +169,8 @@ class LocalRuntime:
 
     @property
     def mcp_names(self) -> list[str]:
-        """The MCP servers a spec may name here."""
-        return self._core.mcp.names()
+        """The MCP servers a spec of this tenant may name here."""
+        return self._core.mcp.names(self.tenant)
 
     @property
     def worker(self) -> Worker | None:
@@ -221,7 +221,7 @@ class LocalRuntime:
             raise UsageError("an idempotency key must not be empty")
         self._ensure_running()
         self._check_code(spec)
-        self._core.mcp.check(spec.mcp)  # names only: the servers start in a worker
+        self._core.mcp.check(spec.mcp, self.tenant)  # names only: the servers start in a worker
         spec = capped(spec, self.quota)
         model, tools = self._build(spec.model, spec.tools)
         self._check_endpoint(spec.model, model)

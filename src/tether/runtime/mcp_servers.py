@@ -65,17 +65,22 @@ class McpServers:
         except UsageError as exc:
             raise UsageError(f"--mcp {path}: {exc}") from exc
 
-    def names(self) -> list[str]:
-        return [c.name for c in self.configs]
+    def names(self, tenant: str | None) -> list[str]:
+        """The servers `tenant`'s specs may name: those whose `tenants` list it, or that
+        have no such list (the only ones a server without tenants offers)."""
+        return [
+            c.name for c in self.configs if c.tenants is None or (tenant and tenant in c.tenants)
+        ]
 
-    def check(self, names: Sequence[str]) -> None:
-        """Refuse a name no server has, saying which names are offered (and nothing else
-        of them)."""
-        unknown = [n for n in names if n not in self.names()]
+    def check(self, names: Sequence[str], tenant: str | None) -> None:
+        """Refuse a name not offered to `tenant`, saying which names are (and nothing else
+        of the servers, nor that another tenant's exist)."""
+        offered = self.names(tenant)
+        unknown = [n for n in names if n not in offered]
         if unknown:
             raise UsageError(
                 f"spec.mcp names {', '.join(map(repr, unknown))}, which this server does not "
-                f"offer (it offers: {', '.join(self.names()) or 'no MCP servers'})"
+                f"offer (it offers: {', '.join(offered) or 'no MCP servers'})"
             )
 
     @contextlib.asynccontextmanager
@@ -85,7 +90,7 @@ class McpServers:
         """The tools of the named servers for a run of `tenant`'s session, named as
         `tether run --mcp` would name them beside the `taken` names; the servers stay up
         while the block runs."""
-        self.check(names)
+        self.check(names, tenant)
         key = tenant or DEFAULT_TENANT
         borrowed = self._borrow(key)
         try:

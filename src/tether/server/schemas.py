@@ -277,6 +277,8 @@ def components() -> dict[str, Any]:
         tools={"type": "array", "items": _object(
             spec={"type": "string"}, tools={"type": "array", "items": _object(
                 name={"type": "string"}, description={"type": "string"})})},
+        mcp={"type": "array", "items": {"type": "string"},
+             "description": "the MCP servers a spec may name in `mcp`"},
     )  # fmt: skip
     bounds = {"type": "object", "description": "what the answer was bounded by (its limits) "
               "and whether it holds everything (complete)"}  # fmt: skip
