@@ -119,7 +119,10 @@ def test_a_config_file_says_which_tenants_a_server_is_offered_to(tmp_path: Path)
     assert servers.names("acme") == ["files", "time"]
     assert servers.names("initech") == ["time"]
     path.write_text('{"mcpServers": {"files": {"command": "mcp-files", "tenants": "acme"}}}')
-    with pytest.raises(UsageError, match=r"^--mcp .*mcp.json: .*'tenants' must be a list"):
+    with pytest.raises(
+        UsageError,
+        match=r"^--mcp: /.*/mcp.json: MCP server 'files': 'tenants' must be a list of strings$",
+    ):
         McpServers.load(str(path))
 
 

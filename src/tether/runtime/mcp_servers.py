@@ -62,8 +62,8 @@ class McpServers:
             raise UsageError(f"--mcp {path}: {exc}") from exc
         try:
             return McpServers(load_mcp_config(path), credentials)
-        except UsageError as exc:
-            raise UsageError(f"--mcp {path}: {exc}") from exc
+        except UsageError as exc:  # it names the file
+            raise UsageError(f"--mcp: {exc}") from exc
 
     def names(self, tenant: str | None) -> list[str]:
         """The servers `tenant`'s specs may name: those whose `tenants` list it, or that
