@@ -16,7 +16,9 @@ from tether.errors import UsageError
 from tether.runtime import LocalRuntime
 from tether.runtime.base import SessionSpec
 from tether.runtime.mcp_servers import McpServers
+from tether.store import MemoryStore
 from tether.store.credentials import open_credentials
+from tether.store.sealing import SecretKeyMissing
 from tether.testing.runtime_fixtures import MODEL
 from tether.tools.mcp import McpServerConfig, McpServerUnavailable, McpToolSource
 from tether.tools.mcp.auth_config import McpOAuth
@@ -175,3 +177,29 @@ async def test_a_tenants_oauth_tokens_serve_its_sessions_only(
     assert "--tenant globex" in str(caught.value)
     assert guarded.state.counts["authorization_code"] == 1  # acme's tokens never went to globex
     assert guarded.state.counts["authorizations"] == 1
+
+
+def test_a_server_with_oauth_and_no_key_to_seal_its_tokens_stops_the_command_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "mcp.json"
+    path.write_text('{"mcpServers": {"files": {"url": "https://x.example/mcp", "auth": {}}}}')
+    monkeypatch.delenv("TETHER_SECRET_KEY")
+    credentials = open_credentials(f"sqlite:///{tmp_path / 'tether.db'}")
+    with pytest.raises(SecretKeyMissing):
+        McpServers.load(str(path), credentials)
+    McpServers.load(str(path))  # tokens in memory: nothing to seal
+
+
+async def test_a_worker_without_the_servers_a_session_names_fails_it_saying_so() -> None:
+    store = MemoryStore()
+    spec = SessionSpec(MODEL, 'call echo {"text": "x"}', mcp=("toy",), end_after_turn=True)
+    async with LocalRuntime(store, workers=0, mcp=McpServers([toy_stdio()])) as server:
+        ref = await server.start(spec)
+        async with LocalRuntime(store, workers=1) as elsewhere, asyncio.timeout(15):
+            while (status := await elsewhere.poll(ref)).state != "failed":
+                assert status.state not in ("completed", "canceled"), status
+                await asyncio.sleep(0.05)
+    detail = status.view.stop_detail or ""
+    assert "it names the MCP servers toy, and this worker has none" in detail, status
+    assert server_children() == []

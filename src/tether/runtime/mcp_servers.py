@@ -61,9 +61,12 @@ class McpServers:
         except ImportError as exc:
             raise UsageError(f"--mcp {path}: {exc}") from exc
         try:
-            return McpServers(load_mcp_config(path), credentials)
+            configs = load_mcp_config(path)
         except UsageError as exc:  # it names the file
             raise UsageError(f"--mcp: {exc}") from exc
+        if credentials is not None and any(c.auth is not None for c in configs):
+            credentials.check_can_store()  # no key to seal tokens with: said now, not per run
+        return McpServers(configs, credentials)
 
     def names(self, tenant: str | None) -> list[str]:
         """The servers `tenant`'s specs may name: those whose `tenants` list it, or that
@@ -138,7 +141,8 @@ class McpServers:
             )
 
         credentials = (self.credentials or MemoryCredentials()).for_tenant(tenant)
-        return McpToolSource(self.configs, credentials=credentials, on_authorize=refuse_sign_in)
+        offered = [c for c in self.configs if c.name in self.names(tenant or None)]
+        return McpToolSource(offered, credentials=credentials, on_authorize=refuse_sign_in)
 
     async def aclose(self) -> None:
         """Stop every server started here (a stdio server's process is gone afterwards)."""
