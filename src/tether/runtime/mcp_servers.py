@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tether.errors import UsageError
+from tether.errors import TetherError, UsageError
 from tether.store.credentials import DEFAULT_TENANT, Credentials, MemoryCredentials
 from tether.tools.base import Tool
 
@@ -102,8 +102,8 @@ class McpServers:
             self._give_back(key, borrowed)
 
     def _borrow(self, key: str) -> _Borrowed:
-        if self._closed:
-            raise UsageError("this worker's MCP servers are closed")
+        if self._closed:  # the worker is stopping: not the session's fault, another runs it
+            raise TetherError("this worker's MCP servers are closed")
         borrowed = self._sources.get(key)
         if borrowed is None:
             borrowed = self._sources[key] = _Borrowed(self._source(key))
