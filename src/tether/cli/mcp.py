@@ -1,6 +1,7 @@
 """`tether mcp tools|resources|prompts FILE`: what the MCP servers of a config file offer, and
 a resource read (`--read URI`) or a prompt filled (`--get NAME --arg K=V`); `tether mcp logout
-FILE` forgets the OAuth tokens kept for its servers.
+FILE` forgets the OAuth tokens kept for its servers (`--tenant T`: those of a tenant of
+`tether serve --mcp`, whose served sessions use them).
 
 A thin adapter over `McpToolSource`. It stores only what OAuth keeps (tokens, sealed, in
 `--store`'s database); a server that needs a sign-in prints the URL to open. The servers are
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tether.cli.common import CliError, store_url
 from tether.cli.secrets import add_secret_flags, keyring_from
 from tether.errors import TetherError
-from tether.store.credentials import open_credentials
+from tether.store.credentials import DEFAULT_TENANT, open_credentials
 
 if TYPE_CHECKING:  # the MCP SDK is an extra: imported when a command runs
     from tether.tools.mcp import McpServerConfig, McpToolSource
@@ -54,6 +55,13 @@ def add_mcp_commands(sub: Any) -> None:
             metavar="URL",
             help="where OAuth tokens are kept (default: $TETHER_STORE or sqlite:///tether.db)",
         )
+        p.add_argument(
+            "--tenant",
+            default=None,
+            metavar="NAME",
+            help="keep and use the OAuth tokens of this tenant of `tether serve --mcp` (the "
+            "sign-in its served sessions use); default: the CLI's own",
+        )
         add_secret_flags(p)
 
 
@@ -69,7 +77,9 @@ async def cmd_mcp(args: argparse.Namespace) -> int:
     try:
         if args.server is not None:
             configs = [c for c in configs if c.name == args.server] or _unknown(args, configs)
-        credentials = open_credentials(store_url(args.store), keyring_from(args))
+        credentials = open_credentials(
+            store_url(args.store), keyring_from(args), tenant=args.tenant or DEFAULT_TENANT
+        )
         source = McpToolSource(configs, credentials=credentials)
     except TetherError as exc:
         raise CliError(f"{args.file}: {exc}") from exc

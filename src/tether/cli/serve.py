@@ -17,12 +17,13 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from tether.cli.args import COUNT, PORT, SECONDS, WAIT, number
-from tether.cli.common import store_from
+from tether.cli.common import store_from, store_url
 from tether.errors import UsageError
 from tether.store.base import redact_url
 
 if TYPE_CHECKING:
     from tether.providers.endpoints import EndpointPolicy
+    from tether.runtime.mcp_servers import McpServers
     from tether.scheduler import GatewayConfig, GatewayFigures
 
 
@@ -140,6 +141,14 @@ def add_runtime_commands(sub: Any, store_help: str) -> None:
             "$TETHER_ALLOW_ENDPOINTS, comma-separated); the hosted providers and the base "
             "URLs set in the environment are allowed without it",
         )
+        p.add_argument(
+            "--mcp",
+            default=None,
+            metavar="FILE",
+            help="MCP servers that specs may name in `mcp` (the mcpServers file of `tether run "
+            "--mcp`); started by the workers, one set per tenant, their OAuth tokens kept per "
+            "tenant in the store's database; give workers the same file",
+        )
         p.add_argument("--log-level", default="warning")
         gateway = p.add_argument_group(
             "model gateway", "limits of the one gateway per backend (model) in this process"
@@ -185,6 +194,17 @@ def endpoint_policy(args: argparse.Namespace) -> EndpointPolicy:
     listed = os.environ.get("TETHER_ALLOW_ENDPOINTS", "")
     allowed = [*(args.allow_endpoint or ()), *filter(None, (p.strip() for p in listed.split(",")))]
     return EndpointPolicy(tuple(allowed), configured_endpoints(os.environ, HOSTED_BASE_URLS))
+
+
+def mcp_servers(args: argparse.Namespace) -> McpServers | None:
+    """`--mcp FILE`: the servers a spec may name, their tokens kept beside the store; read
+    before anything starts, so a bad file stops the command."""
+    if args.mcp is None:
+        return None
+    from tether.runtime.mcp_servers import McpServers
+    from tether.store.credentials import open_credentials
+
+    return McpServers.load(args.mcp, open_credentials(store_url(args.store)))
 
 
 def gateway_config(args: argparse.Namespace) -> GatewayConfig:
@@ -252,6 +272,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     if tokens is not None and len(tokens) == 0:
         raise UsageError("no tokens: pass --tokens FILE, set TETHER_TOKENS, or --no-auth")
     check_token(metrics_token, tokens)  # it names every tenant: the operator's alone
+    mcp = mcp_servers(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     # IPPROTO_TCP named explicitly: asyncio turns Nagle off only for sockets that say so,
     # and with Nagle on each response body waited ~40 ms for the client's delayed ACK.
@@ -278,6 +299,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         park_after=park_after(args),
         endpoints=endpoints,
         quotas=None if tokens is None else tokens.quota,
+        mcp=mcp,
     )
     app = create_app(runtime, tokens, metrics_token=metrics_token, limits=limits)
     # On SIGTERM, requests in flight get STREAM_GRACE seconds; an event stream never ends on
@@ -328,6 +350,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     gateway = gateway_config(args)
     endpoints = endpoint_policy(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    mcp = mcp_servers(args)
     store = store_from(args.store)
     worker = Worker(
         store,
@@ -340,6 +363,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         endpoints=endpoints,
         code=Published(tuple(args.allow_code or ())),
         max_claims=args.poison_after,
+        mcp=mcp,
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -10,6 +10,7 @@ definition of its wire shape: its JSON form and the API's JSON Schema derive fro
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -199,7 +200,9 @@ class SessionSpec:
     `priority`: the session's model calls queue at the gateway as interactive (first) or
     batch. `agents`: sub-agents by name (`AgentSpec`); the main agent is offered those no
     other sub-agent lists, and each runs as a thread of the session; `max_depth` and
-    `max_threads` cap how deep they nest and how many run at once (`loop.Engine`)."""
+    `max_threads` cap how deep they nest and how many run at once (`loop.Engine`). `mcp`:
+    the names of MCP servers the operator configured (`tether serve --mcp FILE`) whose tools
+    the session is offered: a name only, never a command or URL (`check_mcp_names`)."""
 
     model: str
     task: str
@@ -213,6 +216,7 @@ class SessionSpec:
     agents: dict[str, AgentSpec] = field(default_factory=dict)
     max_depth: int = DEFAULT_MAX_DEPTH
     max_threads: int = DEFAULT_MAX_THREADS
+    mcp: tuple[str, ...] = ()
 
     def check(self) -> None:
         """What is wrong whatever the runtime: raised as `UsageError`, before any I/O."""
@@ -236,17 +240,20 @@ class SessionSpec:
                 f"not {self.max_depth} and {self.max_threads}"
             )
         check_agents(self.agents, self.max_depth)
+        check_mcp_names(self.mcp)
 
     def to_json(self) -> JSONObject:
         """The body of a start request (its fingerprint, too). `requires` is written as the
         names it holds, sorted: what a caller writes, and what the server reads. The
-        sub-agent fields are written only when they say something (sub-agents, or caps
-        other than the defaults), so a spec without them is the body, and has the
-        fingerprint, it had before they existed."""
+        sub-agent fields and `mcp` are written only when they say something (sub-agents,
+        caps other than the defaults, servers), so a spec without them is the body, and has
+        the fingerprint, it had before they existed."""
         data = wire.to_json(self)
         for name, default in SUB_AGENT_DEFAULTS.items():
             if data.get(name) == default:
                 del data[name]
+        if not self.mcp:
+            del data["mcp"]
         names = list[JSONValue](sorted(self.requires.held()))
         return {**data, "requires": names}
 
@@ -261,6 +268,35 @@ SUB_AGENT_DEFAULTS: dict[str, JSONValue] = {
     "max_depth": DEFAULT_MAX_DEPTH,
     "max_threads": DEFAULT_MAX_THREADS,
 }
+# An operator's MCP server as a spec names it: a name, nothing a shell or a URL could be.
+MCP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+MAX_MCP = 16  # servers one spec may name
+
+
+def check_mcp_names(names: Sequence[object]) -> None:
+    """Refuse (`UsageError` naming `spec.mcp`) anything but a list of a few distinct server
+    names: a tenant picks among the operator's servers, it never starts a process or names
+    a host, so a command, a URL or a server's config is refused as such."""
+    if isinstance(names, str | bytes) or not isinstance(names, Sequence):
+        raise UsageError(f"spec.mcp must be a list of MCP server names, not {type(names).__name__}")
+    if len(names) > MAX_MCP:
+        raise UsageError(f"spec.mcp names {len(names)} MCP servers; at most {MAX_MCP}")
+    for index, name in enumerate(names):
+        where = f"spec.mcp[{index}]"
+        if isinstance(name, Mapping):
+            raise UsageError(
+                f"{where} is a server's config; name one of the MCP servers the operator "
+                "configured instead (a spec never gives a command or URL)"
+            )
+        if not isinstance(name, str):
+            raise UsageError(f"{where} must be an MCP server's name, not {type(name).__name__}")
+        if MCP_NAME.fullmatch(name) is None:
+            raise UsageError(
+                f"{where} {name[:80]!r} is not an MCP server's name (1-64 of A-Z a-z 0-9 _ . -): "
+                "name one of the servers the operator configured, never a command or URL"
+            )
+    if len(set(names)) < len(names):
+        raise UsageError("spec.mcp names one MCP server twice")
 
 
 @dataclass(frozen=True, slots=True)

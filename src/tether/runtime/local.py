@@ -37,6 +37,7 @@ from tether.runtime.base import (
 )
 from tether.runtime.hub import EventHub, stream_events
 from tether.runtime.listing import list_sessions
+from tether.runtime.mcp_servers import McpServers
 from tether.runtime.quotas import Admission, Quota, capped
 from tether.runtime.sessions import (
     Views,
@@ -74,6 +75,7 @@ class _Core:
     closed: bool = False
     code: Published | None = None
     endpoints: EndpointPolicy | None = None
+    mcp: McpServers = field(default_factory=lambda: McpServers(()))
 
 
 class LocalRuntime:
@@ -92,7 +94,8 @@ class LocalRuntime:
     callers that are not trusted to choose them; None allows any. `quotas`: each tenant's
     `Quota`, for what no request of the tenant brings (its sub-agent threads, its spending,
     counted for the sessions this process's workers run); None: the quota of the tenant's
-    last `for_tenant`."""
+    last `for_tenant`. `mcp`: the operator's MCP servers a spec may name (`spec.mcp`), run
+    by this process's workers (None: a spec may name none)."""
 
     def __init__(
         self,
@@ -109,6 +112,7 @@ class LocalRuntime:
         park_after: float | None = 10.0,
         endpoints: EndpointPolicy | None = None,
         quotas: Callable[[str], Quota] | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         owns = isinstance(store, str)
         the_store = open_store(store) if isinstance(store, str) else store
@@ -135,10 +139,12 @@ class LocalRuntime:
                 code=code,
                 tail=tail,
                 quotas=admission,
+                mcp=mcp,
             )
         self._core = _Core(the_store, owns, hub, folds, worker, admission)
         self._core.code = code
         self._core.endpoints = endpoints
+        self._core.mcp = mcp or McpServers(())
         self.tenant: str | None = None
         self.quota = Quota()
 
@@ -160,6 +166,11 @@ class LocalRuntime:
     def code(self) -> Published | None:
         """What a spec may name here (None: any code, for a library's own callers)."""
         return self._core.code
+
+    @property
+    def mcp_names(self) -> list[str]:
+        """The MCP servers a spec of this tenant may name here."""
+        return self._core.mcp.names(self.tenant)
 
     @property
     def worker(self) -> Worker | None:
@@ -210,6 +221,7 @@ class LocalRuntime:
             raise UsageError("an idempotency key must not be empty")
         self._ensure_running()
         self._check_code(spec)
+        self._core.mcp.check(spec.mcp, self.tenant)  # names only: the servers start in a worker
         spec = capped(spec, self.quota)
         model, tools = self._build(spec.model, spec.tools)
         self._check_endpoint(spec.model, model)

@@ -1,7 +1,8 @@
 """Creating managed sessions and rebuilding their runners; folds kept current for polling.
 
 Owns what `session.created` records for a runtime session (`metadata.runner`: model string,
-tool specs, `end_after_turn`, `priority`, the sub-agents and their caps; `metadata.tenant`;
+tool specs, `end_after_turn`, `priority`, the sub-agents and their caps, the operator's MCP
+servers it named (`mcp`, names only); `metadata.tenant`;
 `metadata.idempotency`), building a spec's sub-agents into tools, idempotent creation, and `Views`, the per-process cache of incremental folds behind `poll`. Running
 sessions is `worker`; the operations themselves are `local`.
 """
@@ -53,6 +54,7 @@ class Runner:
     agents: JSONObject = field(default_factory=dict)  # as recorded: read by `sub_agents`
     max_depth: int = DEFAULT_MAX_DEPTH
     max_threads: int = DEFAULT_MAX_THREADS
+    mcp: tuple[str, ...] = ()  # the operator's MCP servers, by name
 
     @staticmethod
     def from_created(created: SessionCreated) -> Runner | None:
@@ -62,6 +64,7 @@ class Runner:
             return None
         tools = recorded.get("tools") or []
         agents = recorded.get("agents")
+        mcp = recorded.get("mcp") if "runner" in created.metadata else None  # the CLI's: a file
         return Runner(
             model=str(recorded["model"]),
             tools=tuple(str(t) for t in tools) if isinstance(tools, list) else (),
@@ -72,6 +75,7 @@ class Runner:
             agents=agents if isinstance(agents, dict) else {},
             max_depth=_count(recorded.get("max_depth"), DEFAULT_MAX_DEPTH),
             max_threads=_count(recorded.get("max_threads"), DEFAULT_MAX_THREADS),
+            mcp=tuple(str(n) for n in mcp) if isinstance(mcp, list) else (),
         )
 
     def key(self) -> str:
@@ -208,6 +212,8 @@ def created_event(
         runner["agents"] = {name: wire.to_json(agent) for name, agent in spec.agents.items()}
         runner["max_depth"] = spec.max_depth
         runner["max_threads"] = spec.max_threads
+    if spec.mcp:
+        runner["mcp"] = list[JSONValue](spec.mcp)
     metadata["runner"] = runner
     metadata.setdefault("trace_id", new_trace_id())
     if tenant is not None:

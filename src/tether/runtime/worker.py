@@ -31,6 +31,7 @@ from tether.published import Published
 from tether.recovery import closing, threads_of
 from tether.runtime.claims import DEFAULT_MAX_CLAIMS, Probation, take_work
 from tether.runtime.gateways import Gateways, SessionRouted
+from tether.runtime.mcp_servers import McpServers
 from tether.runtime.quotas import Admission
 from tether.runtime.sessions import Runner, build_runner, subagent_tools
 from tether.scheduler import GatewayConfig
@@ -76,7 +77,8 @@ class Worker:
     `--allow-code`; a session naming anything else is failed, never run; None: any code).
     `tail`: the process's tail of `store`, shared with its event hub (None: the worker's runs
     make their own). `quotas`: the tenants' quotas of the runtime it runs for, which admit its
-    sub-agent threads and count its spending (None: none)."""
+    sub-agent threads and count its spending (None: none). `mcp`: the operator's MCP
+    servers a session may name (`McpServers`; None: none), stopped when the worker stops."""
 
     def __init__(
         self,
@@ -95,6 +97,7 @@ class Worker:
         code: Published | None = None,
         tail: Tail | None = None,
         quotas: Admission | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         if concurrency < 1:
             raise UsageError(f"a worker needs concurrency of at least 1, not {concurrency}")
@@ -115,6 +118,7 @@ class Worker:
         self.endpoints = endpoints
         self.code = code
         self.quotas = quotas
+        self.mcp = mcp
         self._http: httpx.AsyncClient | None = None  # guarded, made at the first model
         self.turns_run = 0
         self.failures = 0
@@ -183,6 +187,8 @@ class Worker:
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*self._chores, return_exceptions=True)
         await self.runs.close()
+        if self.mcp is not None:
+            await self.mcp.aclose()  # after every run: no call is cut off by it
         if self._http is not None:
             await self._http.aclose()
             self._http = None
@@ -317,12 +323,27 @@ class Worker:
             # Not a runtime session (or gone): nothing here can run it.
             await self.store.clear_runnable(wakeup)
             return
-        try:
-            engine = self._engine(runner)
-        except UsageError as exc:
-            await self._fail(sid, f"the worker cannot build this session's runner: {exc}", lease)
-            await self.store.clear_runnable(wakeup)
-            return
+        async with contextlib.AsyncExitStack() as held:  # the MCP servers the run borrows
+            try:
+                engine = (
+                    await self._mcp_engine(runner, held) if runner.mcp else self._engine(runner)
+                )
+            except UsageError as exc:
+                detail = f"the worker cannot build this session's runner: {exc}"
+                await self._fail(sid, detail, lease)
+                await self.store.clear_runnable(wakeup)
+                return
+            await self._run_engine(wakeup, lease, watch, runner, engine)
+
+    async def _run_engine(
+        self,
+        wakeup: Wakeup,
+        lease: Lease | None,
+        watch: tuple[Callable[[Event], None], ...],
+        runner: Runner,
+        engine: Engine,
+    ) -> None:
+        sid = wakeup.session_id
         spends: tuple[Callable[[Event], None], ...] = ()
         quotas, tenant = self.quotas, runner.tenant
         if quotas is not None and tenant is not None and quotas.quota_of(tenant).counts_spend:
@@ -368,24 +389,46 @@ class Worker:
             model.gateway.resume(folder.session_id, parse_time(asked[0].time))
 
     def _engine(self, runner: Runner) -> Engine:
+        """The engine of a session without MCP servers, kept for the next run of the same
+        runner."""
         key = runner.key()
         engine = self._engines.get(key)
-        if engine is not None:
-            return engine
+        if engine is None:
+            engine = self._make_engine(runner, self._runner_tools(runner))
+            self._engines.put(key, engine, 2 * len(key) + 4_096)
+        return engine
+
+    async def _mcp_engine(self, runner: Runner, held: contextlib.AsyncExitStack) -> Engine:
+        """The engine of a session that names MCP servers, built for this run: its MCP
+        tools are borrowed (until `held` closes) from its tenant's servers in this worker."""
+        if self.mcp is None:
+            raise UsageError(
+                f"it names the MCP servers {', '.join(runner.mcp)}, and this worker has none "
+                "(start it with --mcp FILE, as the server)"
+            )
+        model, tools = self._runner_tools(runner)
+        borrowing = self.mcp.tools(runner.tenant, runner.mcp, taken=[t.name for t in tools])
+        mcp_tools = await held.enter_async_context(borrowing)
+        return self._make_engine(runner, (model, [*tools, *mcp_tools]))
+
+    def _runner_tools(self, runner: Runner) -> tuple[Model, list[Tool]]:
+        """The runner's model and its tools: Python tools and the sub-agents it offers."""
         agents = runner.sub_agents()
         model, tools = self._build(runner.model, runner.tools)
         offered = subagent_tools(agents, lambda _, agent: self._build(agent.model, agent.tools))
-        engine = Engine(
+        return model, [*tools, *offered]
+
+    def _make_engine(self, runner: Runner, built: tuple[Model, list[Tool]]) -> Engine:
+        model, tools = built
+        return Engine(
             model,
-            Toolbox([*tools, *offered]),
+            Toolbox(tools),
             runner.build_limits(),
             context=make_context(True, model),
             max_depth=runner.max_depth,
             max_threads=runner.max_threads,
             thread_gate=self.quotas,
         )
-        self._engines.put(key, engine, 2 * len(key) + 4_096)
-        return engine
 
     def _build(self, model_spec: str, tool_specs: tuple[str, ...]) -> tuple[Model, list[Tool]]:
         """A model string (the session's, or a sub-agent's: each is checked alike) resolved

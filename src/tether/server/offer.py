@@ -1,5 +1,6 @@
 """What a tenant may start a session with on this server (`GET /v1/start-options`, the web
-view's start form): the operator's `--allow-code` patterns, and the tool specs they match.
+view's start form): the operator's `--allow-code` patterns, the tool specs they match, and
+the names of its MCP servers (`--mcp`).
 
 A pattern whose module part is a plain module name is imported (the operator allowed that
 code to load; a start would import it too) and each public name of it that matches the
@@ -67,5 +68,9 @@ async def start_options(request: Request, rt: LocalRuntime) -> Response:
     code = rt.code
     offered = tool_specs(code) if code is not None else ()
     return JSONResponse(
-        {"allow_code": None if code is None else list(code.code), "tools": list(offered)}
+        {
+            "allow_code": None if code is None else list(code.code),
+            "tools": list(offered),
+            "mcp": rt.mcp_names,  # the operator's MCP servers, by name only
+        }
     )

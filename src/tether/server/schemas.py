@@ -12,19 +12,23 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, field_validator
 
+from tether.errors import UsageError
 from tether.events import ApprovalDecided
 from tether.experiment.records import METRICS as CHART_METRICS
 from tether.limits import Limits
 from tether.messages import JSONValue, Usage
 from tether.runtime.base import (
+    MAX_MCP,
+    MCP_NAME,
     AgentSpec,
     Capabilities,
     SessionSpec,
     SessionStatus,
     SessionSummary,
     Waiting,
+    check_mcp_names,
 )
 from tether.runtime.wire import adapter
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
@@ -41,6 +45,8 @@ Text = Field(min_length=1, max_length=MAX_TEXT)
 MAX_AGENTS = 16  # sub-agents in one spec
 # A sub-agent's name (`SessionSpec.check` holds it to `tether.session.threads.check_name`).
 AgentName = Annotated[str, Field(min_length=1, max_length=64)]
+# An MCP server the operator configured, by its name (`SessionSpec.mcp`).
+McpName = Annotated[str, Field(pattern=f"^{MCP_NAME.pattern}$", max_length=64)]
 REF = "#/components/schemas/{model}"
 
 
@@ -96,6 +102,17 @@ class StartBody(_Body):
     agents: dict[AgentName, AgentBody] = Field(default_factory=dict, max_length=MAX_AGENTS)
     max_depth: int = Field(DEFAULT_MAX_DEPTH, ge=0, le=MAX_AGENTS)
     max_threads: int = Field(DEFAULT_MAX_THREADS, ge=1, le=64)
+    mcp: list[McpName] = Field(default_factory=list, max_length=MAX_MCP)
+
+    @field_validator("mcp", mode="before")
+    @classmethod
+    def _mcp_names(cls, value: object) -> object:
+        """A command, URL or server config says so in one line, not as a pattern mismatch."""
+        try:
+            check_mcp_names(value)  # type: ignore[arg-type]
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
     def to_spec(self) -> SessionSpec:
         return SessionSpec(
@@ -111,6 +128,7 @@ class StartBody(_Body):
             agents={name: agent.to_spec() for name, agent in self.agents.items()},
             max_depth=self.max_depth,
             max_threads=self.max_threads,
+            mcp=tuple(self.mcp),
         )
 
 
@@ -259,6 +277,8 @@ def components() -> dict[str, Any]:
         tools={"type": "array", "items": _object(
             spec={"type": "string"}, tools={"type": "array", "items": _object(
                 name={"type": "string"}, description={"type": "string"})})},
+        mcp={"type": "array", "items": {"type": "string"},
+             "description": "the MCP servers a spec may name in `mcp`"},
     )  # fmt: skip
     bounds = {"type": "object", "description": "what the answer was bounded by (its limits) "
               "and whether it holds everything (complete)"}  # fmt: skip

@@ -8,11 +8,14 @@ The model does what the last user message says, so one model serves every scenar
                      with DELAY, each model call takes DELAY seconds
   `guarded ACTION`   asks for the `guarded` tool (it needs approval), then reports its result
   `fail`             raises a provider error, not retryable (the turn ends `error`)
+  `call TOOL JSON`   asks for any tool (an MCP server's, say) with the JSON object as its
+                     arguments, then answers "TOOL said: RESULT"
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 
 from tether.errors import ServerError
@@ -81,6 +84,11 @@ def _reply(messages: Sequence[Message]) -> Reply:
         if steps == 0:
             return call("guarded", action=" ".join(words[1:]))
         return f"guarded said: {results[-1] if results else ''}"
+    if command == "call" and len(words) >= 2:
+        if steps == 0:
+            arguments = json.loads(text.split(None, 2)[2]) if len(words) > 2 else {}
+            return call(words[1], **arguments)
+        return f"{words[1]} said: {results[-1] if results else ''}"
     return f"echo: {text.removeprefix('echo ')}"
 
 

@@ -74,6 +74,7 @@ _KNOWN_KEYS = frozenset(
         "roots",
         "auth",
         "transport",
+        "tenants",
     }
 )
 # `${VAR}`, or `${VAR:-default}` (the default when VAR is unset or empty, as in a shell);
@@ -97,7 +98,9 @@ class McpServerConfig:
     session's own model answer a prompt (within the session's budget). `roots`: the
     directories (paths or `file://` URIs) the server is told it may work in; none: the
     capability is not declared. `auth`: OAuth 2.1 for a remote server (`McpOAuth`); its
-    tokens are kept in the store, never in the event log."""
+    tokens are kept in the store, never in the event log. `tenants`: the tenants of `tether
+    serve --mcp` whose sessions may name the server (None: every tenant; `tether run` and
+    `tether chat` do not read it)."""
 
     name: str
     command: str | None = None
@@ -118,6 +121,7 @@ class McpServerConfig:
     roots: tuple[str, ...] = ()
     sse: bool = False
     auth: McpOAuth | None = None
+    tenants: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         where = f"MCP server {self.name!r}"
@@ -207,7 +211,7 @@ def server_from_mapping(
 ) -> McpServerConfig | None:
     """One server's settings (`command`/`args`/`env`/`cwd` or `url`/`headers`, plus
     `needsApproval`, `timeout`, `startupTimeout`, `protocol`, `enabled_tools`,
-    `disabled_tools`, `use_instructions`, `elicitation`, `sampling`, `roots`, `auth`; `type` or
+    `disabled_tools`, `use_instructions`, `elicitation`, `sampling`, `roots`, `auth`, `tenants`; `type` or
     `transport` stdio, http or sse); None when it is disabled. `${VAR}` and `${VAR:-default}` in
     any string of `command`, `args`, `env`, `cwd`, `url`, `headers` and `auth` are read from
     the environment."""
@@ -240,6 +244,7 @@ def server_from_mapping(
         "headers": _str_map(settings.get("headers", {}), "headers", where),
         "enabled_tools": _tool_names(settings, "enabled_tools", where),
         "disabled_tools": _tool_names(settings, "disabled_tools", where) or frozenset(),
+        "tenants": _tool_names(settings, "tenants", where),
         "needs_approval": _approval(settings.get("needsApproval", False), where),
         "timeout": _seconds(
             settings.get("timeout", DEFAULT_TIMEOUT), "timeout", where, allow_none=True

@@ -210,13 +210,17 @@ class McpToolSource:
                 continue
         return found
 
-    async def list_tools(self, *, taken: Iterable[str] = ()) -> list[Tool]:
-        """Every server's tools, starting the servers that are not running. A name used by
+    async def list_tools(
+        self, *, taken: Iterable[str] = (), servers: Iterable[str] | None = None
+    ) -> list[Tool]:
+        """Every server's tools (or only those of `servers`, by name: the others are not
+        started), starting the servers that are not running. A name used by
         two servers (or in `taken`, e.g. the Python tools beside them) is prefixed with the
         server's name. A server that cannot start raises `McpServerUnavailable` naming it; one
         whose `enabled_tools` or `disabled_tools` name a tool it does not have, `ConfigError`."""
         listings: list[tuple[McpConnection, list[mcp_types.Tool]]] = []
-        for connection in self.connections.values():
+        chosen = self.connections.values() if servers is None else map(self.connection, servers)
+        for connection in chosen:
             listings.append((connection, self._offered(connection, await connection.list_tools())))
         pairs = [(c.name, t.name) for c, tools in listings for t in tools]
         names = exposed_names(pairs, taken)
