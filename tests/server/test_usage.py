@@ -205,3 +205,23 @@ async def test_the_usage_page_shows_the_tenants_models_and_days(
         await page.click("#usage-show")
         await expect(small).to_contain_text("$9.362000", timeout=WAIT_MS)
         assert await page.evaluate("window.__violations") == []
+
+
+async def test_the_usage_page_passes_axe_and_fits_a_phone(tmp_path: Path, browser: object) -> None:
+    from playwright.async_api import Browser, expect
+
+    from server.test_web_view_a11y import WIDTHS, axe_source, layout_problems, serious_violations
+
+    assert isinstance(browser, Browser)
+    source = axe_source()
+    with serve(tmp_path, "--workers", "0") as server:
+        await filled(server)
+        for width in WIDTHS:
+            page = await browser.new_page(viewport={"width": width, "height": 800})
+            await page.goto(f"{server.url}/ui#/usage")
+            await give_token(page, ACME)
+            rows = page.locator("#usage-days tr")
+            await expect(rows).to_have_count(3, timeout=WAIT_MS)  # (day, model) groups in 30 days
+            assert await serious_violations(page, source) == [], width
+            assert await layout_problems(page) == [], width
+            await page.close()

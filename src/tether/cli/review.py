@@ -79,8 +79,8 @@ def add_review_command(sub: Any, store_help: str) -> None:
         metavar="MODEL",
         help="a critic's model (repeat for more critics: critic1, critic2, ...)",
     )
-    p.add_argument("--max-rounds", type=COUNT, default=DEFAULT_ROUNDS, metavar="N")
-    p.add_argument("--stable-rounds", type=COUNT, default=DEFAULT_STABLE, metavar="N")
+    p.add_argument("--max-rounds", type=COUNT, default=None, metavar="N", help="(6)")
+    p.add_argument("--stable-rounds", type=COUNT, default=None, metavar="N", help="(2)")
     p.add_argument("--max-steps", type=COUNT, default=None, metavar="N", help="model calls in all")
     p.add_argument("--max-tokens", type=COUNT, default=None, metavar="N", help="token budget")
     p.add_argument("--max-cost", type=USD, default=None, metavar="USD", help="cost budget")
@@ -155,8 +155,8 @@ async def cmd_review(args: argparse.Namespace) -> int:
             text,
             proposer=proposer,
             critics=critics,
-            max_rounds=args.max_rounds,
-            stable_rounds=args.stable_rounds,
+            max_rounds=args.max_rounds or DEFAULT_ROUNDS,
+            stable_rounds=args.stable_rounds or DEFAULT_STABLE,
             limits=limits,
             store=store,
             on_event=on_event,
@@ -185,7 +185,7 @@ async def cmd_resume(args: argparse.Namespace) -> int:
     replacing those it recorded (`resume_review`), its ledger and revision reported."""
     from tether.review import resume_review, review_from_log
 
-    if args.max_rounds != DEFAULT_ROUNDS or args.stable_rounds != DEFAULT_STABLE:
+    if args.max_rounds is not None or args.stable_rounds is not None:
         raise CliError("--max-rounds and --stable-rounds are the review's own: --resume keeps them")
     out = _out(args, args.file or args.resume)
     changes = {
