@@ -217,7 +217,8 @@ async def test_ctrl_c_prints_the_report_so_far_and_the_rerun_counts_the_cut_runs
         (("compare", "x", "a"), None, "usage: tether experiment compare ID A B"),
         (("run", "s.toml", "--model", "scripted:demo"), FLAKY, "--model, --tools and --system"),
         (("go", "--runs", "2"), None, "tether experiment TASK needs --model"),
-        (("report", "x", "--max-cost", "1"), None, "--id, --max-cost, --runs and --concurrency"),
+        (("report", "x", "--max-cost", "1"), None, "--id, --max-cost, --runs, --concurrency and"),
+        (("run", "s.toml", "--tenant", "a/b"), FLAKY, "argument --tenant: tenant name 'a/b'"),
         (("compare", "x", "a", "b", "--chart", "c.svg"), None, "--chart is for `run`"),
     ],
 )

@@ -39,6 +39,8 @@ VALID = {
     "sort": "updated",
     "counts": "true",
     "metric": "steps",
+    "from": "2026-01-01",
+    "to": "2026-01-01",
 }
 
 

@@ -112,3 +112,14 @@ def nonblank(value: str) -> str:
     if not value.strip():
         raise argparse.ArgumentTypeError("must not be empty")
     return value
+
+
+def tenant_name(value: str) -> str:
+    """An argparse `type=` for a tenant: a name a `tether serve` tokens file could give one."""
+    from tether.errors import UsageError
+    from tether.runtime.base import check_tenant
+
+    try:
+        return check_tenant(value)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

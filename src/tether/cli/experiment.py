@@ -108,8 +108,9 @@ async def cmd_experiment(args: argparse.Namespace) -> int:
     if len(rest) != arity:
         usage = {"run": "run SPEC.toml", "report": "report ID", "compare": "compare ID A B"}
         raise CliError(f"usage: tether experiment {usage[form]}")
-    if form != "run" and (args.id, args.max_cost, args.runs, args.concurrency) != (None,) * 4:
-        raise CliError("--id, --max-cost, --runs and --concurrency are for `run`")
+    asked = (args.id, args.max_cost, args.runs, args.concurrency, args.tenant)
+    if form != "run" and asked != (None,) * 5:
+        raise CliError("--id, --max-cost, --runs, --concurrency and --tenant are for `run`")
     if form == "compare" and args.chart is not None:
         raise CliError("--chart is for `run` and `report`")
     if args.chart is not None and not args.chart.endswith(".svg"):
@@ -128,8 +129,10 @@ async def cmd_one_task(args: argparse.Namespace, task: str) -> int:
 
     if args.model is None:
         raise CliError("tether experiment TASK needs --model (or: run SPEC.toml)")
-    if args.id is not None or args.max_cost is not None or args.chart is not None:
-        raise CliError("--id, --max-cost and --chart are for `tether experiment run SPEC`")
+    if (args.id, args.max_cost, args.chart, args.tenant) != (None,) * 4:
+        raise CliError(
+            "--id, --max-cost, --chart and --tenant are for `tether experiment run SPEC`"
+        )
     runs = 10 if args.runs is None else args.runs
     confidence = 0.95 if args.confidence is None else args.confidence
     try:
@@ -203,7 +206,7 @@ async def cmd_run_spec(args: argparse.Namespace, path: str) -> int:
         raise CliError(str(exc)) from exc
     try:
         tasks = spec.built_tasks()
-        agents = spec.agents(lambda: store_from(args.store))
+        agents = spec.agents(lambda: store_from(args.store), args.tenant)
     except TetherError as exc:
         raise CliError(f"{path}: {exc}") from exc
     store = next(iter(agents.values())).store

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tether.cli.args import COUNT, USD, Parser, nonblank, number
+from tether.cli.args import COUNT, USD, Parser, nonblank, number, tenant_name
 from tether.cli.common import TOOLS_ARGUMENT
 from tether.experiment import MATRIX_METRICS
 
@@ -101,6 +101,15 @@ def _add_options(p: argparse.ArgumentParser, store_help: str, form: str | None) 
     add("", one, "--max-steps", type=COUNT, default=50)
     add("run", many, "--id", default=None, help="run: the experiment's id (continues it)")
     add("run", many, "--max-cost", type=USD, default=None, metavar="USD", help="run: cap")
+    add(
+        "run",
+        many,
+        "--tenant",
+        type=tenant_name,
+        default=None,
+        help="run: the tenant whose runs they are, so `tether serve` on this --store shows "
+        "them to that tenant's token (the spec's `tenant` otherwise)",
+    )
     add(
         "run report compare",
         many,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from tether.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_LIMIT,
     CliError,
+    existing_store,
     store_from,
 )
 from tether.errors import TetherError
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from tether.agent import Agent
     from tether.review import ReviewResult
 
+DEFAULT_ROUNDS, DEFAULT_STABLE = 6, 2
 EXIT_CODES = {
     "converged": 0,
     "max_rounds": EXIT_LIMIT,
@@ -54,7 +57,20 @@ def add_review_command(sub: Any, store_help: str) -> None:
     p = sub.add_parser(
         "review", help="review a file: critics object, a proposer answers and revises"
     )
-    p.add_argument("file", help="the artifact to review (UTF-8 text)")
+    p.add_argument(
+        "file",
+        nargs="?",
+        default=None,
+        help="the artifact to review (UTF-8 text); with --resume, only where the revision "
+        "goes (FILE.reviewed)",
+    )
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="ID",
+        help="go on with review ID (stopped by a limit, interrupted, or left open by a crash) "
+        "with the same --proposer and --critic; a limit given replaces the recorded one",
+    )
     p.add_argument("--proposer", required=True, metavar="MODEL", help="as `tether run --model`")
     p.add_argument(
         "--critic",
@@ -63,8 +79,8 @@ def add_review_command(sub: Any, store_help: str) -> None:
         metavar="MODEL",
         help="a critic's model (repeat for more critics: critic1, critic2, ...)",
     )
-    p.add_argument("--max-rounds", type=COUNT, default=6, metavar="N")
-    p.add_argument("--stable-rounds", type=COUNT, default=2, metavar="N")
+    p.add_argument("--max-rounds", type=COUNT, default=None, metavar="N", help="(6)")
+    p.add_argument("--stable-rounds", type=COUNT, default=None, metavar="N", help="(2)")
     p.add_argument("--max-steps", type=COUNT, default=None, metavar="N", help="model calls in all")
     p.add_argument("--max-tokens", type=COUNT, default=None, metavar="N", help="token budget")
     p.add_argument("--max-cost", type=USD, default=None, metavar="USD", help="cost budget")
@@ -74,17 +90,24 @@ def add_review_command(sub: Any, store_help: str) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _out(args: argparse.Namespace, name: str) -> Path:
+    out = Path(args.out) if args.out else Path(f"{name}.reviewed")
+    if not out.parent.is_dir():
+        raise CliError(f"--out {out}: no directory {out.parent}")
+    return out
+
+
 def _checked(args: argparse.Namespace) -> tuple[str, Path, Limits]:
     """The artifact, where the revision goes, and the limits: bad input as a `CliError`."""
+    if args.file is None:
+        raise CliError("tether review needs a FILE to review (or --resume ID)")
     try:
         text = Path(args.file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CliError(f"{args.file}: cannot read it: {exc}") from exc
     if not text.strip():
         raise CliError(f"{args.file}: there is nothing to review: the file is empty")
-    out = Path(args.out) if args.out else Path(f"{args.file}.reviewed")
-    if not out.parent.is_dir():
-        raise CliError(f"--out {out}: no directory {out.parent}")
+    out = _out(args, args.file)
     limits = Limits(
         max_steps=args.max_steps,
         max_tokens=args.max_tokens,
@@ -103,16 +126,22 @@ def _participant(model: str, flag: str, name: str, system: str) -> Agent:
         raise CliError(f"{flag} {model}: {exc}") from exc
 
 
+LIMIT_FLAGS = {
+    "max_steps": "max_steps",
+    "max_tokens": "max_tokens",
+    "max_cost": "max_cost_usd",
+    "max_seconds": "max_seconds",
+}
+
+
 async def cmd_review(args: argparse.Namespace) -> int:
     from tether.review import review, review_from_log
 
     # Everything the user named is checked before the store is touched.
+    if args.resume is not None:
+        return await cmd_resume(args)
     text, out, limits = _checked(args)
-    proposer = _participant(args.proposer, "--proposer", "proposer", PROPOSER_SYSTEM)
-    critics = [
-        _participant(model, "--critic", f"critic{i}", CRITIC_SYSTEM)
-        for i, model in enumerate(args.critic, 1)
-    ]
+    proposer, critics = _participants(args)
     store = store_from(args.store)
     session: list[str] = []
 
@@ -126,8 +155,8 @@ async def cmd_review(args: argparse.Namespace) -> int:
             text,
             proposer=proposer,
             critics=critics,
-            max_rounds=args.max_rounds,
-            stable_rounds=args.stable_rounds,
+            max_rounds=args.max_rounds or DEFAULT_ROUNDS,
+            stable_rounds=args.stable_rounds or DEFAULT_STABLE,
             limits=limits,
             store=store,
             on_event=on_event,
@@ -137,6 +166,48 @@ async def cmd_review(args: argparse.Namespace) -> int:
             _report(await review_from_log(store, session[0]), out, args)
         await store.close()
         raise
+    await store.close()
+    _report(result, out, args)
+    return EXIT_CODES.get(result.stop_reason, EXIT_ERROR)
+
+
+def _participants(args: argparse.Namespace) -> tuple[Agent, list[Agent]]:
+    proposer = _participant(args.proposer, "--proposer", "proposer", PROPOSER_SYSTEM)
+    critics = [
+        _participant(model, "--critic", f"critic{i}", CRITIC_SYSTEM)
+        for i, model in enumerate(args.critic, 1)
+    ]
+    return proposer, critics
+
+
+async def cmd_resume(args: argparse.Namespace) -> int:
+    """`tether review --resume ID`: the review continued where it stopped, the limits given
+    replacing those it recorded (`resume_review`), its ledger and revision reported."""
+    from tether.review import resume_review, review_from_log
+
+    if args.max_rounds is not None or args.stable_rounds is not None:
+        raise CliError("--max-rounds and --stable-rounds are the review's own: --resume keeps them")
+    out = _out(args, args.file or args.resume)
+    changes = {
+        limit: getattr(args, flag)
+        for flag, limit in LIMIT_FLAGS.items()
+        if getattr(args, flag) is not None
+    }
+    proposer, critics = _participants(args)
+    store = existing_store(args.store)
+    args.interrupts.session_id = args.resume
+    try:
+        result = await resume_review(
+            args.resume, proposer=proposer, critics=critics, store=store, limits=changes
+        )
+    except asyncio.CancelledError:
+        with contextlib.suppress(TetherError):
+            _report(await review_from_log(store, args.resume), out, args)
+        await store.close()
+        raise
+    except TetherError as exc:
+        await store.close()
+        raise CliError(str(exc)) from exc
     await store.close()
     _report(result, out, args)
     return EXIT_CODES.get(result.stop_reason, EXIT_ERROR)

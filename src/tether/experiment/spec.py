@@ -8,14 +8,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from tether import documents
 from tether.agent import Agent, resolve_model
 from tether.errors import UsageError
 from tether.experiment.plan import Task, import_check
 from tether.limits import Limits
+from tether.messages import JSONValue
 from tether.providers.base import Model
+from tether.runtime.base import check_tenant
 from tether.store.base import Store
 from tether.tools.base import Tool
 from tether.tools.load import load_tools
@@ -42,17 +45,20 @@ class VariantSpec(_Strict):
         )
         return resolve_model(self.model), load_tools(self.tools, label="tools"), limits
 
-    def agent(self, parts: tuple[Model, list[Tool], Limits], store: Store) -> Agent:
+    def agent(
+        self, parts: tuple[Model, list[Tool], Limits], store: Store, tenant: str | None = None
+    ) -> Agent:
         """The variant's agent on `store`, recording its model and tools as `tether run`
-        does, so `tether sessions resume` can rebuild it."""
+        does, so `tether sessions resume` can rebuild it; its runs are `tenant`'s if named
+        (what `tether serve` shows that tenant)."""
         model, tools, limits = parts
+        metadata: dict[str, JSONValue] = {
+            "cli": {"model": self.model, "tools": list(self.tools), "mcp": None}
+        }
+        if tenant is not None:
+            metadata["tenant"] = tenant
         return Agent(
-            model,
-            tools=tools,
-            system=self.system,
-            limits=limits,
-            store=store,
-            metadata={"cli": {"model": self.model, "tools": list(self.tools), "mcp": None}},
+            model, tools=tools, system=self.system, limits=limits, store=store, metadata=metadata
         )
 
 
@@ -69,7 +75,8 @@ class TaskSpec(_Strict):
 
 class ExperimentSpec(_Strict):
     """`runs` repeats of every task on every variant; `id` names the experiment (a new one
-    when absent: then the command prints it, to continue it with `--id`)."""
+    when absent: then the command prints it, to continue it with `--id`); `tenant` is the
+    tenant whose runs they are, for a store a `tether serve` uses (none: no tenant's)."""
 
     variants: dict[str, VariantSpec] = Field(min_length=1)
     tasks: tuple[TaskSpec, ...] = Field(min_length=1)
@@ -79,13 +86,26 @@ class ExperimentSpec(_Strict):
     max_cost_usd: float | None = Field(default=None, gt=0)
     confidence: float = Field(default=0.95, gt=0, lt=1)
     id: str | None = None
+    tenant: str | None = None
 
-    def agents(self, open_store: Callable[[], Store]) -> dict[str, Agent]:
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_name(cls, tenant: str | None) -> str | None:
+        try:
+            return None if tenant is None else check_tenant(tenant)
+        except UsageError as exc:  # said as it is, without pydantic's "Value error, "
+            raise PydanticCustomError("tenant_name", "{problem}", {"problem": str(exc)}) from None
+
+    def agents(
+        self, open_store: Callable[[], Store], tenant: str | None = None
+    ) -> dict[str, Agent]:
         """The variants' agents on one store, opened only once every model and tool has
-        loaded: a spec that does not load touches no store."""
+        loaded: a spec that does not load touches no store. Their runs are `tenant`'s, or
+        the spec's `tenant`'s when None."""
         parts = {name: (v, v.parts()) for name, v in self.variants.items()}
         store = open_store()
-        return {name: v.agent(made, store) for name, (v, made) in parts.items()}
+        owner = tenant or self.tenant
+        return {name: v.agent(made, store, owner) for name, (v, made) in parts.items()}
 
     def built_tasks(self) -> list[Task]:
         """The tasks with their checks imported (`UsageError` for one that does not)."""

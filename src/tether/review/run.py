@@ -8,8 +8,9 @@ tools) and the `ReviewResult`; what a round decides is `ledger`'s, what the chai
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from tether.agent import Agent
 from tether.errors import SessionNotFound, UsageError
@@ -18,6 +19,8 @@ from tether.limits import Limits
 from tether.messages import JSONObject, Usage
 from tether.review.chair import Chair
 from tether.review.ledger import LIMIT_STOPS, Config, Minutes, Objection, replay
+from tether.session import control
+from tether.session.lease import worker_id
 from tether.session.log import EventObserver
 from tether.session.threads import DEFAULT_MAX_THREADS
 from tether.store.base import Store
@@ -138,10 +141,25 @@ async def review(
     chair, owned = _chair(config, proposer, critics, limits or Limits(max_steps=None), store)
     chair.on_event, chair.lease_ttl = on_event, lease_ttl
     try:
-        run = await chair.run(artifact, end_session=True)
+        run = await chair.run(artifact)
+        await _settle(chair, run.session_id)
         return await review_from_log(chair.store, run.session_id)
     finally:
         await _close(chair, owned)
+
+
+async def _settle(chair: Agent, session_id: str) -> None:
+    """End the review's session once its turn stopped for good, except at a limit of the
+    review's own turn: that one stays open, for `resume_review` with a larger limit."""
+    observers = () if chair.on_event is None else (chair.on_event,)
+    await control.settle(
+        chair.store,
+        session_id,
+        worker_id(),
+        chair.lease_ttl,
+        keep_open=LIMIT_STOPS,
+        observers=observers,
+    )
 
 
 async def resume_review(
@@ -150,16 +168,20 @@ async def resume_review(
     proposer: Agent,
     critics: Sequence[Agent],
     store: Store | str | None = None,
-    limits: Limits | None = None,
+    limits: Limits | Mapping[str, int | float] | None = None,
     on_event: EventObserver | None = None,
     lease_wait: float = 0.0,
     lease_ttl: float = 30.0,
 ) -> ReviewResult:
-    """Go on with a review a crashed process left open, or one that was interrupted, with
-    the same participants (by name): finished threads give their recorded answers without
-    running again (an interrupted round is asked again), and the chair decides as before.
-    A review that had ended is read back as it is. `lease_wait`:
-    how long to wait for the lease a crashed process left to expire."""
+    """Go on with a review a crashed process left open, one that was interrupted, or one
+    stopped by a limit of its own turn, with the same participants (by name): finished
+    threads give their recorded answers without running again (an interrupted round is
+    asked again), and the chair decides as before. A review that had ended is read back as
+    it is. `limits`: the continued turn's (`Limits`), or the recorded ones with some changed
+    (`{"max_steps": 20}`); by default the recorded ones. `max_steps` counts the continued
+    turn's steps afresh; `max_tokens` and `max_cost_usd` count the whole review's, so a
+    review stopped by one is continued with a larger one. `lease_wait`: how long to wait
+    for the lease a crashed process left to expire."""
     opened = _open(store)
     try:
         folder = await _folder(opened, session_id)
@@ -170,16 +192,17 @@ async def resume_review(
                 f"review {session_id} was run by proposer {config.proposer} and critics "
                 f"{', '.join(config.critics)}, not {named[0]} and {', '.join(named[1])}"
             )
-        if not folder.terminal and (folder.turn_open or folder.stop_reason == "interrupted"):
-            # An interrupted review's turn has closed: a message opens the next one, and
-            # the chair asks again what the interrupt cut off.
+        stopped = folder.stop_reason == "interrupted" or folder.stop_reason in LIMIT_STOPS
+        if not folder.terminal and (folder.turn_open or stopped):
+            # An interrupted or limited review's turn has closed: a message opens the next
+            # one, and the chair asks again what the stop cut off.
             go_on = None if folder.turn_open else GO_ON
-            chair, _ = _chair(config, proposer, critics, limits or _recorded(folder), opened)
+            given = limits if isinstance(limits, Limits) else _changed(folder, limits or {})
+            chair, _ = _chair(config, proposer, critics, given, opened)
             chair.on_event, chair.lease_ttl = on_event, lease_ttl
             try:
-                await chair.run(
-                    go_on, session_id=session_id, lease_wait=lease_wait, end_session=True
-                )
+                await chair.run(go_on, session_id=session_id, lease_wait=lease_wait)
+                await _settle(chair, session_id)
             finally:
                 await chair.runs.close()
         return await review_from_log(opened, session_id)
@@ -287,6 +310,16 @@ def _recorded(folder: Folder) -> Limits:
         max_seconds=number("max_seconds"),
         max_output_tokens=whole("max_output_tokens"),
     )
+
+
+def _changed(folder: Folder, changes: Mapping[str, int | float]) -> Limits:
+    """The recorded limits with `changes` made (`UsageError` for a name `Limits` lacks)."""
+    known = {f.name for f in fields(Limits)}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise UsageError(f"no limit {unknown[0]!r} (limits: {', '.join(sorted(known))})")
+    changed: dict[str, Any] = dict(changes)
+    return replace(_recorded(folder), **changed)
 
 
 def _open(store: Store | str | None) -> Store:

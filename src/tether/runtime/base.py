@@ -32,6 +32,16 @@ from tether.store import catalog
 
 # Metadata keys the runtime writes into session.created; a spec may not set them.
 RESERVED_METADATA = catalog.RESERVED
+# A tenant's name: what a tokens file may call one (`server.auth`), and so what anything that
+# tags sessions with a tenant (an experiment's runs) is held to.
+TENANT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def check_tenant(name: str) -> str:
+    """`name` if it is a tenant's name, else `UsageError` saying what one is."""
+    if not TENANT_NAME.fullmatch(name):  # not `match`: its `$` lets a newline end one
+        raise UsageError(f"tenant name {name[:80]!r} must be 1-64 of A-Z a-z 0-9 _ . -")
+    return name
 
 
 class CapabilityRefused(UsageError):

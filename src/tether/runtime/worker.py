@@ -35,12 +35,12 @@ from tether.runtime.mcp_servers import McpServers
 from tether.runtime.quotas import Admission
 from tether.runtime.sessions import Runner, build_runner, subagent_tools
 from tether.scheduler import GatewayConfig
-from tether.session import blips
+from tether.session import blips, control
 from tether.session.lease import holding, worker_id
 from tether.session.log import SessionLog
 from tether.session.run import Runs, run_session
 from tether.session.tail import Tail
-from tether.state import TERMINAL_STATES, session_outcome
+from tether.state import TERMINAL_STATES
 from tether.store.base import SUSPECT_CLAIMS, Claimed, DeferReason, Lease, News, Store, Wakeup
 from tether.telemetry import metrics
 from tether.tools.base import Tool, Toolbox
@@ -455,17 +455,9 @@ class Worker:
 
     async def _settle(self, session_id: str) -> None:
         """End a session with `end_after_turn` whose turn stopped for good."""
-        session_log = await SessionLog.load(self.store, session_id, observers=self._observers())
-        with contextlib.suppress(LeaseHeld):  # another worker has it: it settles it
-            async with holding(session_log, self.owner, self.lease_ttl):
-                f = session_log.folder
-                if f.turn_open or f.stop_reason is None:
-                    return
-                end = session_outcome(f.stop_reason)
-                if end is not None:
-                    batch = closing(f, f.stop_reason, end=end, end_detail=f.stop_detail)
-                    if batch:
-                        await session_log.append(*batch)
+        await control.settle(
+            self.store, session_id, self.owner, self.lease_ttl, observers=self._observers()
+        )
 
     async def _fail(self, session_id: str, detail: str, lease: Lease | None = None) -> None:
         """End a session no worker can run, saying why, rather than retry it forever."""

@@ -4,7 +4,7 @@ A thin adapter over `LocalRuntime` scoped to the caller's tenant: it authenticat
 and validates, calls exactly what a library user calls, and answers JSON, an error envelope
 (`errors`) or a Server-Sent Events stream. Shapes and the OpenAPI document: `schemas`;
 reading a request: `params`; an event stream's frames: `sse`; headers and the loopback
-guard: `web`; experiments' reports and charts: `experiments`.
+guard: `web`; experiments' reports and charts: `experiments`; a tenant's usage: `usage`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tether.providers.base import Delta
 from tether.runtime.base import SessionRef
 from tether.runtime.listing import MAX_LIMIT
 from tether.runtime.local import LocalRuntime
-from tether.server import experiments, listquery, offer
+from tether.server import experiments, listquery, offer, usage
 from tether.server.auth import Tokens
 from tether.server.bounds import InputLimits
 from tether.server.errors import ApiError, envelope, error_response
@@ -399,6 +399,7 @@ def create_app(
                 ("/{experiment_id}/chart.svg", "chart", experiments.get_chart, ("metric",)),
             )
         ),
+        Route("/v1/usage", r("usage", usage.get_usage, query=usage.QUERY), name="usage"),
     ]
 
     async def http_error(request: Request, exc: Exception) -> Response:

@@ -13,15 +13,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from tether import documents
 from tether.errors import ConfigError, UsageError
+from tether.runtime.base import check_tenant
 from tether.runtime.quotas import Quota
 
-TENANT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MIN_TOKEN = 16  # characters: a short token is a guessable one
 QUOTA_KEYS = tuple(f.name for f in dataclasses.fields(Quota))
 
@@ -40,8 +39,10 @@ class Tokens:
         self._by_digest: dict[str, str] = {}
         self.quotas: dict[str, Quota] = dict(quotas or {})
         for tenant, tokens in tenants.items():
-            if not TENANT_NAME.match(tenant):
-                raise ConfigError(f"tenant name {tenant!r} must be 1-64 of A-Z a-z 0-9 _ . -")
+            try:
+                check_tenant(tenant)
+            except UsageError as exc:
+                raise ConfigError(str(exc)) from None
             for token in tokens:
                 if not isinstance(token, str) or len(token) < MIN_TOKEN:
                     raise ConfigError(

@@ -296,6 +296,22 @@ def components() -> dict[str, Any]:
         checks={"type": "object", "description": "task -> run, none, or why its check was not run"},
         bounds=bounds,
     )  # fmt: skip
+    day = {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}
+    defs["UsageReport"] = _object(
+        tenant={"anyOf": [{"type": "string"}, {"type": "null"}],
+                "description": "null: a server without tokens, every tenant's"},
+        **{"from": day, "to": day},
+        usage={"type": "array", "description": "by (day, model), the earliest first; a day is the "
+               "UTC date of a session's last event, on which all it spent is counted",
+               "items": _object(
+                   day=day, model={"type": "string"}, sessions={"type": "integer"},
+                   input_tokens={"type": "integer"}, output_tokens={"type": "integer"},
+                   cache_read_tokens={"type": "integer"}, cache_write_tokens={"type": "integer"},
+                   cost_usd={"type": "number", "description": "the known costs"},
+                   cost_unknown_sessions={"type": "integer",
+                                          "description": "sessions whose cost is unknown"})},
+        bounds=bounds,
+    )  # fmt: skip
     return defs
 
 
@@ -495,6 +511,13 @@ def openapi() -> dict[str, Any]:
             "the variants on one metric with intervals, as SVG: by default the pass rate (steps "
             "when no check ran)", 200, None, 404, 422, parameters=[EXPERIMENT_ID, _query(
                 "metric", "the metric drawn", {"type": "string", "enum": list(CHART_METRICS)})])},
+        "/v1/usage": {"get": _op(
+            "this tenant's tokens and cost by model and UTC day, from the store's catalog; each "
+            "session counted on the day of its last event", 200, "UsageReport", 422,
+            parameters=[_query(name, f"the {which} UTC day, included (default: {default})",
+                               {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"})
+                        for name, which, default in (("from", "first", "29 days before `to`"),
+                                                     ("to", "last", "today"))])},
     }  # fmt: skip
     chart = paths["/v1/experiments/{experiment_id}/chart.svg"]["get"]["responses"]["200"]
     chart["content"] = {"image/svg+xml": {"schema": {"type": "string"}}}

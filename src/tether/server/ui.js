@@ -66,7 +66,7 @@ function counted(id) {
   view.dataset.refreshes = String(Number(view.dataset.refreshes || 0) + 1);
 }
 
-const VIEWS = ["list-view", "session-view", "experiments-view", "experiment-view", "start-view"];
+const VIEWS = ["list-view", "session-view", "experiments-view", "experiment-view", "start-view", "usage-view"];
 
 function showView(id) {
   for (const view of VIEWS) $(view).hidden = view !== id;
@@ -515,6 +515,7 @@ function route() {
   else if (experiment) showExperiment(decodeURIComponent(experiment[1]));
   else if (location.hash === "#/experiments") showExperiments();
   else if (location.hash === "#/new") showStart();
+  else if (location.hash === "#/usage") showUsage();  // usage.js
   else showList();  // list.js
 }
 window.addEventListener("hashchange", route);

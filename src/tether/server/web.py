@@ -45,6 +45,7 @@ ASSETS: dict[str, tuple[bytes, str]] = {
     "/ui/timeline.js": ((_HERE / "timeline.js").read_bytes(), "text/javascript; charset=utf-8"),
     "/ui/list.js": ((_HERE / "list.js").read_bytes(), "text/javascript; charset=utf-8"),
     "/ui/start.js": ((_HERE / "start.js").read_bytes(), "text/javascript; charset=utf-8"),
+    "/ui/usage.js": ((_HERE / "usage.js").read_bytes(), "text/javascript; charset=utf-8"),
     "/ui/app.css": ((_HERE / "ui.css").read_bytes(), "text/css; charset=utf-8"),
     "/ui/favicon.svg": (FAVICON, "image/svg+xml"),
 }

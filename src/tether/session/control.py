@@ -9,6 +9,7 @@ and the operation reads only the events after it; without one, it folds the whol
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import os
@@ -31,8 +32,10 @@ from tether.events import (
 from tether.fold import Folder
 from tether.loop import close_canceled_turn
 from tether.messages import JSONObject, Message, user
+from tether.recovery import closing
 from tether.session.lease import holding
-from tether.session.log import SessionLog
+from tether.session.log import EventObserver, SessionLog
+from tether.state import session_outcome
 from tether.store.base import Store
 from tether.store.catalog import Admit
 
@@ -311,3 +314,30 @@ async def _close_unattended(log: SessionLog, scope: CancelScope, reason: str | N
         if log.folder.cancel_scope not in ("session", scope):
             await log.append(CancelRequested(scope, reason))
         await close_canceled_turn(log, "interrupted", end_session=scope == "session")
+
+
+async def settle(
+    store: Store,
+    session_id: str,
+    owner: str,
+    ttl: float,
+    *,
+    keep_open: frozenset[str] = frozenset(),
+    observers: tuple[EventObserver, ...] = (),
+) -> None:
+    """End a session whose last turn stopped for good (`state.session_outcome`), unless it
+    stopped for one of `keep_open`: what a run's `end_session` does in the turn's own commit,
+    done after it (a worker's session whose turn another closed; a review, which stays open
+    after a limit so that it can be continued). A session whose lease another holds is left
+    to that one."""
+    log = await SessionLog.load(store, session_id, observers=observers)
+    with contextlib.suppress(LeaseHeld):
+        async with holding(log, owner, ttl):
+            f = log.folder
+            if f.terminal or f.turn_open or f.stop_reason is None or f.stop_reason in keep_open:
+                return
+            end = session_outcome(f.stop_reason)
+            if end is not None:
+                batch = closing(f, f.stop_reason, end=end, end_detail=f.stop_detail)
+                if batch:
+                    await log.append(*batch)

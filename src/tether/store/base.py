@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol, get_args
 from tether.errors import CorruptLog, LeaseLost, UsageError
 from tether.events import PAYLOAD_TYPES, SPARSE_FIELDS, Event, Payload, payload_to_json
 from tether.messages import Message, Usage, canonical_json
-from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry
+from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry, UsageEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +149,14 @@ class Catalog(Protocol):
         self, tenant: str | None, limit: int = 100
     ) -> list[ExperimentEntry]:
         """The experiments whose runs the catalog holds (`catalog.experiments_of`)."""
+        ...
+
+    async def catalog_usage(
+        self, tenant: str | None, since: str, until: str, limit: int = 10_000
+    ) -> list[UsageEntry]:
+        """Tokens and cost of the sessions last updated in [`since`, `until`), by the UTC
+        day of that update and model (`catalog.usage_of`): one aggregate over the tenant's
+        rows in that window, read by its `updated` index."""
         ...
 
     async def put_catalog_row(self, row: CatalogRow) -> bool:

@@ -20,7 +20,7 @@ import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from tether.events import Event
 from tether.fold import TASK_CHARS, Folder
@@ -296,6 +296,70 @@ def experiments_of(
         )
     listed = sorted(found.values(), key=lambda e: (e.updated, e.experiment), reverse=True)
     return listed[:limit]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEntry:
+    """What the sessions of one model whose last event fell on one UTC day spent, as their
+    rows hold it: each session's whole spending is dated at its last update (`updated`)."""
+
+    day: str  # YYYY-MM-DD, UTC
+    model: str
+    sessions: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: float  # the known costs summed
+    cost_unknown: int  # sessions whose cost is unknown (some price was): not in `cost_usd`
+
+    def to_json(self) -> JSONObject:
+        return {
+            "day": self.day,
+            "model": self.model,
+            "sessions": self.sessions,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "cost_usd": self.cost_usd,
+            "cost_unknown_sessions": self.cost_unknown,
+        }
+
+
+DAY = 10  # characters of an event time that name its UTC day: `2026-12-03`
+
+
+def usage_of(
+    rows: Sequence[CatalogRow], tenant: str | None, since: str, until: str, limit: int
+) -> list[UsageEntry]:
+    """The reference answer of `Store.catalog_usage`: the sessions of `tenant` (every
+    tenant's with None) last updated in [`since`, `until`) (event-time strings), summed by
+    the day of that update and model, in (day, model) order, at most `limit` entries."""
+    sums: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if (tenant is not None and r.tenant != tenant) or not since <= r.updated < until:
+            continue
+        s = sums.setdefault((r.updated[:DAY], r.model), [0, 0, 0, 0, 0, 0.0, 0])
+        s[0] += 1
+        s[1] += r.input_tokens
+        s[2] += r.output_tokens
+        s[3] += r.cache_read_tokens
+        s[4] += r.cache_write_tokens
+        if r.cost_usd is None:
+            s[6] += 1
+        else:
+            s[5] += r.cost_usd
+    return [usage_entry(day, model, s) for (day, model), s in sorted(sums.items())[: max(limit, 0)]]
+
+
+def usage_entry(day: str, model: str, sums: Sequence[Any]) -> UsageEntry:
+    """An entry from its sums in `UsageEntry`'s order (sessions, the four token counts, the
+    known cost, the sessions of unknown cost), as a store's aggregate reads them."""
+    n, i, o, cr, cw, cost, unknown = sums
+    return UsageEntry(
+        day, model, int(n), int(i), int(o), int(cr), int(cw), float(cost), int(unknown)
+    )
 
 
 @dataclass(frozen=True, slots=True)

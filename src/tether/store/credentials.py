@@ -25,7 +25,7 @@ from tether.store.sealing import Keyring, SecretKeyMissing
 
 TABLE = "tether_credentials"
 # The tenant of the CLI and of a library user's own process; a server tenant's name is never
-# empty (`server/auth.TENANT_NAME`), so no tenant reaches these rows, nor they its own.
+# empty (`runtime.base.TENANT_NAME`), so no tenant reaches these rows, nor they its own.
 DEFAULT_TENANT = ""
 # `version` grows by one at every write of a record; `claimed_by`/`claimed_until` hold the
 # turn to refresh it (`Credentials.claim`), until then by the database's clock.

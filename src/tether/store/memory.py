@@ -28,7 +28,7 @@ from tether.store.base import (
     is_retry,
     lease_refusal,
 )
-from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry
+from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry, UsageEntry
 
 
 class MemoryStore:
@@ -96,6 +96,11 @@ class MemoryStore:
         self, tenant: str | None, limit: int = 100
     ) -> list[ExperimentEntry]:
         return catalog.experiments_of(list(self._rows.values()), tenant, limit)
+
+    async def catalog_usage(
+        self, tenant: str | None, since: str, until: str, limit: int = 10_000
+    ) -> list[UsageEntry]:
+        return catalog.usage_of(list(self._rows.values()), tenant, since, until, limit)
 
     async def put_catalog_row(self, row: CatalogRow) -> bool:
         if len(self._logs.get(row.session_id, ())) != row.last_seq:

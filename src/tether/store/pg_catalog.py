@@ -197,3 +197,21 @@ def experiments(tenant: str | None, limit: int) -> tuple[str, list[object]]:
         "ORDER BY max(c.updated) DESC, c.experiment DESC LIMIT %s"
     )
     return sql, [*params, limit]
+
+
+def usage(tenant: str | None, since: str, until: str, limit: int) -> tuple[str, list[object]]:
+    """`catalog.usage_of` as one aggregate over the window of the `updated` index."""
+    params: list[object] = [since, until]
+    tenant_clause = ""
+    if tenant is not None:
+        tenant_clause = "AND c.tenant = %s "
+        params.append(tenant)
+    sql = (
+        f'SELECT left(c.updated, {catalog.DAY}) AS day, c.model COLLATE "C" AS model, '
+        "count(*), sum(c.input_tokens), sum(c.output_tokens), sum(c.cache_read_tokens), "
+        "sum(c.cache_write_tokens), coalesce(sum(c.cost_usd), 0), "
+        "count(*) FILTER (WHERE c.cost_usd IS NULL) FROM tether_catalog c "
+        f"WHERE c.updated >= %s AND c.updated < %s {tenant_clause}"
+        "GROUP BY 1, 2 ORDER BY 1, 2 LIMIT %s"
+    )
+    return sql, [*params, max(limit, 0)]

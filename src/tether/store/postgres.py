@@ -52,7 +52,7 @@ from tether.store.base import (
     redact_url,
     unreadable,
 )
-from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry
+from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry, UsageEntry
 from tether.store.pg_conn import Conn, News, Pool, Subscription
 
 DEFAULT_POOL_SIZE = 4
@@ -239,6 +239,13 @@ class PostgresStore:
         sql, params = pg_catalog.experiments(tenant, limit)
         rows = await self.fetch_all(sql, tuple(params))
         return [ExperimentEntry(r[0], int(r[1]), r[2], r[3]) for r in rows]
+
+    async def catalog_usage(
+        self, tenant: str | None, since: str, until: str, limit: int = 10_000
+    ) -> list[UsageEntry]:
+        sql, params = pg_catalog.usage(tenant, since, until, limit)
+        rows = await self.fetch_all(sql, tuple(params))
+        return [catalog.usage_entry(r[0], r[1], r[2:]) for r in rows]
 
     async def put_catalog_row(self, row: CatalogRow) -> bool:
         found = await self.fetch_one(

@@ -57,7 +57,7 @@ from tether.store.base import (
     is_retry,
     lease_refusal,
 )
-from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry
+from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry, UsageEntry
 from tether.store.group_commit import GroupCommit
 from tether.store.sqlite_format import (
     EVENT_COLUMNS,
@@ -505,6 +505,13 @@ class SQLiteStore:
         self, tenant: str | None, limit: int = 100
     ) -> list[ExperimentEntry]:
         return await self._run(lambda: sqlite_catalog.experiments(self._read_db(), tenant, limit))
+
+    async def catalog_usage(
+        self, tenant: str | None, since: str, until: str, limit: int = 10_000
+    ) -> list[UsageEntry]:
+        return await self._run(
+            lambda: sqlite_catalog.usage(self._read_db(), tenant, since, until, limit)
+        )
 
     async def put_catalog_row(self, row: CatalogRow) -> bool:
         def body(conn: sqlite3.Connection) -> bool:

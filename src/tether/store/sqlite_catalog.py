@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether.store import catalog
-from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry, Sort
+from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry, Sort, UsageEntry
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS catalog (
@@ -410,6 +410,22 @@ def experiments(conn: sqlite3.Connection, tenant: str | None, limit: int) -> lis
         (*args, max(limit, 0)),
     ).fetchall()
     return [ExperimentEntry(_unfit(e), int(n), c, u) for e, n, c, u in found]
+
+
+def usage(
+    conn: sqlite3.Connection, tenant: str | None, since: str, until: str, limit: int
+) -> list[UsageEntry]:
+    """`catalog.usage_of` as one aggregate over the window of the `updated` index (the
+    tenant's, or every tenant's)."""
+    where = "updated >= ? AND updated < ?" + ("" if tenant is None else " AND tenant = ?")
+    args: list[Any] = [since, until, *([] if tenant is None else [fit(tenant)])]
+    found = conn.execute(
+        f"SELECT substr(updated, 1, {catalog.DAY}), model, count(*), sum(input_tokens), "
+        "sum(output_tokens), sum(cache_read_tokens), sum(cache_write_tokens), total(cost_usd), "
+        f"sum(cost_usd IS NULL) FROM catalog WHERE {where} GROUP BY 1, 2 ORDER BY 1, 2 LIMIT ?",
+        (*args, max(limit, 0)),
+    ).fetchall()
+    return [catalog.usage_entry(day, _unfit(model), sums) for day, model, *sums in found]
 
 
 def newest(conn: sqlite3.Connection, limit: int) -> list[tuple[str, int, str, str]]:

@@ -12,6 +12,7 @@ cursor must break ties by id.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -282,6 +283,58 @@ async def experiments_equal_the_reference(store: Store) -> None:
             assert got == catalog.experiments_of(rows, tenant, limit), (tenant, limit)
 
 
+async def usage_equals_the_reference_by_day_and_model(store: Store) -> None:
+    """Sessions over three UTC days, each dated by its last event: windows that start and
+    end inside a day, every tenant's and one's, and limits that cut the groups."""
+    rng = random.Random(11)
+    rows: list[CatalogRow] = []
+    for index in range(60):
+        session_id = f"u{index:03d}"
+        day, hour = 1 + rng.randrange(3), rng.randrange(24)
+        cost = rng.choice((None, 0.1, 0.5, 1.25))
+        tokens = rng.choice((0, 7, 300))
+        payloads: list[Payload] = [
+            SessionCreated(
+                model=rng.choice(MODELS), metadata={"tenant": TENANTS[index % len(TENANTS)]}
+            ),
+            UserMessage(user("go")),
+            ModelResponded(
+                Message("assistant", (Text("done"),)),
+                usage=Usage(tokens, tokens // 3, tokens // 5, rng.randrange(3)),
+                cost_usd=cost,
+            ),
+        ]
+        # Created the day before: only the last event's day counts.
+        before = "2026-01-31" if day == 1 else f"2026-02-0{day - 1}"
+        then = f"2026-02-0{day}T{hour:02d}:30:00.000000Z"
+        times = (f"{before}T23:59:59.000000Z", then, then)
+        events = [
+            Event(session_id, seq, f"{session_id}-{seq}", times[seq - 1], p)
+            for seq, p in enumerate(payloads, start=1)
+        ]
+        folder = Folder().apply_all(events)
+        await store.append(session_id, events, 0, row=catalog.row_of(folder))
+        rows.append(catalog.row_of(folder))
+    windows = (
+        ("2026-01-01T00:00:00.000000Z", "2026-03-01T00:00:00.000000Z"),
+        ("2026-02-02T00:00:00.000000Z", "2026-02-03T00:00:00.000000Z"),
+        ("2026-02-01T12:00:00.000000Z", "2026-02-03T12:00:00.000000Z"),
+        ("2026-02-04T00:00:00.000000Z", "2026-02-05T00:00:00.000000Z"),
+    )
+    for tenant in (*TENANTS, None, "nobody"):
+        for since, until in windows:
+            for limit in (1, 4, 10_000):
+                got = await store.catalog_usage(tenant, since, until, limit)
+                want = catalog.usage_of(rows, tenant, since, until, limit)
+                where = (tenant, since, until, limit)
+                assert [dataclasses.replace(e, cost_usd=0.0) for e in got] == [
+                    dataclasses.replace(e, cost_usd=0.0) for e in want
+                ], where
+                # Sums of floats in another order: equal to the last few bits.
+                for g, w in zip(got, want, strict=True):
+                    assert math.isclose(g.cost_usd, w.cost_usd, rel_tol=1e-9, abs_tol=1e-12), where
+
+
 def _start(session_id: str, tenant: str, minute: int = 0) -> list[Event]:
     payloads: list[Payload] = [
         SessionCreated(model="m", metadata={"tenant": tenant}),
@@ -416,6 +469,7 @@ CATALOG_CHECKS: list[Check] = [
     every_filter_alone_agrees_with_the_reference,
     paging_with_cursors_sees_every_session_once,
     experiments_equal_the_reference,
+    usage_equals_the_reference_by_day_and_model,
     admit_refuses_a_start_past_max_running_and_writes_nothing,
     put_catalog_row_writes_only_at_the_logs_last_seq,
     session_ids_and_count_walk_every_session,
