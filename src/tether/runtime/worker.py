@@ -39,6 +39,7 @@ from tether.session.lease import holding, worker_id
 from tether.session.log import SessionLog
 from tether.session.run import Runs, run_session
 from tether.session.tail import Tail
+from tether.settings import check_settings
 from tether.state import TERMINAL_STATES, session_outcome
 from tether.store.base import SUSPECT_CLAIMS, Claimed, DeferReason, Lease, News, Store, Wakeup
 from tether.telemetry import metrics
@@ -373,16 +374,22 @@ class Worker:
         if engine is not None:
             return engine
         agents = runner.sub_agents()
+        settings = runner.model_settings()
         model, tools = self._build(runner.model, runner.tools)
-        offered = subagent_tools(agents, lambda _, agent: self._build(agent.model, agent.tools))
+        offered = subagent_tools(
+            agents, lambda _, agent: self._build(agent.model, agent.tools), settings
+        )
+        toolbox = Toolbox([*tools, *offered])
+        check_settings(settings, model, toolbox.specs)
         engine = Engine(
             model,
-            Toolbox([*tools, *offered]),
+            toolbox,
             runner.build_limits(),
             context=make_context(True, model),
             max_depth=runner.max_depth,
             max_threads=runner.max_threads,
             thread_gate=self.quotas,
+            settings=settings,
         )
         self._engines.put(key, engine, 2 * len(key) + 4_096)
         return engine

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
+from tether.errors import UsageError
 from tether.events import ApprovalDecided
 from tether.experiment.records import METRICS as CHART_METRICS
 from tether.limits import Limits
@@ -28,6 +29,7 @@ from tether.runtime.base import (
 )
 from tether.runtime.wire import adapter
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
+from tether.settings import ModelSettings
 from tether.state import SessionView
 
 if TYPE_CHECKING:
@@ -58,6 +60,40 @@ class LimitsBody(_Body):
     max_output_tokens: int | None = Field(None, gt=0)
 
 
+class ReasoningBody(_Body):
+    """`ModelSettings.reasoning`: an effort, a budget of thinking tokens, or both;
+    `interleaved`: thinking between tool calls too (Anthropic's beta, asked for)."""
+
+    effort: Literal["low", "medium", "high"] | None = None
+    budget_tokens: int | None = Field(None, gt=0)
+    interleaved: bool = False
+
+
+class SettingsBody(_Body):
+    """A spec's `ModelSettings` (see `tether.ModelSettings`); a field left out is the
+    provider's default. Each is checked as `ModelSettings` checks it, and against the model
+    at start: a setting its API cannot honour is a 422 naming it."""
+
+    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    max_output_tokens: int | None = Field(None, gt=0)
+    stop: list[str] | None = Field(None, max_length=16)
+    seed: int | None = None
+    tool_choice: str | None = Field(None, min_length=1, max_length=200)
+    reset_tool_choice: bool | None = None
+    parallel_tool_calls: bool | None = None
+    timeout: float | None = Field(None, gt=0, le=3_600, allow_inf_nan=False)
+    reasoning: ReasoningBody | None = None
+    cache: bool = True
+    extra: dict[str, JsonValue] | None = None
+
+    def to_settings(self) -> ModelSettings:
+        try:
+            return ModelSettings.from_json(self.model_dump(exclude_none=True))
+        except UsageError as exc:
+            raise UsageError(f"settings: {exc}") from None
+
+
 class AgentBody(_Body):
     """A sub-agent of a session to start (see `AgentSpec`)."""
 
@@ -68,6 +104,7 @@ class AgentBody(_Body):
     description: str | None = Field(None, max_length=10_000)
     handoff: bool = False
     agents: list[AgentName] = Field(default_factory=list, max_length=MAX_AGENTS)
+    settings: SettingsBody | None = None
 
     def to_spec(self) -> AgentSpec:
         return AgentSpec(
@@ -78,6 +115,7 @@ class AgentBody(_Body):
             description=self.description,
             handoff=self.handoff,
             agents=tuple(self.agents),
+            settings=None if self.settings is None else self.settings.to_settings(),
         )
 
 
@@ -96,6 +134,7 @@ class StartBody(_Body):
     agents: dict[AgentName, AgentBody] = Field(default_factory=dict, max_length=MAX_AGENTS)
     max_depth: int = Field(DEFAULT_MAX_DEPTH, ge=0, le=MAX_AGENTS)
     max_threads: int = Field(DEFAULT_MAX_THREADS, ge=1, le=64)
+    settings: SettingsBody | None = None
 
     def to_spec(self) -> SessionSpec:
         return SessionSpec(
@@ -111,6 +150,7 @@ class StartBody(_Body):
             agents={name: agent.to_spec() for name, agent in self.agents.items()},
             max_depth=self.max_depth,
             max_threads=self.max_threads,
+            settings=None if self.settings is None else self.settings.to_settings(),
         )
 
 
