@@ -456,3 +456,21 @@ def test_anthropic_thinking_room_stays_within_the_models_known_limit() -> None:
         encode_request("claude-3-5-haiku", request)
     low = ModelRequest("m", None, (user("hi"),), settings=ModelSettings(reasoning=Reasoning("low")))
     assert encode_request("claude-3-5-haiku", low)["max_tokens"] == 8192
+
+
+async def test_interleaved_thinking_is_a_setting_sent_as_anthropics_beta_header() -> None:
+    from tether.providers.anthropic import AnthropicModel
+
+    thinking = Reasoning(effort="low", interleaved=True)
+    async with FakeServer(HANDLERS["anthropic"](ToyModel([]))) as server:
+        model = AnthropicModel("m", api_key="k", base_url=server.url, betas=("other-beta",))
+        for settings in (ModelSettings(reasoning=thinking), None):
+            await model.complete(ModelRequest("m", None, (user("hi"),), settings=settings))
+        await model.aclose()
+    with_it, without = (r.headers.get("anthropic-beta") for r in server.requests)
+    assert with_it == "other-beta,interleaved-thinking-2025-05-14"
+    assert without == "other-beta"  # the code's own betas, as ever
+    assert server.requests[0].json()["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert ModelSettings.from_json(ModelSettings(reasoning=thinking).to_json()).reasoning == thinking
+    # Settings without it keep the digest (and so the request hashes) they always had.
+    assert "interleaved" not in Reasoning(effort="low").to_json()
