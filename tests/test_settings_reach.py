@@ -6,6 +6,7 @@ the same way in a run that resumes the session."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 
 from tether import Agent, ModelSettings, Reasoning, tool
@@ -43,9 +44,7 @@ def lookup(query: str) -> str:
     return f"found {query}"
 
 
-async def test_a_runs_settings_reach_its_sub_agent_whose_own_win_without_the_tool_choice() -> (
-    None
-):
+async def test_a_runs_settings_reach_a_sub_agent_whose_own_win_but_not_its_tool_choice() -> None:
     child_model = Recording(["the child's answer"])
     child = Agent(child_model, name="helper", settings=ModelSettings(seed=9, temperature=0.7))
     parent_model = Recording([call("helper", task="help"), "done"])
@@ -167,10 +166,8 @@ async def _resumed_choices(sticky: bool) -> list[str | None]:
     session_id = seen[0].session_id
     assert any(isinstance(e.payload, ToolStarted) for e in seen)
     assert await first.hand_over(session_id)
-    try:
+    with contextlib.suppress(HandedOver):
         await running
-    except HandedOver:
-        pass
     await first.close()
     created = (await store.read(session_id, limit=1))[0].payload
     assert isinstance(created, SessionCreated)

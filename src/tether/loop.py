@@ -314,7 +314,12 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     tools, digest = _SAME_TOOLS if version == ctx.tools_checked else _offered(ctx)
     await ctx.log.append(
         ModelRequested(
-            name, _request_hash(ctx, max_output, settings), _input_estimate(ctx), dropped, tools, digest
+            name,
+            _request_hash(ctx, max_output, settings),
+            _input_estimate(ctx),
+            dropped,
+            tools,
+            digest,
         )
     )
     ctx.tools_checked = version  # the log names this version's set now

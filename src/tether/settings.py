@@ -24,6 +24,7 @@ class ToolSpecLike(Protocol):
     @property
     def name(self) -> str: ...
 
+
 Effort = Literal["low", "medium", "high"]
 # Reasoning budgets derived from an effort (Anthropic needs a budget), and efforts derived
 # from a budget (OpenAI needs an effort): a budget below `medium`'s is `low`, one below
@@ -47,7 +48,9 @@ class Reasoning:
 
     def __post_init__(self) -> None:
         if not isinstance(self.interleaved, bool):
-            raise UsageError(f"Reasoning.interleaved must be True or False, not {self.interleaved!r}")
+            raise UsageError(
+                f"Reasoning.interleaved must be True or False, not {self.interleaved!r}"
+            )
         if self.effort is None and self.budget_tokens is None:
             raise UsageError("Reasoning needs effort ('low', 'medium', 'high') or budget_tokens")
         if self.effort is not None and self.effort not in get_args(Effort):
@@ -208,13 +211,19 @@ class ModelSettings:
             "cache": self.cache,
             "extra": dict(self.extra) if self.extra is not None else None,
             # sparse: settings without it keep the digest they had
-            **({} if self.reset_tool_choice is None else {"reset_tool_choice": self.reset_tool_choice}),
+            **(
+                {}
+                if self.reset_tool_choice is None
+                else {"reset_tool_choice": self.reset_tool_choice}
+            ),
         }
 
     def given(self) -> JSONObject:
         """`to_json` without what is left at its default: what a spec or a command line
         would write (`from_json` reads either)."""
-        out = {k: v for k, v in self.to_json().items() if v is not None and k != "cache"}
+        out: JSONObject = {
+            k: v for k, v in self.to_json().items() if v is not None and k != "cache"
+        }
         if not self.cache:
             out["cache"] = False
         if isinstance(reasoning := out.get("reasoning"), dict):
@@ -265,7 +274,7 @@ def inherited(parent: ModelSettings | None, own: ModelSettings | None) -> ModelS
     """A sub-agent's settings: its caller's (the run's, as they reach it) under its own,
     which win field by field. The caller's `tool_choice` stays with the caller: it names
     the caller's tools, and a sub-agent has its own."""
-    if parent is None or parent.tool_choice is None and parent.reset_tool_choice is None:
+    if parent is None or (parent.tool_choice is None and parent.reset_tool_choice is None):
         return merged(parent, own)
     return merged(replace(parent, tool_choice=None, reset_tool_choice=None), own)
 
@@ -285,7 +294,9 @@ def for_summary(settings: ModelSettings | None) -> ModelSettings | None:
     return None if bare == DEFAULT_SETTINGS else bare
 
 
-def check_settings(settings: ModelSettings | None, model: object, tools: Sequence[ToolSpecLike]) -> None:
+def check_settings(
+    settings: ModelSettings | None, model: object, tools: Sequence[ToolSpecLike]
+) -> None:
     """Refuse now what every request would refuse: a `tool_choice` naming no tool offered,
     a setting the provider cannot honour (`CodecModel.check_settings`)."""
     if settings is None:

@@ -471,6 +471,8 @@ async def test_interleaved_thinking_is_a_setting_sent_as_anthropics_beta_header(
     assert with_it == "other-beta,interleaved-thinking-2025-05-14"
     assert without == "other-beta"  # the code's own betas, as ever
     assert server.requests[0].json()["thinking"] == {"type": "enabled", "budget_tokens": 1024}
-    assert ModelSettings.from_json(ModelSettings(reasoning=thinking).to_json()).reasoning == thinking
+    assert (
+        ModelSettings.from_json(ModelSettings(reasoning=thinking).to_json()).reasoning == thinking
+    )
     # Settings without it keep the digest (and so the request hashes) they always had.
     assert "interleaved" not in Reasoning(effort="low").to_json()

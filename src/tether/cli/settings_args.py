@@ -32,9 +32,7 @@ def add_settings_flags(parser: Any) -> None:
         "--max-output-tokens", type=COUNT, default=None, metavar="N",
         help="cap on each answer's tokens (thinking included)",
     )  # fmt: skip
-    parser.add_argument(
-        "--no-cache", action="store_true", help="no prompt caching (on by default)"
-    )
+    parser.add_argument("--no-cache", action="store_true", help="no prompt caching (on by default)")
     parser.add_argument(
         "--setting", action="append", type=setting_pair, default=[], metavar="KEY=VALUE",
         help="any other model setting (repeatable): VALUE is read as JSON where it parses, "

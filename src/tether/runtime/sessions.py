@@ -80,7 +80,9 @@ class Runner:
             agents=agents if isinstance(agents, dict) else {},
             max_depth=_count(recorded.get("max_depth"), DEFAULT_MAX_DEPTH),
             max_threads=_count(recorded.get("max_threads"), DEFAULT_MAX_THREADS),
-            settings=settings if isinstance(settings := created.metadata.get("model_settings"), dict) else None,
+            settings=settings
+            if isinstance(settings := created.metadata.get("model_settings"), dict)
+            else None,
         )
 
     def key(self) -> str:
@@ -161,9 +163,7 @@ def subagent_tools(
                     settings=spec.settings,
                 )
                 if settings is not None:  # what it runs with under the session
-                    check_settings(
-                        inherited(settings, agent.settings), model, agent.toolbox.specs
-                    )
+                    check_settings(inherited(settings, agent.settings), model, agent.toolbox.specs)
             except UsageError as exc:  # e.g. two tools of one name
                 _name_in(exc, name)
                 raise
