@@ -163,6 +163,11 @@ class LocalRuntime:
         return self._core.code
 
     @property
+    def endpoints(self) -> EndpointPolicy | None:
+        """The model URLs a spec may make this process call (None: any)."""
+        return self._core.endpoints
+
+    @property
     def worker(self) -> Worker | None:
         return self._core.worker
 

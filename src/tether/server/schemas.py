@@ -299,6 +299,9 @@ def components() -> dict[str, Any]:
         tools={"type": "array", "items": _object(
             spec={"type": "string"}, tools={"type": "array", "items": _object(
                 name={"type": "string"}, description={"type": "string"})})},
+        models={"type": "array", "items": _object(
+            provider={"type": "string"}, models={"type": "array", "items": {"type": "string"}},
+            template={"anyOf": [{"type": "string"}, {"type": "null"}]})},
     )  # fmt: skip
     bounds = {"type": "object", "description": "what the answer was bounded by (its limits) "
               "and whether it holds everything (complete)"}  # fmt: skip
@@ -468,8 +471,9 @@ def openapi() -> dict[str, Any]:
                     "content": {"application/json": {"schema": {"type": "object"}}}}}}},
         "/v1/capabilities": {"get": _op("what this runtime can do", 200, Capabilities)},
         "/v1/start-options": {"get": _op(
-            "what a start may name here: the operator's --allow-code patterns (null: any code) "
-            "and the tool specs they match, each with its tools' names", 200, "StartOptions")},
+            "what a start may name here: the operator's --allow-code patterns (null: any code), "
+            "the tool specs they match, each with its tools' names, and the models by provider",
+            200, "StartOptions")},
         "/v1/sessions": {
             "post": _op("start a session", 201, "StartedModel", 400, 409, 413, 415, 422,
                         parameters=[IDEMPOTENCY_KEY], requestBody=_body(StartBody)),
