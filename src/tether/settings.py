@@ -112,8 +112,9 @@ class ModelSettings:
     `reset_tool_choice` (a forcing `tool_choice`, "required" or a tool's name, holds for
     the turn's first request only and is "auto" once the model has answered, as other
     SDKs do; False keeps it for every request of the turn); `timeout` (seconds: bounds
-    each HTTP attempt whole, a stream included); `reasoning` (`Reasoning`); `cache` (prompt caching, on by default: Anthropic gets cache breakpoints
-    on the system prompt or tools and on the latest message; OpenAI caches on its own);
+    each HTTP attempt whole, a stream included); `reasoning` (`Reasoning`); `cache`
+    (prompt caching, on by default: Anthropic gets cache breakpoints on the system
+    prompt or tools and on the latest message; OpenAI caches on its own);
     `extra` (merged into the request body last, as a JSON merge patch: objects merge
     key by key, a null removes the key, anything else replaces).
 

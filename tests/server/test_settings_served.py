@@ -14,7 +14,10 @@ from typing import Any
 import httpx
 
 from providers.fake_servers import FakeServer, Received, Reply
-from server.support import ACME_HEADERS, serve, start_worker, stop_worker
+from server.support import ACME, ACME_HEADERS, serve, start_worker, stop_worker
+from tether import ModelSettings, Reasoning
+from tether.runtime.base import SessionSpec
+from tether.runtime.http import HttpRuntime
 
 WAIT = 60.0
 
@@ -115,4 +118,17 @@ async def test_bad_settings_are_a_422_naming_the_key_and_the_value(tmp_path: Pat
                 error = answer.json()["error"]
                 assert error["code"] == code and named in error["message"], (extra, error)
             listed = (await client.get("/v1/sessions")).json()
-    assert listed["sessions"] == []  # nothing was created by any of them
+            assert listed["sessions"] == []  # nothing was created by any of them
+            # The Python client sends a spec's settings as the server reads them.
+            rt = HttpRuntime(server.url, ACME)
+            settings = ModelSettings(
+                temperature=0.5, stop=["x"], reasoning=Reasoning("low", interleaved=True),
+                extra={"metadata": {"k": 1}}, reset_tool_choice=False, cache=False,
+            )  # fmt: skip
+            try:
+                ref = await rt.start(SessionSpec(model, "hi", settings=settings))
+            finally:
+                await rt.close()
+            first = (await client.get(f"/v1/sessions/{ref.session_id}/events?limit=1")).json()
+    recorded = first["events"][0]["data"]["metadata"]["model_settings"]
+    assert ModelSettings.from_json(recorded) == settings
