@@ -139,7 +139,7 @@ def _sub_agents(args: argparse.Namespace, tools: list[Tool]) -> list[Tool]:
     if loaded is None:
         return []
     where = f"--agents {path}" if path is not None else "the session's recorded sub-agents"
-    offered = agent_tools(loaded, where)
+    offered = agent_tools(loaded, where, getattr(args, "settings", None))
     try:
         Toolbox([*tools, *offered])
     except TetherError as exc:  # a sub-agent named as one of the --tools
