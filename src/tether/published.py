@@ -142,7 +142,7 @@ class Published:
         if _is_model(value):
             return value
         try:
-            made = value()
+            made = cast(Callable[[], object], value)()
         except KeyMissing as exc:
             raise unavailable(spec, exc) from None
         except Exception as exc:  # its message is the operator's business, not the tenant's

@@ -112,8 +112,8 @@ def model_groups(
             probe = model_from_string(f"{prefix}:probe")
         except TetherError:  # no key here: a start would be refused
             continue
-        url = getattr(probe, "endpoint_url", None)
-        if endpoints is not None and isinstance(url, str) and not endpoints.names(url):
+        called = getattr(probe, "endpoint_url", None)
+        if endpoints is not None and isinstance(called, str) and not endpoints.names(called):
             continue
         names = [n for n in catalog.names() if n.startswith(FAMILIES.get(prefix, ("\0",)))]
         groups.append({"provider": prefix, "models": [f"{prefix}:{n}" for n in names],
