@@ -171,10 +171,11 @@ def _output(
 
 def _forced_final(settings: ModelSettings | None) -> ModelSettings:
     """With no tool but `final_result`, the model is made to call it (unless the agent's
-    settings choose otherwise): an answer in text would only be sent back."""
+    settings choose otherwise): an answer in text would only be sent back, so the choice
+    holds after an invalid call too."""
     from tether.settings import ModelSettings, merged
 
-    forced = ModelSettings(tool_choice="final_result")
+    forced = ModelSettings(tool_choice="final_result", reset_tool_choice=False)
     return merged(forced, settings) or forced
 
 
@@ -458,14 +459,10 @@ class Agent(Generic[OutputT]):
         """`over` merged over `base` (None: the defaults), refused now if every request
         would be: a `tool_choice` naming no tool of this agent's, a setting the provider
         cannot honour. Settings are loaded only by agents that have some."""
-        from tether.settings import check_tool_choice, merged
+        from tether.settings import check_settings, merged
 
         settings = merged(base, over)
-        if settings is not None:
-            check_tool_choice(settings, self.toolbox.names())
-            check = getattr(self.model, "check_settings", None)
-            if callable(check):
-                check(settings, self.toolbox.specs)
+        check_settings(settings, self.model, self.toolbox.specs)
         return settings
 
     def _delta_observer(self, session_id: str) -> DeltaObserver | None:

@@ -256,10 +256,9 @@ def _input_estimate(ctx: TurnContext) -> int:
     )
 
 
-def _request_hash(ctx: TurnContext, max_output: int | None) -> str:
+def _request_hash(ctx: TurnContext, max_output: int | None, settings: ModelSettings | None) -> str:
     folder = ctx.log.folder
     head = f"{ctx.engine.model.name}\x00{folder.system}\x00{ctx.engine.toolbox.schema_chars}\x00{max_output}"
-    settings = ctx.engine.settings
     if settings is not None:  # no settings hash as they always did
         head = f"{head}\x00{settings.digest}"
     if ctx.engine.output is not None:
@@ -291,6 +290,8 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     """One model call and its commit. False when the turn ended here."""
     folder = ctx.log.folder
     settings = ctx.engine.settings
+    if settings is not None and folder.turn_steps:  # the model has answered in this turn
+        settings = settings.after_forced_call()  # a forcing tool_choice let go, unless sticky
     max_output = ctx.engine.limits.max_output_tokens
     if settings is not None and settings.max_output_tokens is not None:
         # The tighter cap wins (the limits carry a tenant's).
@@ -298,7 +299,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     # The context policy's decisions are events: the request below is built from them.
     if ctx.engine.context is not None:
         failed = await ctx.engine.context.before_request(
-            ctx.log, ctx.engine.toolbox, max_output, ctx.caller
+            ctx.log, ctx.engine.toolbox, max_output, ctx.caller, settings
         )
         if failed is not None:  # the turn ends with the policy's error, by name
             await ctx.log.append(*_closing(ctx, "error", failed))
@@ -313,13 +314,18 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     tools, digest = _SAME_TOOLS if version == ctx.tools_checked else _offered(ctx)
     await ctx.log.append(
         ModelRequested(
-            name, _request_hash(ctx, max_output), _input_estimate(ctx), dropped, tools, digest
+            name,
+            _request_hash(ctx, max_output, settings),
+            _input_estimate(ctx),
+            dropped,
+            tools,
+            digest,
         )
     )
     ctx.tools_checked = version  # the log names this version's set now
     started = time.perf_counter()
     first = FirstDelta(ctx.on_delta, started) if ctx.on_delta is not None else None
-    request = _request(ctx, name, max_output, first)
+    request = _request(ctx, name, max_output, first, settings)
     held = _hold_estimate(ctx) if ctx.parent is not None else None
     try:
         response = await complete(ctx.engine.model, request, ctx.engine.retry)
@@ -329,7 +335,7 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
             and ctx.engine.context is not None
             and not after_overflow
             and await ctx.engine.context.after_overflow(
-                ctx.log, ctx.engine.toolbox, max_output, exc, ctx.caller
+                ctx.log, ctx.engine.toolbox, max_output, exc, ctx.caller, settings
             )
         ):
             return await _step(ctx, after_overflow=True)  # compacted: one more attempt
@@ -378,7 +384,11 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
 
 
 def _request(
-    ctx: TurnContext, name: str, max_output: int | None, first: FirstDelta | None
+    ctx: TurnContext,
+    name: str,
+    max_output: int | None,
+    first: FirstDelta | None,
+    settings: ModelSettings | None,
 ) -> ModelRequest:
     """The step's request. Without a delta observer (whose clock is the step's own), the
     last request is sent again while it holds the same: the fold's message list grows in
@@ -394,7 +404,7 @@ def _request(
         and last.max_output_tokens == max_output
         and last.system == folder.system
         and last.model == name
-        and last.settings is engine.settings
+        and last.settings is settings
     ):
         return last
     request = ModelRequest(
@@ -406,7 +416,7 @@ def _request(
         on_delta=first,
         on_retry=lambda error, attempt, wait: _record_retry(ctx, error, attempt, wait),
         caller=ctx.caller,
-        settings=engine.settings,
+        settings=settings,
         output=None if engine.output is None else engine.output.native,
     )
     ctx.last_request = None if first is not None else request

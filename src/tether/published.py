@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeGuard, TypeVar, cast
 
 from tether.errors import KeyMissing, UsageError
 from tether.providers.base import Model
@@ -115,9 +115,9 @@ class Published:
             tools.append(item)
         return tools
 
-    def model(self, spec: str) -> Model:
-        """The model a `python:MODULE:NAME` spec names: a `Model` instance, or what a
-        function of that module marked `@model_factory` makes."""
+    def model_source(self, spec: str) -> Model | Callable[[], object]:
+        """What a `python:MODULE:NAME` spec names, checked and not called: a `Model`
+        instance, or a function of that module marked `@model_factory`."""
         module, name = self.allowed(
             spec.removeprefix("python:"), "model", self.code, "--allow-code"
         )
@@ -133,8 +133,16 @@ class Published:
                 f"model {spec}: {kind(value)}, not a Model nor a function of {module} marked "
                 "@tether.model_factory"
             )
+        return cast(Callable[[], object], value)
+
+    def model(self, spec: str) -> Model:
+        """The model a `python:MODULE:NAME` spec names: a `Model` instance, or what a
+        function of that module marked `@model_factory` makes."""
+        value = self.model_source(spec)
+        if _is_model(value):
+            return value
         try:
-            made = value()
+            made = cast(Callable[[], object], value)()
         except KeyMissing as exc:
             raise unavailable(spec, exc) from None
         except Exception as exc:  # its message is the operator's business, not the tenant's

@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
-from typing import Literal, TypeVar, cast, get_args
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Literal, Protocol, TypeVar, cast, get_args
 
 from tether.errors import UsageError
 from tether.messages import JSONObject, JSONValue, canonical_json
 
 T = TypeVar("T")
+
+
+class ToolSpecLike(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
 Effort = Literal["low", "medium", "high"]
 # Reasoning budgets derived from an effort (Anthropic needs a budget), and efforts derived
 # from a budget (OpenAI needs an effort): a budget below `medium`'s is `low`, one below
@@ -35,8 +42,15 @@ class Reasoning:
 
     effort: Effort | None = None
     budget_tokens: int | None = None
+    # Thinking between tool calls too, not only before the first: Anthropic is asked for it
+    # (its interleaved-thinking beta header); OpenAI's reasoning models do it unasked.
+    interleaved: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.interleaved, bool):
+            raise UsageError(
+                f"Reasoning.interleaved must be True or False, not {self.interleaved!r}"
+            )
         if self.effort is None and self.budget_tokens is None:
             raise UsageError("Reasoning needs effort ('low', 'medium', 'high') or budget_tokens")
         if self.effort is not None and self.effort not in get_args(Effort):
@@ -61,7 +75,30 @@ class Reasoning:
         return EFFORT_BUDGETS[cast(Effort, self.effort)]
 
     def to_json(self) -> JSONObject:
-        return {"effort": self.effort, "budget_tokens": self.budget_tokens}
+        out: JSONObject = {"effort": self.effort, "budget_tokens": self.budget_tokens}
+        if self.interleaved:  # sparse: settings without it keep the digest they had
+            out["interleaved"] = True
+        return out
+
+    @staticmethod
+    def from_json(data: object) -> Reasoning:
+        """`{"effort": "high"}`, `{"budget_tokens": 4096, "interleaved": true}`, ...;
+        unknown keys are refused."""
+        if not isinstance(data, Mapping):
+            raise UsageError(
+                f'reasoning must be an object such as {{"effort": "high"}}, not {data!r}'
+            )
+        unknown = sorted(set(data) - {"effort", "budget_tokens", "interleaved"})
+        if unknown:
+            raise UsageError(
+                f"unknown reasoning settings: {', '.join(map(str, unknown))} "
+                "(known: effort, budget_tokens, interleaved)"
+            )
+        return Reasoning(
+            cast(Effort | None, data.get("effort")),
+            cast(int | None, data.get("budget_tokens")),
+            cast(bool, data.get("interleaved", False)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +109,12 @@ class ModelSettings:
     `max_output_tokens` (the tighter of it and `Limits.max_output_tokens`, which carries a
     tenant's cap, is sent); `stop` (a list of sequences); `seed`; `tool_choice` ("auto",
     "required", "none" or the name of one of the agent's tools); `parallel_tool_calls`;
-    `timeout` (seconds: bounds each HTTP attempt whole, a stream included); `reasoning`
-    (`Reasoning`); `cache` (prompt caching, on by default: Anthropic gets cache breakpoints
-    on the system prompt or tools and on the latest message; OpenAI caches on its own);
+    `reset_tool_choice` (a forcing `tool_choice`, "required" or a tool's name, holds for
+    the turn's first request only and is "auto" once the model has answered, as other
+    SDKs do; False keeps it for every request of the turn); `timeout` (seconds: bounds
+    each HTTP attempt whole, a stream included); `reasoning` (`Reasoning`); `cache`
+    (prompt caching, on by default: Anthropic gets cache breakpoints on the system
+    prompt or tools and on the latest message; OpenAI caches on its own);
     `extra` (merged into the request body last, as a JSON merge patch: objects merge
     key by key, a null removes the key, anything else replaces).
 
@@ -92,7 +132,9 @@ class ModelSettings:
     reasoning: Reasoning | None = None
     cache: bool = True
     extra: Mapping[str, JSONValue] | None = None
+    reset_tool_choice: bool | None = None
     _digest: str = field(init=False, repr=False, compare=False, default="")
+    _relaxed: ModelSettings | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         _check_number("temperature", self.temperature, 0.0, 2.0)
@@ -115,7 +157,7 @@ class ModelSettings:
                 "ModelSettings.tool_choice must be 'auto', 'required', 'none' or a tool's "
                 f"name, not {self.tool_choice!r}"
             )
-        for name in ("parallel_tool_calls", "cache"):
+        for name in ("parallel_tool_calls", "cache", "reset_tool_choice"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise UsageError(f"ModelSettings.{name} must be True or False, not {value!r}")
@@ -137,6 +179,20 @@ class ModelSettings:
         return self._digest
 
     @property
+    def forcing(self) -> bool:
+        """`tool_choice` makes the model call a tool ("required", or one tool by name)."""
+        return self.tool_choice is not None and self.tool_choice not in ("auto", "none")
+
+    def after_forced_call(self) -> ModelSettings:
+        """The settings of a turn's requests after its first answer: a forcing
+        `tool_choice` let go (auto) unless `reset_tool_choice` is False. Made once."""
+        if not self.forcing or self.reset_tool_choice is False:
+            return self
+        if self._relaxed is None:
+            object.__setattr__(self, "_relaxed", replace(self, tool_choice=None))
+        return cast(ModelSettings, self._relaxed)
+
+    @property
     def tool_name(self) -> str | None:
         """The tool `tool_choice` names, when it names one."""
         choice = self.tool_choice
@@ -155,7 +211,25 @@ class ModelSettings:
             "reasoning": self.reasoning.to_json() if self.reasoning else None,
             "cache": self.cache,
             "extra": dict(self.extra) if self.extra is not None else None,
+            # sparse: settings without it keep the digest they had
+            **(
+                {}
+                if self.reset_tool_choice is None
+                else {"reset_tool_choice": self.reset_tool_choice}
+            ),
         }
+
+    def given(self) -> JSONObject:
+        """`to_json` without what is left at its default: what a spec or a command line
+        would write (`from_json` reads either)."""
+        out: JSONObject = {
+            k: v for k, v in self.to_json().items() if v is not None and k != "cache"
+        }
+        if not self.cache:
+            out["cache"] = False
+        if isinstance(reasoning := out.get("reasoning"), dict):
+            out["reasoning"] = {k: v for k, v in reasoning.items() if v is not None}
+        return out
 
     @staticmethod
     def from_json(data: Mapping[str, JSONValue]) -> ModelSettings:
@@ -168,11 +242,8 @@ class ModelSettings:
         values = dict(data)
         reasoning = values.pop("reasoning", None)
         kwargs: dict[str, object] = {k: v for k, v in values.items() if v is not None}
-        if isinstance(reasoning, dict):
-            kwargs["reasoning"] = Reasoning(
-                cast(Effort | None, reasoning.get("effort")),
-                cast(int | None, reasoning.get("budget_tokens")),
-            )
+        if reasoning is not None:
+            kwargs["reasoning"] = Reasoning.from_json(reasoning)
         return ModelSettings(**kwargs)  # type: ignore[arg-type]  # checked in __post_init__
 
 
@@ -195,8 +266,46 @@ def merged(agent: ModelSettings | None, run: ModelSettings | None) -> ModelSetti
             reasoning=_first(run.reasoning, agent.reasoning),
             cache=agent.cache and run.cache,
             extra=_compose(agent.extra, run.extra),
+            reset_tool_choice=_first(run.reset_tool_choice, agent.reset_tool_choice),
         )
     return None if result is None or result == DEFAULT_SETTINGS else result
+
+
+def inherited(parent: ModelSettings | None, own: ModelSettings | None) -> ModelSettings | None:
+    """A sub-agent's settings: its caller's (the run's, as they reach it) under its own,
+    which win field by field. The caller's `tool_choice` stays with the caller: it names
+    the caller's tools, and a sub-agent has its own."""
+    if parent is None or (parent.tool_choice is None and parent.reset_tool_choice is None):
+        return merged(parent, own)
+    return merged(replace(parent, tool_choice=None, reset_tool_choice=None), own)
+
+
+def for_summary(settings: ModelSettings | None) -> ModelSettings | None:
+    """The run's settings as a summary call of the context policy sends them: no tools are
+    offered, so nothing about tools; its output cap is the policy's own."""
+    if settings is None:
+        return None
+    if (settings.tool_choice, settings.parallel_tool_calls, settings.max_output_tokens) == (
+        None,
+        None,
+        None,
+    ):
+        return settings
+    bare = replace(settings, tool_choice=None, parallel_tool_calls=None, max_output_tokens=None)
+    return None if bare == DEFAULT_SETTINGS else bare
+
+
+def check_settings(
+    settings: ModelSettings | None, model: object, tools: Sequence[ToolSpecLike]
+) -> None:
+    """Refuse now what every request would refuse: a `tool_choice` naming no tool offered,
+    a setting the provider cannot honour (`CodecModel.check_settings`)."""
+    if settings is None:
+        return
+    check_tool_choice(settings, (t.name for t in tools))
+    check = getattr(model, "check_settings", None)
+    if callable(check):
+        check(settings, tools)
 
 
 def _first(given: T | None, otherwise: T | None) -> T | None:

@@ -426,7 +426,25 @@ async def test_an_agents_settings_and_a_runs_reach_every_request_of_the_turn() -
     assert len(bodies) == 2
     for body in bodies:
         assert (body["temperature"], body["seed"], body["max_completion_tokens"]) == (0.4, 5, 500)
-        assert body["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+    # The forced call is made by the first answer; the turn's next request lets go (auto).
+    assert bodies[0]["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+    assert "tool_choice" not in bodies[1]
+
+
+async def test_a_sticky_tool_choice_holds_for_every_request_of_the_turn() -> None:
+    async with FakeServer(HANDLERS["openai"](ToyModel(PLAN))) as server:
+        model = build("openai", server.url, False)
+        agent = Agent(
+            model,
+            tools=[add],
+            store=MemoryStore(),
+            settings=ModelSettings(tool_choice="required", reset_tool_choice=False),
+        )
+        await agent.run("add twice")
+        await agent.close()
+        await model.aclose()  # type: ignore[attr-defined]
+    choices = [r.json().get("tool_choice") for r in server.requests]
+    assert len(choices) == 2 and set(choices) == {"required"}, choices
 
 
 def test_anthropic_thinking_room_stays_within_the_models_known_limit() -> None:
@@ -438,3 +456,23 @@ def test_anthropic_thinking_room_stays_within_the_models_known_limit() -> None:
         encode_request("claude-3-5-haiku", request)
     low = ModelRequest("m", None, (user("hi"),), settings=ModelSettings(reasoning=Reasoning("low")))
     assert encode_request("claude-3-5-haiku", low)["max_tokens"] == 8192
+
+
+async def test_interleaved_thinking_is_a_setting_sent_as_anthropics_beta_header() -> None:
+    from tether.providers.anthropic import AnthropicModel
+
+    thinking = Reasoning(effort="low", interleaved=True)
+    async with FakeServer(HANDLERS["anthropic"](ToyModel([]))) as server:
+        model = AnthropicModel("m", api_key="k", base_url=server.url, betas=("other-beta",))
+        for settings in (ModelSettings(reasoning=thinking), None):
+            await model.complete(ModelRequest("m", None, (user("hi"),), settings=settings))
+        await model.aclose()
+    with_it, without = (r.headers.get("anthropic-beta") for r in server.requests)
+    assert with_it == "other-beta,interleaved-thinking-2025-05-14"
+    assert without == "other-beta"  # the code's own betas, as ever
+    assert server.requests[0].json()["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert (
+        ModelSettings.from_json(ModelSettings(reasoning=thinking).to_json()).reasoning == thinking
+    )
+    # Settings without it keep the digest (and so the request hashes) they always had.
+    assert "interleaved" not in Reasoning(effort="low").to_json()

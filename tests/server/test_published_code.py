@@ -150,6 +150,9 @@ async def test_only_published_tools_and_models_load_and_refusals_show_no_values(
         options = (await client.get("/v1/start-options", headers=HEADERS)).json()
         offered = [t["spec"] for t in options["tools"] if t["spec"].startswith("pub_mod")]
         assert offered == ["pub_mod:lookup", "pub_mod:tools"]
+        # ... and the models it publishes, found without calling anything (no mark is left).
+        (python,) = [g for g in options["models"] if g["provider"] == "python"]
+        assert [m for m in python["models"] if "pub_mod" in m] == ["python:pub_mod:model"]
     assert sorted(p.name for p in marks.iterdir()) == []
 
 

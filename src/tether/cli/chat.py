@@ -34,6 +34,7 @@ from tether.cli.common import (
 from tether.cli.interrupts import ChatPresses, Interrupts
 from tether.cli.live import LiveView, Style
 from tether.cli.secrets import add_secret_flags, keyring_from
+from tether.cli.settings_args import add_settings_flags, settings_from
 from tether.errors import TetherError
 from tether.events import Event
 from tether.limits import Limits
@@ -62,6 +63,7 @@ def add_chat_command(sub: Any, store_help: str) -> None:
     p.add_argument("--max-steps", type=COUNT, default=50)
     p.add_argument("--retries", type=number(int, at_least=0), default=None, metavar="N")
     p.add_argument("--lease-wait", type=WAIT, default=0.0, metavar="SECONDS")
+    add_settings_flags(p)
 
 
 async def cmd_chat(args: argparse.Namespace) -> int:
@@ -69,6 +71,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
 
     # Everything the user named is checked before a line is read.
     model, specs, mcp = args.model, args.tools, args.mcp
+    recorded = None  # the settings a session goes on with, under the flags given now
     if args.session is not None:
         store = existing_store(args.store)
         try:
@@ -81,12 +84,14 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             setup.tools if specs is None else specs,
             mcp or setup.mcp,
         )
+        recorded = setup.settings
     elif model is None:
         raise CliError("--model is needed to start a conversation (or --session ID to go on)")
     else:
         store = store_from(args.store)
     source: Any = None
     try:
+        args.settings = settings_from(args, recorded)
         try:
             resolved = resolve_model(model, stream=True)
         except TetherError as exc:
@@ -134,6 +139,7 @@ async def _chat(
         on_delta=view.on_delta,
         metadata=args.metadata,
         retry=retry_policy(args.retries),
+        settings=args.settings,
     )
     if source is not None:  # tools a server adds mid-conversation reach its next step
         source.keep_current(chat.agent.toolbox)

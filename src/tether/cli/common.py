@@ -126,15 +126,16 @@ def load_agents(path: str) -> AgentsFile:
         raise CliError(f"--agents {path}: {exc}") from exc
 
 
-def agent_tools(loaded: AgentsFile, where: str) -> list[Tool]:
+def agent_tools(loaded: AgentsFile, where: str, settings: Any = None) -> list[Tool]:
     """The tools that offer the file's sub-agents to the main agent (`tether.runtime.sessions.
     subagent_tools`: those no other sub-agent lists), their models and tools loaded now;
-    `where` names the file (or the record) in an error."""
+    `where` names the file (or the record) in an error; `settings`: the run's
+    (`ModelSettings`), checked with each sub-agent's own as it will run them."""
     from tether.runtime.sessions import build_runner, subagent_tools
 
     try:
         return subagent_tools(
-            loaded.agents, lambda _, agent: build_runner(agent.model, agent.tools)
+            loaded.agents, lambda _, agent: build_runner(agent.model, agent.tools), settings
         )
     except UsageError as exc:
         raise CliError(f"{where}: {exc}") from exc
@@ -143,10 +144,10 @@ def agent_tools(loaded: AgentsFile, where: str) -> list[Tool]:
 def agents_record(loaded: AgentsFile) -> dict[str, Any]:
     """What `session.created` records of the file (`metadata.cli`), as a runtime records a
     spec's sub-agents (`metadata.runner`), so a worker rebuilds them."""
-    from tether.runtime import wire
+    from tether.runtime.base import agent_json
 
     return {
-        "agents": {name: wire.to_json(agent) for name, agent in loaded.agents.items()},
+        "agents": {name: agent_json(agent) for name, agent in loaded.agents.items()},
         "max_depth": loaded.max_depth,
         "max_threads": loaded.max_threads,
     }

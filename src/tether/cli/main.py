@@ -42,6 +42,7 @@ from tether.cli.common import (
 from tether.cli.interrupts import Interrupts
 from tether.cli.live import LiveView, Style
 from tether.cli.secrets import add_secret_flags, keyring_from
+from tether.cli.settings_args import add_settings_flags, settings_from
 from tether.errors import SessionNotFound, TetherError, UsageError
 from tether.events import Event
 from tether.fold import Transcript, fold
@@ -98,6 +99,7 @@ async def cmd_run(
         resolved = resolve_model(model, stream=output_mode(args) == "live")
     except TetherError as exc:
         raise CliError(f"--model {model}: {exc}") from exc
+    args.settings = settings_from(args, getattr(args, "recorded_settings", None))
     tools = load_tools(tool_specs)
     tools += _sub_agents(args, tools)
     # What `tether sessions resume` needs to rebuild this agent in another process.
@@ -137,7 +139,7 @@ def _sub_agents(args: argparse.Namespace, tools: list[Tool]) -> list[Tool]:
     if loaded is None:
         return []
     where = f"--agents {path}" if path is not None else "the session's recorded sub-agents"
-    offered = agent_tools(loaded, where)
+    offered = agent_tools(loaded, where, getattr(args, "settings", None))
     try:
         Toolbox([*tools, *offered])
     except TetherError as exc:  # a sub-agent named as one of the --tools
@@ -192,6 +194,7 @@ async def _run_agent(
         max_depth=caps.max_depth,
         max_threads=caps.max_threads,
         output_type=getattr(args, "output", None),
+        settings=args.settings,
     )
     if (mcp := getattr(args, "mcp_source", None)) is not None:
         mcp.keep_current(agent.toolbox)  # tools a server adds mid-run reach its next step
@@ -411,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE.json",
         help="the answer must be JSON valid against this JSON schema; it is printed as JSON",
     )
+    add_settings_flags(run)
     run.add_argument("--json", action="store_true")
     run.add_argument("--timeline", action="store_true", help=TIMELINE_HELP)
 

@@ -122,6 +122,7 @@ async def continue_session(args: argparse.Namespace, task: str | None) -> int:
     args.mcp = args.mcp or setup.mcp
     args.agents_loaded = setup.agents
     args.output = setup.output
+    args.recorded_settings = setup.settings  # the flags given now go over them
     args.system = setup.system
     args.session_id = args.id
     return await cmd_run(args, task=task, model=model, tool_specs=tools)
@@ -139,6 +140,7 @@ class StoredSetup:
     system: str | None
     agents: AgentsFile | None = None
     output: OutputType | None = None  # `--output-schema`'s schema, as the session recorded it
+    settings: dict[str, Any] | None = None  # `metadata.model_settings`, as recorded
 
 
 async def stored_setup(store: Store, session_id: str) -> StoredSetup:
@@ -165,6 +167,7 @@ async def stored_setup(store: Store, session_id: str) -> StoredSetup:
         created.system,
         agents,
         _recorded_output(session_id, created, recorded),
+        settings if isinstance(settings := created.metadata.get("model_settings"), dict) else None,
     )
 
 

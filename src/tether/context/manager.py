@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+from typing import TYPE_CHECKING
 
 from tether import eager
 from tether.context.policy import DefaultPolicy
@@ -27,6 +28,9 @@ from tether.messages import canonical_json
 from tether.providers.base import Caller, Model
 from tether.session.log import SessionLog
 from tether.tools.base import Toolbox
+
+if TYPE_CHECKING:
+    from tether.settings import ModelSettings
 
 ContextSetting = bool | ContextPolicy
 
@@ -83,6 +87,7 @@ class ContextManager:
         max_output: int | None,
         overflowed: bool = False,
         caller: Caller | None = None,
+        settings: ModelSettings | None = None,
     ) -> ContextView:
         folder = log.folder
         estimator = await self._ready_estimator()
@@ -99,6 +104,7 @@ class ContextManager:
             sizer=sizer,
             overflowed=overflowed,
             caller=caller,
+            settings=settings,
         )
 
     async def decide(
@@ -125,6 +131,7 @@ class ContextManager:
         toolbox: Toolbox,
         max_output: int | None,
         caller: Caller | None = None,
+        settings: ModelSettings | None = None,
     ) -> str | None:
         """Append what the policy decides for the next request, if anything. When the policy
         failed, nothing is appended and the answer is why: the caller ends the turn with it,
@@ -134,7 +141,7 @@ class ContextManager:
         if self._estimator is None:
             await log.flush()  # the first request may load an encoding: nothing held waits on it
         try:
-            view = await self.view(log, toolbox, max_output, caller=caller)
+            view = await self.view(log, toolbox, max_output, caller=caller, settings=settings)
             events = await self.decide(view, log)
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
@@ -151,12 +158,15 @@ class ContextManager:
         max_output: int | None,
         error: ContextOverflow,
         caller: Caller | None = None,
+        settings: ModelSettings | None = None,
     ) -> bool:
         """The provider refused the request as too large: record the failure with what the
         policy compacts, and say whether one more attempt is worth making. A policy that
         fails here leaves the turn to end with the provider's error."""
         try:
-            view = await self.view(log, toolbox, max_output, overflowed=True, caller=caller)
+            view = await self.view(
+                log, toolbox, max_output, overflowed=True, caller=caller, settings=settings
+            )
             events = await self.decide(view)
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise

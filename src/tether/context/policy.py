@@ -94,6 +94,7 @@ class DefaultPolicy:
             max(budget // 2, allowance),
             allowance,
             caller=view.caller,
+            settings=view.settings,
         )
         message = summary_message(summary.text, end - start)
         draft.messages[start] = message

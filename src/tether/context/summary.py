@@ -8,11 +8,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tether.context.tokens import Sizer
 from tether.errors import ProviderError
 from tether.messages import Message, Text, ToolCall, ToolResult, Usage, canonical_json, user
 from tether.providers.base import Caller, Model, ModelRequest
+
+if TYPE_CHECKING:
+    from tether.settings import ModelSettings
 
 SUMMARY_SYSTEM = (
     "You compact an agent's conversation so that it fits the model's context window. "
@@ -74,16 +78,27 @@ async def summarize(
     max_output: int,
     *,
     caller: Caller | None = None,
+    settings: ModelSettings | None = None,
 ) -> Summary:
     """A summary of `messages` of at most about `max_output` tokens. When the model call fails,
-    a plain note of what was removed stands in for it, so the session can go on."""
+    a plain note of what was removed stands in for it, so the session can go on. `settings`:
+    the run's, less what concerns tools and the output cap (`settings.for_summary`); with
+    reasoning, the cap also holds the thinking budget (both APIs count thinking in it)."""
     conversation = fit(render(messages), sizer, max(64, max_input - sizer.text(SUMMARY_SYSTEM)))
+    cap = max_output
+    if settings is not None:
+        from tether.settings import for_summary
+
+        settings = for_summary(settings)
+        if settings is not None and settings.reasoning is not None:
+            cap += settings.reasoning.effective_budget
     request = ModelRequest(
         model=model.name,
         system=SUMMARY_SYSTEM,
         messages=(user(conversation),),
-        max_output_tokens=max_output,
+        max_output_tokens=cap,
         caller=caller,
+        settings=settings,
     )
     try:
         response = await model.complete(request)

@@ -7,12 +7,16 @@ from __future__ import annotations
 import bisect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tether.context.tokens import Sizer
 from tether.errors import UsageError
 from tether.events import ContextCompacted
 from tether.messages import Message
 from tether.providers.base import Caller
+
+if TYPE_CHECKING:
+    from tether.settings import ModelSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,8 @@ class ContextView:
     overflowed: bool = False
     # The session's caller, for the policy's own model calls (a summary) to be its too.
     caller: Caller | None = None
+    # The run's settings (`ModelSettings`), which its summary calls are made with too.
+    settings: ModelSettings | None = None
 
     def first_user_index(self) -> int:
         """The first user message: kept in every request, like the system prompt."""

@@ -8,7 +8,7 @@ turn's text and tool calls, as the API requires with extended thinking and tools
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import httpx
 
@@ -46,6 +46,7 @@ from tether.settings import ModelSettings, apply_extra
 PROVIDER = "anthropic"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_VERSION = "2023-06-01"
+INTERLEAVED = "interleaved-thinking-2025-05-14"  # thinking between tool calls
 # The API requires max_tokens. Without one in the request, the catalog's limit is used, capped
 # where a non-streamed answer could outlast the API's ten-minute guidance.
 DEFAULT_MAX_TOKENS = 16_384
@@ -75,11 +76,19 @@ class AnthropicModel(CodecModel):
         # Newer API versions (and gateways) also take the key as `Authorization: Bearer`.
         auth = {"authorization": f"Bearer {api_key}"} if bearer else {"x-api-key": api_key}
         headers = {**auth, "anthropic-version": version}
-        if betas:  # e.g. interleaved-thinking-2025-05-14: thinking between tool calls
+        if betas:
             headers["anthropic-beta"] = ",".join(betas)
         url = base_url.rstrip("/") + "/v1/messages"
         endpoint = Endpoint(url, headers, classify_anthropic, http_client)
         super().__init__(model, endpoint, stream=stream, provider=PROVIDER)
+        # `Reasoning(interleaved=True)`: the beta that lets the model think between calls.
+        self._interleaved = {"anthropic-beta": ",".join(dict.fromkeys([*betas, INTERLEAVED]))}
+
+    def request_headers(self, request: ModelRequest) -> Mapping[str, str] | None:
+        settings = request.settings
+        if settings is None or settings.reasoning is None or not settings.reasoning.interleaved:
+            return None
+        return self._interleaved
 
     def encode(self, request: ModelRequest) -> JSONObject:
         return encode_request(self.model, request, stream=self.streaming)

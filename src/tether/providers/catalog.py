@@ -63,6 +63,11 @@ def register(info: ModelInfo) -> None:
     _models[info.name] = info
 
 
+def names() -> list[str]:
+    """The names of the models the catalog knows, sorted."""
+    return sorted(_models)
+
+
 def lookup(name: str) -> ModelInfo | None:
     """Find a model by exact name, then without a date suffix, then without a router prefix
     ("anthropic/claude-sonnet-4.5" on OpenRouter spells versions with a dot)."""

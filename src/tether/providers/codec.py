@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -70,6 +70,11 @@ class CodecModel:
     def assembler(self, on_delta: DeltaObserver | None, seed: str) -> Assembler:
         raise NotImplementedError
 
+    def request_headers(self, request: ModelRequest) -> Mapping[str, str] | None:
+        """Headers of this request alone, over the endpoint's (a setting some API takes as a
+        header); None: the endpoint's."""
+        return None
+
     def check_settings(self, settings: ModelSettings | None, tools: Sequence[ToolSpec]) -> None:
         """Raise the `UsageError` a request with these settings and tools would raise when
         built, before any request is: an `Agent` asks when it is made and when a run
@@ -99,7 +104,7 @@ class CodecModel:
         seed = request_seed(body) if self.seeded else ""
         if self.streaming:
             assembler = self.assembler(request.on_delta, seed)
-            raw = await self._endpoint.stream(body, assembler.feed)
+            raw = await self._endpoint.stream(body, assembler.feed, self.request_headers(request))
             if not raw.streamed and load_json(raw.body) is None:
                 # Typed as JSON but not one JSON document: a stream after all, read at its end.
                 assembler.feed(raw.body)
@@ -107,7 +112,7 @@ class CodecModel:
             if raw.streamed:
                 return with_rate_limits(assembler.finish(raw.body), raw.headers)
         else:
-            raw = await self._endpoint.post(body)
+            raw = await self._endpoint.post(body, self.request_headers(request))
         # A whole JSON answer, to a stream request too: an error body there raises the very
         # error it raises unstreamed, with the provider's own message, type and code.
         return with_rate_limits(self.decode(raw.body, seed), raw.headers)

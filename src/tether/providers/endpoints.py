@@ -149,6 +149,15 @@ class EndpointPolicy:
                     "an operator who means it allows that address itself with --allow-endpoint"
                 )
 
+    def names(self, url: str) -> bool:
+        """Whether some allowed prefix covers `url`, looked at without resolving its host: a
+        start still `check`s (an untrusted prefix's host must resolve to public addresses)."""
+        try:
+            target = _Url.parse(url, what="endpoint")
+        except EndpointRefused:
+            return False
+        return any(target.under(prefix) for prefix, _ in self._prefixes)
+
     def check_model(self, model: object) -> None:
         """`check` the URL a provider model calls (`CodecModel.endpoint_url`); a model of
         another kind (a `python:` model is the operator's own code) calls none of ours."""

@@ -80,11 +80,12 @@ class Endpoint:
             await self._client.aclose()
             self._client = None
 
-    async def post(self, body: JSONObject) -> RawResponse:
-        """POST the body; a non-2xx answer raises the classified `ProviderError`."""
+    async def post(self, body: JSONObject, headers: Mapping[str, str] | None = None) -> RawResponse:
+        """POST the body (`headers`: this request's own, over the endpoint's); a non-2xx
+        answer raises the classified `ProviderError`."""
         try:
             response = await self.client().post(
-                self.url, content=encode_body(body), headers=self._request_headers()
+                self.url, content=encode_body(body), headers=self._request_headers(headers)
             )
         except httpx.HTTPError as exc:
             raise _connection_failed(exc) from exc
@@ -93,7 +94,12 @@ class Endpoint:
             raise self.classify(raw.status, raw.body, raw.headers)
         return raw
 
-    async def stream(self, body: JSONObject, feed: Callable[[bytes], None]) -> RawResponse:
+    async def stream(
+        self,
+        body: JSONObject,
+        feed: Callable[[bytes], None],
+        headers: Mapping[str, str] | None = None,
+    ) -> RawResponse:
         """POST the body and hand every received chunk to `feed` as it arrives. `feed` may raise
         (an error event inside a 200 stream); the connection is closed either way. A 2xx
         answer typed as one JSON document (an error body some servers send with 200) is not a
@@ -101,7 +107,7 @@ class Endpoint:
         chunks: list[bytes] = []
         try:
             async with self.client().stream(
-                "POST", self.url, content=encode_body(body), headers=self._request_headers()
+                "POST", self.url, content=encode_body(body), headers=self._request_headers(headers)
             ) as response:
                 headers = dict(response.headers)
                 if not 200 <= response.status_code < 300:
@@ -116,8 +122,8 @@ class Endpoint:
             raise _connection_failed(exc) from exc
         return RawResponse(response.status_code, headers, b"".join(chunks), streamed=True)
 
-    def _request_headers(self) -> dict[str, str]:
-        return {"content-type": "application/json", **self.headers}
+    def _request_headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {"content-type": "application/json", **self.headers, **(extra or {})}
 
 
 def is_json(headers: Mapping[str, str]) -> bool:

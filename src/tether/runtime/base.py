@@ -14,7 +14,7 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol, TypedDict, Unpack, cast, overload
+from typing import Annotated, Any, Literal, Protocol, TypedDict, Unpack, cast, overload
 
 import pydantic
 
@@ -27,6 +27,7 @@ from tether.runtime import wire
 from tether.scheduler.queue import PRIORITIES, Priority
 from tether.scheduler.status import StatusKind
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS, check_name
+from tether.settings import ModelSettings
 from tether.state import TERMINAL_STATES, SessionView
 from tether.store import catalog
 
@@ -42,6 +43,41 @@ def check_tenant(name: str) -> str:
     if not TENANT_NAME.fullmatch(name):  # not `match`: its `$` lets a newline end one
         raise UsageError(f"tenant name {name[:80]!r} must be 1-64 of A-Z a-z 0-9 _ . -")
     return name
+RESERVED_METADATA = catalog.RESERVED | {"model_settings"}
+# What `settings.extra` may not set in a spec: what tether itself sends (the model, the
+# conversation, the tools, the stream) and the output caps a tenant's quota holds.
+SPEC_EXTRA_REFUSED = frozenset(
+    {"model", "messages", "input", "system", "instructions", "tools", "stream",
+     "max_tokens", "max_completion_tokens", "max_output_tokens", "options"}
+)  # fmt: skip
+
+
+def _settings_in(value: object) -> ModelSettings | None:
+    if value is None or isinstance(value, ModelSettings):
+        return value
+    if not isinstance(value, Mapping):
+        raise UsageError(f"settings must be an object of model settings, not {value!r}")
+    return ModelSettings.from_json(value)
+
+
+# `ModelSettings` on the wire: written as what it sets (`ModelSettings.given`), read back by
+# `ModelSettings.from_json`, whose checks name the bad key and value.
+Settings = Annotated[
+    ModelSettings | None,
+    pydantic.PlainValidator(_settings_in),
+    pydantic.PlainSerializer(lambda s: None if s is None else s.given()),
+    pydantic.WithJsonSchema({"anyOf": [{"type": "object"}, {"type": "null"}]}),
+]
+
+
+def check_settings_spec(where: str, settings: ModelSettings | None) -> None:
+    """Refuse `extra` keys a spec may not set (`SPEC_EXTRA_REFUSED`)."""
+    refused = sorted(SPEC_EXTRA_REFUSED & set((settings.extra or {}) if settings else ()))
+    if refused:
+        raise UsageError(
+            f"{where}.extra may not set {', '.join(refused)}: tether sends the model, the "
+            "conversation, the tools and the output cap itself"
+        )
 
 
 class CapabilityRefused(UsageError):
@@ -112,7 +148,8 @@ class AgentSpec:
     the tool that runs it tells the model. `handoff`: offered as `transfer_to_NAME`, which
     hands the rest of the turn over, instead of as a tool named NAME. `agents`: the names of
     other sub-agents of the same spec it is offered in turn (a tree, or a graph without
-    cycles)."""
+    cycles). `settings`: its own `ModelSettings`, over the session's (which reach it
+    without a `tool_choice`)."""
 
     model: str
     system: str | None = None
@@ -121,6 +158,16 @@ class AgentSpec:
     description: str | None = None
     handoff: bool = False
     agents: tuple[str, ...] = ()
+    settings: Settings = None
+
+
+def agent_json(agent: AgentSpec) -> JSONObject:
+    """A sub-agent's JSON form; `settings` only when it has some (a record without them is
+    what it always was)."""
+    data = wire.to_json(agent)
+    if data.get("settings") is None:
+        data.pop("settings", None)
+    return data
 
 
 def _check_tools(where: str, tools: Iterable[str]) -> None:
@@ -147,6 +194,7 @@ def check_agents(agents: Mapping[str, AgentSpec], max_depth: int) -> None:
         if not agent.model.strip():
             raise UsageError(f"spec.agents.{name}.model is empty: name a model")
         _check_tools(f"spec.agents.{name}.tools", agent.tools)
+        check_settings_spec(f"spec.agents.{name}.settings", agent.settings)
         unknown = [child for child in agent.agents if child not in agents]
         if unknown:
             raise UsageError(
@@ -212,7 +260,8 @@ class SessionSpec:
     other sub-agent lists, and each runs as a thread of the session; `max_depth` and
     `max_threads` cap how deep they nest and how many run at once (`loop.Engine`). `mcp`:
     the names of MCP servers the operator configured (`tether serve --mcp FILE`) whose tools
-    the session is offered: a name only, never a command or URL (`check_mcp_names`)."""
+    the session is offered: a name only, never a command or URL (`check_mcp_names`).
+    `settings`: the `ModelSettings` of every request (its sub-agents' too, under their own)."""
 
     model: str
     task: str
@@ -227,6 +276,7 @@ class SessionSpec:
     max_depth: int = DEFAULT_MAX_DEPTH
     max_threads: int = DEFAULT_MAX_THREADS
     mcp: tuple[str, ...] = ()
+    settings: Settings = None
 
     def check(self) -> None:
         """What is wrong whatever the runtime: raised as `UsageError`, before any I/O."""
@@ -251,19 +301,22 @@ class SessionSpec:
             )
         check_agents(self.agents, self.max_depth)
         check_mcp_names(self.mcp)
+        check_settings_spec("spec.settings", self.settings)
 
     def to_json(self) -> JSONObject:
         """The body of a start request (its fingerprint, too). `requires` is written as the
         names it holds, sorted: what a caller writes, and what the server reads. The
         sub-agent fields and `mcp` are written only when they say something (sub-agents,
-        caps other than the defaults, servers), so a spec without them is the body, and has
-        the fingerprint, it had before they existed."""
+        caps other than the defaults, servers), and `settings` only when set, so a spec
+        without them is the body, and has the fingerprint, it had before they existed."""
         data = wire.to_json(self)
         for name, default in SUB_AGENT_DEFAULTS.items():
             if data.get(name) == default:
                 del data[name]
         if not self.mcp:
             del data["mcp"]
+        if "agents" in data:
+            data["agents"] = {name: agent_json(a) for name, a in self.agents.items()}
         names = list[JSONValue](sorted(self.requires.held()))
         return {**data, "requires": names}
 
@@ -274,6 +327,7 @@ class SessionSpec:
 
 
 SUB_AGENT_DEFAULTS: dict[str, JSONValue] = {
+    "settings": None,
     "agents": {},
     "max_depth": DEFAULT_MAX_DEPTH,
     "max_threads": DEFAULT_MAX_THREADS,

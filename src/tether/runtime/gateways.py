@@ -8,9 +8,15 @@ It queues and limits nothing itself (the scheduler does) and writes no events.
 
 from __future__ import annotations
 
-from tether.providers.base import Model, ModelRequest, ModelResponse
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tether.providers.base import Model, ModelRequest, ModelResponse, ToolSpec
 from tether.scheduler import Gateway, GatewayConfig, GatewayFigures, GatewayStatus, Ticket
 from tether.scheduler.queue import PRIORITIES, Priority
+
+if TYPE_CHECKING:
+    from tether.settings import ModelSettings
 
 
 def priority_of(value: object) -> Priority:
@@ -34,6 +40,12 @@ class SessionRouted:
     @property
     def name(self) -> str:
         return self.gateway.name
+
+    def check_settings(self, settings: ModelSettings | None, tools: Sequence[ToolSpec]) -> None:
+        """The backend's own check (`CodecModel.check_settings`), where it has one."""
+        check = getattr(self.gateway.model, "check_settings", None)
+        if callable(check):
+            check(settings, tools)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         caller = request.caller

@@ -50,6 +50,7 @@ from tether.runtime.worker import Worker
 from tether.scheduler import GatewayConfig, GatewayFigures
 from tether.session import control
 from tether.session.tail import Tail
+from tether.settings import check_settings
 from tether.store.base import Store
 from tether.store.open import open_store
 from tether.tools.base import Tool, Toolbox
@@ -171,6 +172,9 @@ class LocalRuntime:
     def mcp_names(self) -> list[str]:
         """The MCP servers a spec of this tenant may name here."""
         return self._core.mcp.names(self.tenant)
+    def endpoints(self) -> EndpointPolicy | None:
+        """The model URLs a spec may make this process call (None: any)."""
+        return self._core.endpoints
 
     @property
     def worker(self) -> Worker | None:
@@ -227,8 +231,9 @@ class LocalRuntime:
         self._check_endpoint(spec.model, model)
         # Every sub-agent's model is resolved and checked as the main one is, here and
         # again by the worker; the tree is built once to refuse what could not run.
-        offered = subagent_tools(spec.agents, self._build_agent)
-        Toolbox([*tools, *offered])  # two tools of one name are refused now, not in a worker
+        offered = subagent_tools(spec.agents, self._build_agent, spec.settings)
+        # Two tools of one name, or settings the model cannot honour, are refused now.
+        check_settings(spec.settings, model, Toolbox([*tools, *offered]).specs)
         created = created_event(spec, model, [*tools, *offered], self.tenant, idempotency_key)
         async with (
             asyncio.timeout(timeout),

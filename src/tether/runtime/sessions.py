@@ -2,8 +2,10 @@
 
 Owns what `session.created` records for a runtime session (`metadata.runner`: model string,
 tool specs, `end_after_turn`, `priority`, the sub-agents and their caps, the operator's MCP
-servers it named (`mcp`, names only); `metadata.tenant`;
-`metadata.idempotency`), building a spec's sub-agents into tools, idempotent creation, and `Views`, the per-process cache of incremental folds behind `poll`. Running
+servers it named (`mcp`, names only); `metadata.tenant`; `metadata.idempotency`;
+`metadata.model_settings`, where `Agent` records its own), building a spec's sub-agents into
+tools, idempotent creation, and `Views`, the per-process cache of incremental folds behind
+`poll`. Running
 sessions is `worker`; the operations themselves are `local`.
 """
 
@@ -23,14 +25,21 @@ from tether.limits import Limits
 from tether.messages import JSONObject, JSONValue, canonical_json, user
 from tether.providers.base import Model
 from tether.published import Published, unavailable
-from tether.runtime import wire
-from tether.runtime.base import AgentSpec, SessionSpec, agents_from_json, check_agents, root_agents
+from tether.runtime.base import (
+    AgentSpec,
+    SessionSpec,
+    agent_json,
+    agents_from_json,
+    check_agents,
+    root_agents,
+)
 from tether.runtime.gateways import priority_of
 from tether.scheduler.queue import Priority
 from tether.session import snapshots
 from tether.session.control import KEYED, Known
 from tether.session.log import new_event_id, new_session_id
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
+from tether.settings import ModelSettings, check_settings, inherited
 from tether.store import catalog
 from tether.store.base import Store
 from tether.telemetry.ids import new_trace_id
@@ -55,6 +64,7 @@ class Runner:
     max_depth: int = DEFAULT_MAX_DEPTH
     max_threads: int = DEFAULT_MAX_THREADS
     mcp: tuple[str, ...] = ()  # the operator's MCP servers, by name
+    settings: JSONObject | None = None  # `metadata.model_settings`: read by `model_settings`
 
     @staticmethod
     def from_created(created: SessionCreated) -> Runner | None:
@@ -76,6 +86,9 @@ class Runner:
             max_depth=_count(recorded.get("max_depth"), DEFAULT_MAX_DEPTH),
             max_threads=_count(recorded.get("max_threads"), DEFAULT_MAX_THREADS),
             mcp=tuple(str(n) for n in mcp) if isinstance(mcp, list) else (),
+            settings=settings
+            if isinstance(settings := created.metadata.get("model_settings"), dict)
+            else None,
         )
 
     def key(self) -> str:
@@ -87,8 +100,18 @@ class Runner:
                 self.agents,
                 self.max_depth,
                 self.max_threads,
+                self.settings,
             ]
         )
+
+    def model_settings(self) -> ModelSettings | None:
+        """The recorded settings, checked again as at start (`UsageError` if not)."""
+        if self.settings is None:
+            return None
+        try:
+            return ModelSettings.from_json(self.settings)
+        except UsageError as exc:
+            raise UsageError(f"recorded model_settings: {exc}") from None
 
     def sub_agents(self) -> dict[str, AgentSpec]:
         """The recorded sub-agents, checked again (unknown names, cycles, depth) as at
@@ -115,11 +138,14 @@ def _count(value: object, default: int) -> int:
 BuildAgent = Callable[[str, AgentSpec], tuple[Model, list[Tool]]]
 
 
-def subagent_tools(agents: Mapping[str, AgentSpec], build: BuildAgent) -> list[Tool]:
+def subagent_tools(
+    agents: Mapping[str, AgentSpec], build: BuildAgent, settings: ModelSettings | None = None
+) -> list[Tool]:
     """The tools that offer a spec's sub-agents to its main agent (`root_agents`), each one
     made by `Agent.as_tool` or `Agent.handoff_tool` as a library user would, its own
     sub-agents among its tools. A sub-agent listed by several is built once. A failure
-    names the sub-agent."""
+    names the sub-agent. `settings`: the session's, which reach each sub-agent under its
+    own (`settings.inherited`): the two are checked together against its model now."""
     check_agents(agents, len(agents))  # never recurse without end, whoever checked before
     made: dict[str, Agent] = {}
 
@@ -140,7 +166,10 @@ def subagent_tools(agents: Mapping[str, AgentSpec], build: BuildAgent) -> list[T
                     tools=[*tools, *children],
                     system=spec.system,
                     limits=spec.limits,
+                    settings=spec.settings,
                 )
+                if settings is not None:  # what it runs with under the session
+                    check_settings(inherited(settings, agent.settings), model, agent.toolbox.specs)
             except UsageError as exc:  # e.g. two tools of one name
                 _name_in(exc, name)
                 raise
@@ -208,8 +237,10 @@ def created_event(
         "end_after_turn": spec.end_after_turn,
         "priority": spec.priority,
     }
+    if spec.settings is not None:  # where `Agent` records its own: one place for both
+        metadata["model_settings"] = spec.settings.to_json()
     if spec.agents:
-        runner["agents"] = {name: wire.to_json(agent) for name, agent in spec.agents.items()}
+        runner["agents"] = {name: agent_json(agent) for name, agent in spec.agents.items()}
         runner["max_depth"] = spec.max_depth
         runner["max_threads"] = spec.max_threads
     if spec.mcp:

@@ -40,6 +40,7 @@ from tether.session.lease import holding, worker_id
 from tether.session.log import SessionLog
 from tether.session.run import Runs, run_session
 from tether.session.tail import Tail
+from tether.settings import check_settings
 from tether.state import TERMINAL_STATES
 from tether.store.base import SUSPECT_CLAIMS, Claimed, DeferReason, Lease, News, Store, Wakeup
 from tether.telemetry import metrics
@@ -415,19 +416,29 @@ class Worker:
         """The runner's model and its tools: Python tools and the sub-agents it offers."""
         agents = runner.sub_agents()
         model, tools = self._build(runner.model, runner.tools)
-        offered = subagent_tools(agents, lambda _, agent: self._build(agent.model, agent.tools))
+        offered = subagent_tools(
+            agents,
+            lambda _, agent: self._build(agent.model, agent.tools),
+            runner.model_settings(),
+        )
         return model, [*tools, *offered]
 
     def _make_engine(self, runner: Runner, built: tuple[Model, list[Tool]]) -> Engine:
+        """The engine of a run, its settings checked against the model and every tool it
+        is offered (an MCP server's too: a forced `tool_choice` may name one)."""
         model, tools = built
+        settings = runner.model_settings()
+        toolbox = Toolbox(tools)
+        check_settings(settings, model, toolbox.specs)
         return Engine(
             model,
-            Toolbox(tools),
+            toolbox,
             runner.build_limits(),
             context=make_context(True, model),
             max_depth=runner.max_depth,
             max_threads=runner.max_threads,
             thread_gate=self.quotas,
+            settings=settings,
         )
 
     def _build(self, model_spec: str, tool_specs: tuple[str, ...]) -> tuple[Model, list[Tool]]:

@@ -32,6 +32,7 @@ from tether.runtime.base import (
 )
 from tether.runtime.wire import adapter
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
+from tether.settings import ModelSettings
 from tether.state import SessionView
 
 if TYPE_CHECKING:
@@ -64,6 +65,40 @@ class LimitsBody(_Body):
     max_output_tokens: int | None = Field(None, gt=0)
 
 
+class ReasoningBody(_Body):
+    """`ModelSettings.reasoning`: an effort, a budget of thinking tokens, or both;
+    `interleaved`: thinking between tool calls too (Anthropic's beta, asked for)."""
+
+    effort: Literal["low", "medium", "high"] | None = None
+    budget_tokens: int | None = Field(None, gt=0)
+    interleaved: bool = False
+
+
+class SettingsBody(_Body):
+    """A spec's `ModelSettings` (see `tether.ModelSettings`); a field left out is the
+    provider's default. Each is checked as `ModelSettings` checks it, and against the model
+    at start: a setting its API cannot honour is a 422 naming it."""
+
+    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    max_output_tokens: int | None = Field(None, gt=0)
+    stop: list[str] | None = Field(None, max_length=16)
+    seed: int | None = None
+    tool_choice: str | None = Field(None, min_length=1, max_length=200)
+    reset_tool_choice: bool | None = None
+    parallel_tool_calls: bool | None = None
+    timeout: float | None = Field(None, gt=0, le=3_600, allow_inf_nan=False)
+    reasoning: ReasoningBody | None = None
+    cache: bool = True
+    extra: dict[str, JsonValue] | None = None
+
+    def to_settings(self) -> ModelSettings:
+        try:
+            return ModelSettings.from_json(self.model_dump(exclude_none=True))
+        except UsageError as exc:
+            raise UsageError(f"settings: {exc}") from None
+
+
 class AgentBody(_Body):
     """A sub-agent of a session to start (see `AgentSpec`)."""
 
@@ -74,6 +109,7 @@ class AgentBody(_Body):
     description: str | None = Field(None, max_length=10_000)
     handoff: bool = False
     agents: list[AgentName] = Field(default_factory=list, max_length=MAX_AGENTS)
+    settings: SettingsBody | None = None
 
     def to_spec(self) -> AgentSpec:
         return AgentSpec(
@@ -84,6 +120,7 @@ class AgentBody(_Body):
             description=self.description,
             handoff=self.handoff,
             agents=tuple(self.agents),
+            settings=None if self.settings is None else self.settings.to_settings(),
         )
 
 
@@ -113,6 +150,7 @@ class StartBody(_Body):
         except UsageError as exc:
             raise ValueError(str(exc)) from None
         return value
+    settings: SettingsBody | None = None
 
     def to_spec(self) -> SessionSpec:
         return SessionSpec(
@@ -129,6 +167,7 @@ class StartBody(_Body):
             max_depth=self.max_depth,
             max_threads=self.max_threads,
             mcp=tuple(self.mcp),
+            settings=None if self.settings is None else self.settings.to_settings(),
         )
 
 
@@ -279,6 +318,9 @@ def components() -> dict[str, Any]:
                 name={"type": "string"}, description={"type": "string"})})},
         mcp={"type": "array", "items": {"type": "string"},
              "description": "the MCP servers a spec may name in `mcp`"},
+        models={"type": "array", "items": _object(
+            provider={"type": "string"}, models={"type": "array", "items": {"type": "string"}},
+            template={"anyOf": [{"type": "string"}, {"type": "null"}]})},
     )  # fmt: skip
     bounds = {"type": "object", "description": "what the answer was bounded by (its limits) "
               "and whether it holds everything (complete)"}  # fmt: skip
@@ -464,8 +506,9 @@ def openapi() -> dict[str, Any]:
                     "content": {"application/json": {"schema": {"type": "object"}}}}}}},
         "/v1/capabilities": {"get": _op("what this runtime can do", 200, Capabilities)},
         "/v1/start-options": {"get": _op(
-            "what a start may name here: the operator's --allow-code patterns (null: any code) "
-            "and the tool specs they match, each with its tools' names", 200, "StartOptions")},
+            "what a start may name here: the operator's --allow-code patterns (null: any code), "
+            "the tool specs they match, each with its tools' names, and the models by provider",
+            200, "StartOptions")},
         "/v1/sessions": {
             "post": _op("start a session", 201, "StartedModel", 400, 409, 413, 415, 422,
                         parameters=[IDEMPOTENCY_KEY], requestBody=_body(StartBody)),

@@ -1,7 +1,8 @@
 "use strict";
 // The start form, served as /ui/start.js after /ui/app.js (whose helpers it uses): a model, a
-// task and tools chosen from what the operator allows (GET /v1/start-options), sent as
-// POST /v1/sessions; the new session then opens. What the server refuses is said as it says it.
+// task, tools and models chosen from what the operator allows (GET /v1/start-options), model
+// settings, sub-agents and metadata pairs (rows added and removed), sent as POST /v1/sessions;
+// the new session then opens. What the server refuses is said as it says it.
 
 function splitSpecs(text) {
   return text.split(/[\s,]+/).map((s) => s.trim()).filter(Boolean);
@@ -37,6 +38,85 @@ function offerTools(options) {
       : "This server loads no code (tether serve --allow-code): provider models only, no tools.";
 }
 
+// The offered models, one group per provider; a choice fills the model box. Every offered
+// model is also a suggestion for a sub-agent's model.
+function offerStartModels(groups) {
+  const select = $("start-offered");
+  select.replaceChildren(select.options[0]);
+  const suggestions = $("start-models");
+  suggestions.replaceChildren();
+  for (const group of groups) {
+    const optgroup = document.createElement("optgroup");
+    optgroup.label = group.provider;
+    for (const model of group.models) {
+      optgroup.appendChild(new Option(model, model));
+      suggestions.appendChild(new Option(model));
+    }
+    if (group.template) optgroup.appendChild(new Option(group.template + " (write it below)", group.template));
+    if (optgroup.children.length) select.appendChild(optgroup);
+  }
+}
+
+$("start-offered").addEventListener("change", () => {
+  const chosen = $("start-offered").value;
+  if (!chosen) return;
+  $("start-model").value = chosen;
+  if (chosen.includes("MODEL")) $("start-model").focus();  // a template: the name is to write
+});
+
+// A row of labelled inputs with a Remove button; `fields` are [name, label, attributes].
+function addRow(listId, fields) {
+  const item = document.createElement("li");
+  item.className = "row";
+  for (const [name, label, attributes] of fields) {
+    const input = document.createElement("input");
+    input.dataset.field = name;
+    input.setAttribute("aria-label", label);
+    input.placeholder = label;
+    input.autocomplete = "off";
+    input.spellcheck = false;
+    for (const [key, value] of Object.entries(attributes || {})) input.setAttribute(key, value);
+    item.appendChild(input);
+  }
+  const remove = document.createElement("button");
+  remove.type = "button";
+  remove.textContent = "Remove";
+  remove.addEventListener("click", () => {
+    const next = item.nextElementSibling || item.previousElementSibling;
+    item.remove();
+    (next ? next.querySelector("input") : $(listId + "-add")).focus();
+  });
+  item.appendChild(remove);
+  $(listId).appendChild(item);
+  item.querySelector("input").focus();
+}
+
+$("start-agent-add").addEventListener("click", () => addRow("start-agents", [
+  ["name", "sub-agent name"], ["model", "its model", { list: "start-models" }],
+  ["description", "what it does (optional)"],
+]));
+$("start-metadata-add").addEventListener("click", () => addRow("start-metadata", [
+  ["key", "metadata key"], ["value", "value"],
+]));
+
+// Each row's fields by name, blank rows left out.
+function rows(listId) {
+  return [...$(listId).children].map((item) => Object.fromEntries(
+    [...item.querySelectorAll("input")].map((i) => [i.dataset.field, i.value.trim()]),
+  )).filter((row) => Object.values(row).some(Boolean));
+}
+
+function startSettings() {
+  const settings = {};
+  if ($("start-reasoning").value) settings.reasoning = { effort: $("start-reasoning").value };
+  const temperature = $("start-temperature").value.trim();
+  if (temperature) settings.temperature = Number(temperature);
+  const maxOutput = $("start-max-output").value.trim();
+  if (maxOutput) settings.max_output_tokens = Number(maxOutput);
+  if (!$("start-cache").checked) settings.cache = false;
+  return settings;
+}
+
 function startSpec() {
   const spec = { model: $("start-model").value.trim(), task: $("start-task").value.trim() };
   const tools = [...$("start-tools").querySelectorAll("input:checked")].map((i) => i.value);
@@ -47,6 +127,15 @@ function startSpec() {
   const steps = $("start-steps").value.trim();
   if (steps) spec.limits = { max_steps: Number(steps) };
   if ($("start-end").checked) spec.end_after_turn = true;
+  const settings = startSettings();
+  if (Object.keys(settings).length) spec.settings = settings;
+  const agents = rows("start-agents");
+  if (agents.length) {
+    spec.agents = Object.fromEntries(agents.map((a) => [a.name, a.description
+      ? { model: a.model, description: a.description } : { model: a.model }]));
+  }
+  const pairs = rows("start-metadata");
+  if (pairs.length) spec.metadata = Object.fromEntries(pairs.map((p) => [p.key, p.value]));
   return spec;
 }
 
@@ -78,6 +167,9 @@ async function showStart() {
   $("start-problem").textContent = "";
   offerModels();  // list.js: the models of the sessions listed so far
   const options = await api("GET", "/v1/start-options").catch(() => null);
-  if (options) offerTools(options);
+  if (options) {
+    offerTools(options);
+    offerStartModels(options.models || []);
+  }
   counted("start-view");
 }

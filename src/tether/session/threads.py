@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from tether.errors import UsageError
@@ -211,13 +211,14 @@ async def run_thread(ctx: TurnContext, decision: Decision) -> CallOutcome | None
     if thread is None:  # cannot happen: the thread opens with the call's start
         return CallOutcome("error", f"sub-agent {sub.name}: the call has no thread in the log")
     branch = await ctx.log.load_branch(thread)
+    engine = _engine_under(ctx, sub)
     root = ctx.root
     root.threads_running += 1
     try:
         folder = branch.folder
         while folder.finished is None and folder.turn_open:
             seen = folder.last_seq
-            child = TurnContext(branch, sub.engine, caller=ctx.caller, parent=ctx)
+            child = TurnContext(branch, engine, caller=ctx.caller, parent=ctx)
             try:
                 await run_turn(child)
             except asyncio.CancelledError:
@@ -240,6 +241,18 @@ async def run_thread(ctx: TurnContext, decision: Decision) -> CallOutcome | None
         root.threads_running -= 1
         release(ctx, decision.call.id)
         branch.close()
+
+
+def _engine_under(ctx: TurnContext, sub: SubAgent) -> Engine:
+    """The sub-agent's engine with the settings it runs with under this caller: the
+    caller's run settings under its own (`settings.inherited`)."""
+    parent, own = ctx.engine.settings, sub.engine.settings
+    if parent is None:
+        return sub.engine
+    from tether.settings import inherited
+
+    settings = inherited(parent, own)
+    return sub.engine if settings == own else replace(sub.engine, settings=settings)
 
 
 def _result(sub: SubAgent, end: ThreadFinished, cap: int, started: float) -> CallOutcome:

@@ -31,8 +31,9 @@ from tether.messages import JSONObject, JSONValue
 TEXT = TASK_CHARS
 KEPT_KEYS = 100
 OUTPUT = 300
-# The metadata keys the runtime writes (`runtime.base.RESERVED_METADATA` is this set): kept
-# out of a row's metadata, so never shown or filtered by as the caller's.
+# The metadata keys the runtime writes: kept out of a row's metadata, so never shown or
+# filtered by as the caller's (`runtime.base.RESERVED_METADATA`, what a spec may not set, adds
+# `model_settings`, which a row keeps, as it always kept `Agent`'s).
 RESERVED = frozenset({"runner", "tenant", "idempotency"})
 # The states in which a session holds nothing (no open turn to run).
 RESTING = frozenset({"idle", "completed", "failed", "canceled"})
