@@ -43,6 +43,8 @@ def check_tenant(name: str) -> str:
     if not TENANT_NAME.fullmatch(name):  # not `match`: its `$` lets a newline end one
         raise UsageError(f"tenant name {name[:80]!r} must be 1-64 of A-Z a-z 0-9 _ . -")
     return name
+
+
 RESERVED_METADATA = catalog.RESERVED | {"model_settings"}
 # What `settings.extra` may not set in a spec: what tether itself sends (the model, the
 # conversation, the tools, the stream) and the output caps a tenant's quota holds.

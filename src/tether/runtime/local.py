@@ -172,6 +172,7 @@ class LocalRuntime:
     def mcp_names(self) -> list[str]:
         """The MCP servers a spec of this tenant may name here."""
         return self._core.mcp.names(self.tenant)
+
     def endpoints(self) -> EndpointPolicy | None:
         """The model URLs a spec may make this process call (None: any)."""
         return self._core.endpoints

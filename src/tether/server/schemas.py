@@ -150,6 +150,7 @@ class StartBody(_Body):
         except UsageError as exc:
             raise ValueError(str(exc)) from None
         return value
+
     settings: SettingsBody | None = None
 
     def to_spec(self) -> SessionSpec:
