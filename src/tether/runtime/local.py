@@ -39,6 +39,7 @@ from tether.runtime.hub import EventHub, stream_events
 from tether.runtime.listing import list_sessions
 from tether.runtime.quotas import Admission, Quota, capped
 from tether.runtime.sessions import (
+    PAGE,
     Views,
     build_runner,
     create_session,
@@ -280,6 +281,22 @@ class LocalRuntime:
         ):
             raise SessionNotFound(ref.session_id)
         return folder
+
+    async def folded(self, ref: SessionRef, thread: str = "") -> Folder | None:
+        """The fold of one thread of the tenant's session (`SessionNotFound` for another
+        tenant's): the main thread's is the one polls keep (read it, never change it); a
+        sub-agent's is folded from the log now, page by page. None: no such thread."""
+        main = await self._folder(ref)
+        if not thread:
+            return main
+        if thread not in main.thread_nodes:
+            return None
+        folder = Folder(thread)
+        while True:
+            events = await self._core.store.read(ref.session_id, folder.last_seq, limit=PAGE)
+            folder.apply_all(events)
+            if len(events) < PAGE:
+                return folder
 
     def _known(self, ref: SessionRef) -> control.Known | None:
         """The fold `_folder` just brought up to date, so steering reads no log itself."""

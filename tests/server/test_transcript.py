@@ -1,0 +1,128 @@
+"""`GET /v1/sessions/{id}/transcript` on a real `tether serve`: a thread's transcript from the
+fold a page at a time, each tool call naming the sub-agent thread it started (whose
+transcript is the same route with `?thread=`), long texts cut with their length and given
+whole on request, and no tenant reading another's session or thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from server.support import ACME, GLOBEX, check_documented, serve, settled
+from tether.testing.runtime_fixtures import MODEL, TOOLS
+
+TESTS = str(Path(__file__).resolve().parents[1])  # where `runtime.subagent_models` lives
+PARENT = "python:runtime.subagent_models:parent"
+AS_ACME = {"authorization": f"Bearer {ACME}"}
+AS_GLOBEX = {"authorization": f"Bearer {GLOBEX}"}
+TREE = {
+    "researcher": {"model": PARENT, "agents": ["helper"]},
+    "helper": {"model": MODEL, "tools": list(TOOLS), "description": "Notes things."},
+}
+
+
+async def started(client: httpx.AsyncClient, body: dict[str, Any]) -> str:
+    response = await client.post("/v1/sessions", headers=AS_ACME, json=body)
+    assert response.status_code == 201, response.text
+    sid = str(response.json()["session_id"])
+    status = await settled(client, sid)
+    assert status["state"] == "completed", status
+    return sid
+
+
+async def transcript(client: httpx.AsyncClient, sid: str, **query: object) -> dict[str, Any]:
+    response = await client.get(f"/v1/sessions/{sid}/transcript", headers=AS_ACME, params=query)
+    assert response.status_code == 200, response.text
+    page: dict[str, Any] = response.json()
+    check_documented(page, "TranscriptPage")
+    return page
+
+
+def parts(page: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [p for m in page["messages"] for p in m["parts"] if p["type"] == kind]
+
+
+async def test_a_transcript_pages_threads_and_long_texts_for_its_tenant_only(
+    tmp_path: Path,
+) -> None:
+    allow = ("--allow-code", "runtime.subagent_models:*", "--workers", "2")
+    with serve(tmp_path, *allow, env={"PYTHONPATH": TESTS}) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            task = "ask researcher ask helper note 1"
+            sid = await started(
+                client, {"model": PARENT, "task": task, "agents": TREE, "end_after_turn": True}
+            )
+
+            # The main thread: the task, the call that started the researcher, its result
+            # and the answer; the call names the thread it started.
+            main = await transcript(client, sid)
+            assert [m["role"] for m in main["messages"]] == [
+                "user",
+                "assistant",
+                "tool",
+                "assistant",
+            ]
+            assert main["total"] == 4 and main["next"] is None and main["thread"] == ""
+            assert [m["index"] for m in main["messages"]] == [0, 1, 2, 3]
+            (call,) = parts(main, "tool_call")
+            assert call["name"] == "researcher" and call["thread"] == "researcher-1"
+            assert '"task": "ask helper note 1"' in call["text"]
+            (result,) = parts(main, "tool_result")
+            assert result["call_id"] == call["id"] and result["text"] == "helper said: noted 1"
+            assert parts(main, "text")[-1]["text"] == "researcher said: helper said: noted 1"
+            assert [(t["thread"], t["parent_call_id"]) for t in main["threads"]] == [
+                ("researcher-1", call["id"])
+            ]
+
+            # A sub-agent's thread, and its own sub-agent's: the tool call with its
+            # arguments and result.
+            researcher = await transcript(client, sid, thread="researcher-1")
+            assert researcher["agent"] == "researcher"
+            assert parts(researcher, "tool_call")[0]["thread"] == "researcher-1/helper-1"
+            helper = await transcript(client, sid, thread="researcher-1/helper-1")
+            (note,) = parts(helper, "tool_call")
+            assert note["name"] == "note" and '"text": "step 1"' in note["text"]
+            assert parts(helper, "tool_result")[0]["text"] == "noted: step 1"
+            assert helper["threads"] == []
+
+            # Pages: at most `limit` messages from `after`, and where the next begins.
+            first = await transcript(client, sid, limit=3)
+            assert len(first["messages"]) == 3 and first["next"] == 3
+            rest = await transcript(client, sid, after=3)
+            assert [m["index"] for m in rest["messages"]] == [3] and rest["next"] is None
+
+            # Long texts are cut at `clip` (2,000 by default) with their length; clip=0
+            # gives them whole.
+            long = "echo " + " ".join(f"word{i}" for i in range(900))
+            echoed = await started(client, {"model": MODEL, "task": long, "end_after_turn": True})
+            cut = await transcript(client, echoed)
+            answer = parts(cut, "text")[-1]
+            assert answer["cut"] and len(answer["text"]) == 2_000
+            assert answer["chars"] == len(long) + 1  # "echo: " for "echo "
+            whole = await transcript(client, echoed, after=1, limit=1, clip=0)
+            assert parts(whole, "text")[0]["text"] == "echo: " + long.removeprefix("echo ")
+
+            # A long session is read a page at a time.
+            many = await started(
+                client,
+                {"model": MODEL, "task": "note 30", "tools": list(TOOLS), "end_after_turn": True},
+            )
+            page = await transcript(client, many)
+            assert page["total"] == 62 and len(page["messages"]) == 50 and page["next"] == 50
+
+            # Another tenant: not found, like a missing session; a missing thread likewise.
+            path = f"/v1/sessions/{sid}/transcript"
+            for params in ({}, {"thread": "researcher-1"}):
+                theirs = await client.get(path, headers=AS_GLOBEX, params=params)
+                assert theirs.status_code == 404, theirs.text
+                assert theirs.json()["error"]["code"] == "session_not_found"
+            missing = await client.get(path, headers=AS_ACME, params={"thread": "critic-1"})
+            assert missing.status_code == 404
+            assert missing.json()["error"]["code"] == "thread_not_found"
+            for bad in ({"limit": "0"}, {"limit": "201"}, {"clip": "-1"}, {"page": "2"}):
+                refused = await client.get(path, headers=AS_ACME, params=bad)
+                assert refused.status_code == 422, (bad, refused.text)
+            anonymous = await client.get(path)
+            assert anonymous.status_code == 401
