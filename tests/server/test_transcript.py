@@ -5,6 +5,7 @@ whole on request, and no tenant reading another's session or thread."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,16 @@ async def transcript(client: httpx.AsyncClient, sid: str, **query: object) -> di
     page: dict[str, Any] = response.json()
     check_documented(page, "TranscriptPage")
     return page
+
+
+async def opened(client: httpx.AsyncClient, sid: str, thread: str) -> None:
+    """Wait (at most 30 s) until the session's tree holds `thread`."""
+    async with asyncio.timeout(30):
+        while True:
+            status = (await client.get(f"/v1/sessions/{sid}", headers=AS_ACME)).json()
+            if any(t["thread"] == thread for t in status["threads"]):
+                return
+            await asyncio.sleep(0.02)
 
 
 def parts(page: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -86,6 +97,23 @@ async def test_a_transcript_pages_threads_and_long_texts_for_its_tenant_only(
             assert note["name"] == "note" and '"text": "step 1"' in note["text"]
             assert parts(helper, "tool_result")[0]["text"] == "noted: step 1"
             assert helper["threads"] == []
+
+            # A running sub-agent's transcript, read again once it has finished: the second
+            # read takes in what the thread did since (its fold is kept between reads).
+            slow = "ask researcher ask helper note 3 0.3"
+            body = {"model": PARENT, "task": slow, "agents": TREE, "end_after_turn": True}
+            response = await client.post("/v1/sessions", headers=AS_ACME, json=body)
+            running = response.json()["session_id"]
+            deep = "researcher-1/helper-1"
+            await opened(client, running, deep)
+            early = await transcript(client, running, thread=deep)
+            assert (await settled(client, running))["state"] == "completed"
+            late = await transcript(client, running, thread=deep)
+            assert late["messages"][: len(early["messages"])] == early["messages"]
+            assert [m["role"] for m in late["messages"]] == ["user"] + ["assistant", "tool"] * 3 + [
+                "assistant"
+            ]
+            assert parts(late, "text")[-1]["text"] == "noted 3"
 
             # Pages: at most `limit` messages from `after`, and where the next begins.
             first = await transcript(client, sid, limit=3)

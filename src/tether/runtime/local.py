@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Unpack
 
+from tether.bounded import ByteLRU
 from tether.errors import IdempotencyConflict, SessionNotFound, UsageError
 from tether.events import Event, format_time
 from tether.fold import Folder
@@ -57,6 +58,10 @@ from tether.tools.base import Tool, Toolbox
 BUILT = 256  # resolved (model, tools) pairs kept for starting sessions
 
 
+THREAD_FOLDS = 64  # sub-agent folds kept for transcripts, at most...
+THREAD_FOLDS_BYTES = 16 << 20  # ...and about this many bytes of their transcripts
+
+
 @dataclass(eq=False)
 class _Core:
     """What every tenant's view of one runtime shares."""
@@ -75,6 +80,11 @@ class _Core:
     closed: bool = False
     code: Published | None = None
     endpoints: EndpointPolicy | None = None
+    # Sub-agent threads' folds read for their transcripts, by (session, thread): the next
+    # page reads only the events since (`folded`).
+    thread_folds: ByteLRU[tuple[str, str], Folder] = field(
+        default_factory=lambda: ByteLRU(THREAD_FOLDS, THREAD_FOLDS_BYTES)
+    )
 
 
 class LocalRuntime:
@@ -291,12 +301,17 @@ class LocalRuntime:
             return main
         if thread not in main.thread_nodes:
             return None
-        folder = Folder(thread)
+        key = (ref.session_id, thread)
+        folder = self._core.thread_folds.get(key) or Folder(thread)
         while True:
             events = await self._core.store.read(ref.session_id, folder.last_seq, limit=PAGE)
-            folder.apply_all(events)
+            for event in events:
+                if event.seq == folder.last_seq + 1:  # a concurrent read may have applied it
+                    folder.apply(event)
             if len(events) < PAGE:
-                return folder
+                break
+        self._core.thread_folds.put(key, folder, folder.transcript_chars + 1_024)
+        return folder
 
     def _known(self, ref: SessionRef) -> control.Known | None:
         """The fold `_folder` just brought up to date, so steering reads no log itself."""
