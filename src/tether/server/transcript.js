@@ -48,7 +48,11 @@ function showAnswer(status) {
   const shown = !RUNNING.includes(status.state) && Boolean(status.last_output);
   $("answer-panel").hidden = !shown;
   if (!shown) return;
-  const title = status.state === "completed" ? "answer" : status.state === "idle" ? "answer of the last turn" : "last output (" + status.state + ")";
+  // An answer is what a turn that ended by itself said; after an error, a limit or a
+  // cancel it is only the last thing the model said.
+  const answered = status.stop_reason === "end_turn" || status.state === "completed";
+  const title = !answered ? "last output (" + [status.state, status.stop_reason].filter(Boolean).join(", ") + ")"
+    : status.state === "idle" ? "answer of the last turn" : "answer";
   if ($("answer-title").textContent !== title) $("answer-title").textContent = title;
   if ($("answer").textContent !== status.last_output) $("answer").textContent = status.last_output;
 }

@@ -12,6 +12,7 @@ the sub-agent thread it started, whose transcript is another page of this route
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable
 
@@ -69,11 +70,12 @@ def part_json(part: Part, clip: int, threads: dict[str, str]) -> JSONObject:
 
 
 def started_threads(
-    messages: list[Message], after: int, children: Iterable[ThreadNode]
+    messages: list[Message], after: int, end: int, children: Iterable[ThreadNode]
 ) -> list[dict[str, str]]:
-    """For each message from `after`, the sub-agent threads its calls started, by call id.
-    A model may give the same call id in two answers: the n-th call of an id started the
-    n-th thread that names it, so the calls before `after` are counted (only then)."""
+    """For each message from `after` to `end`, the sub-agent threads its calls started, by
+    call id. A model may give the same call id in two answers: the n-th call of an id
+    started the n-th thread that names it, so the calls before `after` are counted (only
+    then)."""
     by_call: dict[str, list[str]] = {}
     for node in children:
         if node.parent_call_id is not None:
@@ -93,20 +95,21 @@ def started_threads(
         return found
 
     if any(len(threads) > 1 for threads in by_call.values()):
-        for message in messages[:after]:
+        for message in itertools.islice(messages, after):
             count(message)
-    return [count(m) if by_call else {} for m in messages[after:]]
+    return [count(messages[i]) if by_call else {} for i in range(after, end)]
 
 
 def page(folder: Folder, after: int, limit: int, clip: int) -> JSONObject:
     """A page of `folder`'s transcript (see the module's docstring)."""
-    messages = folder.messages[: after + limit]  # the fold's list may grow meanwhile
+    messages = folder.messages
+    stop = min(len(messages), after + limit)
     children = [n for n in folder.thread_nodes.values() if n.parent == folder.thread]
-    threads = started_threads(messages, after, children)
+    threads = started_threads(messages, after, stop, children)
     out: list[JSONValue] = []
     size = 0
-    for offset, message in enumerate(messages[after:]):
-        index = after + offset
+    for offset, index in enumerate(range(after, stop)):
+        message = messages[index]
         item: JSONObject = {
             "index": index,
             "seq": folder.message_seqs[index],
