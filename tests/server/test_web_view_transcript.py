@@ -101,6 +101,14 @@ async def test_a_finished_session_shows_its_answer_and_transcript(
             sid = await start(client, {**body, "end_after_turn": True})
             status = await settled(client, sid)
             assert status["state"] == "completed", status
+            steps = {
+                "model": MODEL,
+                "task": "note 30",
+                "tools": list(TOOLS),
+                "end_after_turn": True,
+            }
+            long_id = await start(client, steps)
+            assert (await settled(client, long_id))["state"] == "completed"
         answer = "researcher said: helper said: noted 1\n\n" + task
         assert status["last_output"] == answer and len(answer) > 2_000
 
@@ -156,6 +164,17 @@ async def test_a_finished_session_shows_its_answer_and_transcript(
         await expect(note).to_contain_text("calls note", timeout=WAIT_MS)
         await expect(note.locator("pre.body")).to_contain_text('"text": "step 1"')
         await expect(helper.locator(".part.tool_result pre.body")).to_have_text("noted: step 1")
+
+        # A long session's transcript opens a page at a time.
+        await page.goto(f"{server.url}/ui#/s/{long_id}")
+        messages = page.locator("#transcript > ol > li.message")
+        await expect(messages).to_have_count(50, timeout=WAIT_MS)
+        more = page.locator("#transcript > button.more")
+        await expect(more).to_have_text("Show the next 12 of 12 more messages")
+        await more.click()
+        await expect(messages).to_have_count(62, timeout=WAIT_MS)
+        await expect(more).to_be_hidden()
+        await expect(messages.last).to_contain_text("noted 30")
 
         # Model text is text: no element made of it, nothing run, the policy held.
         assert await page.locator("#answer img, #transcript img, #transcript script").count() == 0
@@ -240,5 +259,13 @@ async def test_paper_cuts_states_times_widths_token_and_retries(
                 re.compile(r"\(retrying in [0-9.]+ m?s\)"), timeout=WAIT_MS
             )
             await expect(page.locator("#answer")).to_have_text("recovered", timeout=WAIT_MS)
+
+            # A live session's transcript takes in its new messages.
+            messages = page.locator("#transcript > ol > li.message")
+            await expect(messages).to_have_count(2, timeout=WAIT_MS)
+            await page.fill("#message", "once more")
+            await page.click("#send")
+            await expect(messages).to_have_count(4, timeout=WAIT_MS)
+            await expect(messages.nth(2)).to_contain_text("once more")
     finally:
         sys.path.remove(str(tmp_path))
