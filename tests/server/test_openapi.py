@@ -39,6 +39,9 @@ VALID = {
     "sort": "updated",
     "counts": "true",
     "metric": "steps",
+    "after": "0",
+    "clip": "0",
+    "thread": "",
 }
 
 
