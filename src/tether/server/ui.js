@@ -30,8 +30,8 @@ async function api(method, path, body) {
   const response = await fetch(path, init);
   const data = await response.json().catch(() => ({}));
   if (!response.ok) {
-    const message = response.status === 401 ? tokenAdvice() : (data.error && data.error.message) || response.statusText;
-    $("problem").textContent = message;
+    const message = (data.error && data.error.message) || response.statusText;
+    $("problem").textContent = response.status === 401 ? tokenAdvice() : message;
     const error = new Error(message);
     error.status = response.status;  // a view tells "not found" and "forbidden" apart by it
     throw error;
