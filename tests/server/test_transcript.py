@@ -10,8 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from server.support import ACME, GLOBEX, check_documented, serve, settled
+from tether.events import SessionCreated, UserMessage
+from tether.messages import Message, ToolCall, ToolResult, user
+from tether.runtime.base import SessionRef
+from tether.runtime.local import LocalRuntime
+from tether.server import transcript as transcript_module
+from tether.server.transcript import started_threads
+from tether.session.log import SessionLog, new_session_id
+from tether.state import ThreadNode
+from tether.store import SQLiteStore
 from tether.testing.runtime_fixtures import MODEL, TOOLS
 
 TESTS = str(Path(__file__).resolve().parents[1])  # where `runtime.subagent_models` lives
@@ -154,3 +164,43 @@ async def test_a_transcript_pages_threads_and_long_texts_for_its_tenant_only(
                 assert refused.status_code == 422, (bad, refused.text)
             anonymous = await client.get(path)
             assert anonymous.status_code == 401
+
+
+def test_a_repeated_call_id_names_the_thread_its_own_call_started() -> None:
+    """Some models give the same call id in two answers: each call names its own thread."""
+    asked = Message("assistant", (ToolCall("c1", "researcher", {"task": "x"}),))
+    answered = Message("tool", (ToolResult("c1", "done"),))
+    children = [ThreadNode(f"researcher-{n}", "researcher", "c1") for n in (1, 2)]
+    messages = [asked, answered, asked]
+    assert started_threads(messages, 0, 3, children) == [
+        {"c1": "researcher-1"},
+        {},
+        {"c1": "researcher-2"},
+    ]
+    assert started_threads(messages, 2, 3, children) == [{"c1": "researcher-2"}]
+    assert started_threads(messages, 0, 3, []) == [{}, {}, {}]
+
+
+async def test_a_page_stops_past_its_byte_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However many messages a page may hold, it stops after the one that passes
+    `PAGE_BYTES`, and says where the next page starts."""
+    store = SQLiteStore(str(tmp_path / "t.db"))
+    log = SessionLog(store, new_session_id())
+    await log.append(SessionCreated(model="scripted"))
+    for i in range(10):
+        await log.append(UserMessage(user(f"{i} " + "x" * 3_000)))
+    rt = LocalRuntime(store, workers=0)
+    try:
+        folder = await rt.folded(SessionRef(log.session_id))
+        assert folder is not None
+        monkeypatch.setattr(transcript_module, "PAGE_BYTES", 5_000)
+        first = transcript_module.page(folder, 0, 50, 2_000)
+        assert [m["index"] for m in first["messages"]] == [0, 1, 2]  # three of about 2 KB pass 5 KB
+        assert first["next"] == 3 and first["total"] == 10
+        whole = transcript_module.page(folder, 9, 50, 0)
+        assert whole["messages"][0]["parts"][0]["chars"] == 3_002 and whole["next"] is None
+    finally:
+        await rt.close()
+        await store.close()
