@@ -41,6 +41,9 @@ VALID = {
     "metric": "steps",
     "from": "2026-01-01",
     "to": "2026-01-01",
+    "after": "0",
+    "clip": "0",
+    "thread": "",
 }
 
 

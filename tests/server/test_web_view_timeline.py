@@ -121,9 +121,15 @@ async def test_a_41_step_timeline_is_shown_from_summaries_and_opens_whole_events
             lines = page.locator("#timeline li")
             await expect(lines).to_have_count(last, timeout=WAIT_MS)
             sid = ref.session_id
-            shown = sum(n for route, n in counts.items() if route.startswith(f"sessions/{sid}"))
+            # The transcript panel is bounded on its own: a page of 50 messages at most,
+            # each text cut at 2,000 characters (transcript.js).
+            told = f"sessions/{sid}/transcript"
+            shown = sum(
+                n for r, n in counts.items() if r.startswith(f"sessions/{sid}") and r != told
+            )
             print(f"\nbytes to show the 41-step timeline: {shown} (the whole events: {full_bytes})")
             assert shown <= full_bytes / 10, (shown, full_bytes, counts)
+            assert counts.get(told, 0) <= full_bytes / 10, (full_bytes, counts)
             assert not [r for r in counts if "/events/" in r]  # nothing opened, nothing fetched
 
             # The waterfall: a row per step, with model time, tool time, tokens and cost.

@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Unpack
 
+from tether.bounded import ByteLRU
 from tether.errors import IdempotencyConflict, SessionNotFound, UsageError
 from tether.events import Event, format_time
 from tether.fold import Folder
@@ -40,6 +41,7 @@ from tether.runtime.listing import list_sessions
 from tether.runtime.mcp_servers import McpServers
 from tether.runtime.quotas import Admission, Quota, capped
 from tether.runtime.sessions import (
+    PAGE,
     Views,
     build_runner,
     create_session,
@@ -56,6 +58,10 @@ from tether.store.open import open_store
 from tether.tools.base import Tool, Toolbox
 
 BUILT = 256  # resolved (model, tools) pairs kept for starting sessions
+
+
+THREAD_FOLDS = 64  # sub-agent folds kept for transcripts, at most...
+THREAD_FOLDS_BYTES = 16 << 20  # ...and about this many bytes of their transcripts
 
 
 @dataclass(eq=False)
@@ -77,6 +83,11 @@ class _Core:
     code: Published | None = None
     endpoints: EndpointPolicy | None = None
     mcp: McpServers = field(default_factory=lambda: McpServers(()))
+    # Sub-agent threads' folds read for their transcripts, by (session, thread): the next
+    # page reads only the events since (`folded`).
+    thread_folds: ByteLRU[tuple[str, str], Folder] = field(
+        default_factory=lambda: ByteLRU(THREAD_FOLDS, THREAD_FOLDS_BYTES)
+    )
 
 
 class LocalRuntime:
@@ -297,6 +308,27 @@ class LocalRuntime:
             self.tenant is not None and folder.metadata.get("tenant") != self.tenant
         ):
             raise SessionNotFound(ref.session_id)
+        return folder
+
+    async def folded(self, ref: SessionRef, thread: str = "") -> Folder | None:
+        """The fold of one thread of the tenant's session (`SessionNotFound` for another
+        tenant's): the main thread's is the one polls keep (read it, never change it); a
+        sub-agent's is folded from the log now, page by page. None: no such thread."""
+        main = await self._folder(ref)
+        if not thread:
+            return main
+        if thread not in main.thread_nodes:
+            return None
+        key = (ref.session_id, thread)
+        folder = self._core.thread_folds.get(key) or Folder(thread)
+        while True:
+            events = await self._core.store.read(ref.session_id, folder.last_seq, limit=PAGE)
+            for event in events:
+                if event.seq == folder.last_seq + 1:  # a concurrent read may have applied it
+                    folder.apply(event)
+            if len(events) < PAGE:
+                break
+        self._core.thread_folds.put(key, folder, folder.transcript_chars + 1_024)
         return folder
 
     def _known(self, ref: SessionRef) -> control.Known | None:

@@ -29,7 +29,7 @@ from tether.providers.base import Delta
 from tether.runtime.base import SessionRef
 from tether.runtime.listing import MAX_LIMIT
 from tether.runtime.local import LocalRuntime
-from tether.server import experiments, listquery, offer, usage
+from tether.server import experiments, listquery, offer, transcript, usage
 from tether.server.auth import Tokens
 from tether.server.bounds import InputLimits
 from tether.server.errors import ApiError, envelope, error_response
@@ -245,6 +245,22 @@ class Api:
             raise ApiError("event_not_found", f"session {ref.session_id} has no event {seq}")
         return JSONResponse(found[0].to_json())
 
+    async def transcript(self, request: Request, rt: LocalRuntime) -> Response:
+        """A page of one thread's transcript, from the fold (`server.transcript`)."""
+        ref = session_ref(request)
+        thread = request.query_params.get("thread", "")
+        if len(thread) > 1_000:
+            raise ApiError("invalid_request", "thread: a thread id is at most 1,000 characters")
+        after = int_param(request, "after", 0, 0, None)
+        limit = int_param(request, "limit", transcript.LIMIT, 1, transcript.MAX_LIMIT)
+        clip = int_param(request, "clip", transcript.CLIP, 0, None)
+        folder = await rt.folded(ref, thread)
+        if folder is None:
+            raise ApiError(
+                "thread_not_found", f"session {ref.session_id} has no thread {thread[:80]!r}"
+            )
+        return JSONResponse(transcript.page(folder, after, limit, clip))
+
     async def stream(self, request: Request, rt: LocalRuntime) -> Response:
         ref = session_ref(request)
         after = int_param(request, "after_seq", 0, 0, None)
@@ -386,6 +402,11 @@ def create_app(
             name="events",
         ),
         Route("/v1/sessions/{session_id}/events/{seq}", r("event", api.event), name="event"),
+        Route(
+            "/v1/sessions/{session_id}/transcript",
+            r("transcript", api.transcript, query=("thread", "after", "limit", "clip")),
+            name="transcript",
+        ),
         Route(
             "/v1/sessions/{session_id}/stream",
             r("stream", api.stream, query=("after_seq", "timeout", "deltas", "summary")),

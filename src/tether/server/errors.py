@@ -34,6 +34,7 @@ CODES: dict[str, tuple[int, str]] = {
     "session_not_found": (404, "no such session for this tenant"),
     "experiment_not_found": (404, "no experiment with a session of this tenant's"),
     "event_not_found": (404, "the tenant's session has no event of that seq"),
+    "thread_not_found": (404, "the tenant's session has no sub-agent thread of that id"),
     "method_not_allowed": (405, "the route does not take this method"),
     "state_conflict": (409, "the session's state does not allow this now"),
     "idempotency_conflict": (409, "the idempotency key was used for a different request"),

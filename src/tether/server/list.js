@@ -89,10 +89,11 @@ function renderRows(body, sessions) {
     const said = clip(s.task || "", 120);
     if (task.textContent !== said) task.textContent = said;
     const values = [s.state, s.stop_reason || "-", String(s.steps), tokensText(s.tokens), costText(s),
-      s.model, s.updated, clip(s.last_output, 90)];
+      s.model, null, clip(s.last_output, 90)];
     values.forEach((value, i) => {
       const cell = tr.children[i + 1];
-      if (cell.textContent !== value) cell.textContent = value;
+      if (value === null) showTime(cell, s.updated);  // ui.js: local time, exact on hover
+      else if (cell.textContent !== value) cell.textContent = value;
     });
     if (body.children[at] !== tr) body.insertBefore(tr, body.children[at] || null);
     at += 1;

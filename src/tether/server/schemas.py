@@ -239,13 +239,47 @@ class EventPage(BaseModel):
     more: bool
 
 
+class TranscriptText(BaseModel):
+    text: str
+    chars: int
+    cut: bool
+
+
+class TranscriptMessage(BaseModel):
+    """A message of the transcript: each part's text (a call's arguments as pretty JSON) cut
+    at `clip` characters, with its whole length (`server.transcript.part_json`)."""
+
+    index: int
+    seq: int
+    role: str
+    parts: list[dict[str, JsonValue]]
+
+
+class TranscriptPage(BaseModel):
+    """A page of one thread's transcript (`server.transcript`): `next` is the index the next
+    page starts at (null: this is the last), `threads` the sub-agent threads this one
+    started, each named by the call that started it."""
+
+    session_id: str
+    thread: str
+    agent: str
+    model: str
+    system: TranscriptText | None
+    total: int
+    compactions: int
+    last_seq: int
+    messages: list[TranscriptMessage]
+    next: int | None
+    threads: list[dict[str, JsonValue]]
+
+
 class HealthModel(BaseModel):
     status: str
 
 
 MODELS: list[type[BaseModel]] = [
     StartBody, MessageBody, DecisionBody, AnswerBody, StopBody, ErrorBody, DoneModel, EventPage,
-    HealthModel,
+    HealthModel, TranscriptPage,
 ]  # fmt: skip
 # The runtime's shapes in the answers (a status is its view's fields and what it waits for).
 SHAPES: list[type] = [Capabilities, SessionSummary, SessionView, Waiting]
@@ -543,6 +577,20 @@ def openapi() -> dict[str, Any]:
             "one whole event of the session, by its seq", 200, EventModel, 404, 422,
             parameters=[SESSION_ID, {"name": "seq", "in": "path", "required": True,
                                      "schema": {"type": "integer", "minimum": 1, "maximum": MAX_SEQ}}])},
+        "/v1/sessions/{session_id}/transcript": {"get": _op(
+            "a page of one thread's transcript, as the fold holds it (what the model saw): at "
+            "most `limit` messages from message `after`, each text cut at `clip` characters",
+            200, TranscriptPage, 404, 422, parameters=[
+                SESSION_ID,
+                _query("thread", "a sub-agent thread's id (default: the main thread)",
+                       {"type": "string", "maxLength": 1_000}),
+                _query("after", "the index of the page's first message",
+                       {"type": "integer", "minimum": 0, "default": 0}),
+                _query("limit", "messages at most (a page also stops past about 1 MB)",
+                       {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}),
+                _query("clip", "characters kept of each text (0: whole)",
+                       {"type": "integer", "minimum": 0, "default": 2_000}),
+            ])},
         "/v1/sessions/{session_id}/stream": {"get": stream},
         "/v1/experiments": {"get": _op(
             "this tenant's experiments (run_matrix's tagged sessions among the store's newest), "

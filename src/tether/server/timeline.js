@@ -82,7 +82,7 @@ function describe(event) {
     }
     case "thread.finished":
       return d.stop_reason + (d.detail ? " — " + clip(d.detail, 120) : "") + (d.output ? ": " + clip(d.output, 200) : "");
-    case "model.failed": return d.error_class + ": " + clip(d.message, 160) + (d.retrying_in != null ? " (retrying)" : "");
+    case "model.failed": return d.error_class + ": " + clip(d.message, 160) + (d.retrying_in != null ? " (retrying in " + millis(1000 * d.retrying_in) + ")" : "");
     default: return clip(JSON.stringify(d), 160);
   }
 }

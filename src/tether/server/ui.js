@@ -1,7 +1,7 @@
 "use strict";
 // The web view's script, served as /ui/app.js (the page's policy runs no inline script): its
 // helpers, the session and experiment views and the router; the list is list.js, the start
-// form start.js, both loaded after this file.
+// form start.js, a session's answer and transcript transcript.js, all loaded after this file.
 // Everything shown comes from the API of the server that served this page; text is only ever
 // set with textContent, so nothing a model or a tool said can run here.
 const $ = (id) => document.getElementById(id);
@@ -31,13 +31,35 @@ async function api(method, path, body) {
   const data = await response.json().catch(() => ({}));
   if (!response.ok) {
     const message = (data.error && data.error.message) || response.statusText;
-    $("problem").textContent = message;
+    $("problem").textContent = response.status === 401 ? tokenAdvice() : message;
     const error = new Error(message);
     error.status = response.status;  // a view tells "not found" and "forbidden" apart by it
     throw error;
   }
   $("problem").textContent = "";
   return data;
+}
+
+// What a person in a browser needs to hear when the server wants a token (the API's own
+// message is written for HTTP clients).
+function tokenAdvice() {
+  return tokenInput.value.trim()
+    ? "The server does not know this token. Check it, or ask whoever runs the server for yours."
+    : "This server asks for a token. Paste the token you were given into the token box above; this browser keeps it for next time.";
+}
+
+// A stored time as a person reads it: local, to the second (the title keeps the exact value).
+function localTime(iso) {
+  const at = new Date(iso);
+  if (!iso || Number.isNaN(at.getTime())) return iso || "";
+  return at.toLocaleString(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+}
+
+function showTime(cell, iso) {
+  const text = localTime(iso);
+  if (cell.textContent !== text) cell.textContent = text;
+  cell.title = iso || "";
+  cell.classList.add("time");
 }
 
 function clip(text, n) {
@@ -322,6 +344,8 @@ function clearSession(sessionId) {
   $("timeline").replaceChildren();
   $("waterfall").replaceChildren();
   $("approvals").replaceChildren();
+  $("transcript").replaceChildren();
+  clearAnswer();  // transcript.js
   showThreads([]);
   for (const id of CONTROLS) $(id).disabled = true;
 }
@@ -340,6 +364,8 @@ async function showSession(sessionId) {
   const path = "/v1/sessions/" + encodeURIComponent(sessionId);
   const approvals = new Approvals($("approvals"), path, () => refresh());
   const timeline = new Timeline(path);
+  const transcript = new ThreadTranscript(path, "", $("transcript"));  // transcript.js
+  let lastSeq = 0;
   let refused = null;
   const refresh = async () => {
     let s;
@@ -358,6 +384,8 @@ async function showSession(sessionId) {
     $("waiting").textContent = s.waiting_reason || "";
     showThreads(s.threads || [], timeline);
     approvals.show(s.pending_approvals);
+    showAnswer(s);
+    if (s.last_seq !== lastSeq) { lastSeq = s.last_seq; transcript.refresh(); }
     const ended = ["completed", "failed", "canceled"].includes(s.state);
     for (const id of CONTROLS) $(id).disabled = ended;
     counted("session-view");
@@ -427,7 +455,8 @@ async function showExperiments() {
     const body = $("experiments");
     body.replaceChildren();
     for (const e of data.experiments) {
-      const tr = row([e.experiment_id, e.variants.join(", "), e.tasks.join(", "), e.runs, e.updated]);
+      const tr = row([e.experiment_id, e.variants.join(", "), e.tasks.join(", "), e.runs, ""]);
+      showTime(tr.lastChild, e.updated);
       tr.dataset.experiment = e.experiment_id;
       tr.firstChild.className = "mono";
       tr.addEventListener("click", () => { location.hash = "#/e/" + encodeURIComponent(e.experiment_id); });

@@ -43,6 +43,10 @@ ASSETS: dict[str, tuple[bytes, str]] = {
     "/ui": ((_HERE / "ui.html").read_bytes(), "text/html; charset=utf-8"),
     "/ui/app.js": ((_HERE / "ui.js").read_bytes(), "text/javascript; charset=utf-8"),
     "/ui/timeline.js": ((_HERE / "timeline.js").read_bytes(), "text/javascript; charset=utf-8"),
+    "/ui/transcript.js": (
+        (_HERE / "transcript.js").read_bytes(),
+        "text/javascript; charset=utf-8",
+    ),
     "/ui/list.js": ((_HERE / "list.js").read_bytes(), "text/javascript; charset=utf-8"),
     "/ui/start.js": ((_HERE / "start.js").read_bytes(), "text/javascript; charset=utf-8"),
     "/ui/usage.js": ((_HERE / "usage.js").read_bytes(), "text/javascript; charset=utf-8"),
