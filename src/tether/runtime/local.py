@@ -184,6 +184,7 @@ class LocalRuntime:
         """The MCP servers a spec of this tenant may name here."""
         return self._core.mcp.names(self.tenant)
 
+    @property
     def endpoints(self) -> EndpointPolicy | None:
         """The model URLs a spec may make this process call (None: any)."""
         return self._core.endpoints

@@ -140,6 +140,7 @@ class StartBody(_Body):
     max_depth: int = Field(DEFAULT_MAX_DEPTH, ge=0, le=MAX_AGENTS)
     max_threads: int = Field(DEFAULT_MAX_THREADS, ge=1, le=64)
     mcp: list[McpName] = Field(default_factory=list, max_length=MAX_MCP)
+    settings: SettingsBody | None = None
 
     @field_validator("mcp", mode="before")
     @classmethod
@@ -150,8 +151,6 @@ class StartBody(_Body):
         except UsageError as exc:
             raise ValueError(str(exc)) from None
         return value
-
-    settings: SettingsBody | None = None
 
     def to_spec(self) -> SessionSpec:
         return SessionSpec(
