@@ -82,7 +82,7 @@ class AnthropicModel(CodecModel):
         super().__init__(model, endpoint, stream=stream, provider=PROVIDER)
 
     def encode(self, request: ModelRequest) -> JSONObject:
-        return encode_request(self.model, request, stream=self.streaming)
+        return encode_request(self.model, request, stream=self.streams(request))
 
     def decode(self, body: bytes, seed: str) -> ModelResponse:
         return decode_response(self.model, body)
