@@ -169,6 +169,8 @@ async def test_a_stream_cut_after_some_output_is_retried(tmp_path: Path) -> None
     assert status["state"] == "completed" and status["last_output"] == "the answer that came whole"
     (failed,) = [f.data["data"] for f in seen if f.kind == "model.failed"]
     assert failed["error_class"] == "connection_failed" and failed["retrying_in"] is not None
-    # The watcher saw the first attempt's output, then the retry's, after the failure.
-    assert joined(seen, "text") == "a doomed first attemptthe answer that came whole"
+    # The watcher saw the first attempt's output, then the failure, then the retry's.
+    failure = next(i for i, f in enumerate(seen) if f.kind == "model.failed")
+    assert joined(seen[:failure], "text") == "a doomed first attempt"
+    assert joined(seen[failure:], "text") == "the answer that came whole"
     assert len(chat.bodies) == 2
