@@ -9,8 +9,9 @@ that falls behind or sees a gap reads the store itself, so the hub may drop, nev
 A model's streamed output (deltas) comes straight from this process's workers; each delta is
 tagged with the last event its session committed here before it (`committed`), and a stream
 yields it only after that event, so a reader sees a call's output after the event that
-opened it (its `model.requested`, or a retry's `model.failed`), never before. Every read is bounded: a stream holds at most a page of the log and its subscriber's buffer,
-however long the log and however slowly its client reads.
+opened it (its `model.requested`, or a retry's `model.failed`), never before. Every read is
+bounded: a stream holds at most a page of the log and its subscriber's buffer, however long
+the log and however slowly its client reads.
 """
 
 from __future__ import annotations
