@@ -78,6 +78,10 @@ class Engine:
     settings: ModelSettings | None = None
     # The final answer's type (`Agent(output_type=)`): checked before a turn ends on it.
     output: OutputType | None = None
+    # Its runs' delta observers feed a runtime's live streams (a worker's engines): each
+    # request with an observer is `live` (`ModelRequest.live`: streamed, and retried after
+    # output as readers of the log expect).
+    live: bool = False
 
 
 @dataclass
@@ -418,6 +422,7 @@ def _request(
         caller=ctx.caller,
         settings=settings,
         output=None if engine.output is None else engine.output.native,
+        live=engine.live and first is not None,
     )
     ctx.last_request = None if first is not None else request
     return request

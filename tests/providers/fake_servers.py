@@ -40,6 +40,10 @@ class Reply:
     # sent, until the test lets it go on (at most a minute).
     hold_at: int | None = None
     resume: asyncio.Event | None = None
+    # More such holds, by chunk number: the test lets each go on in turn.
+    holds: dict[int, asyncio.Event] = field(default_factory=dict)
+    # Seconds between chunks, as a model's tokens come (0: only a yield to the loop).
+    pace: float = 0.0
 
 
 Handler = Callable[[Received], Reply]
@@ -95,7 +99,10 @@ class FakeServer:
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 received = Received(method, path, headers, body)
                 self.requests.append(received)
-                await self._write(writer, self.handler(received))
+                try:
+                    await self._write(writer, self.handler(received))
+                except ConnectionError:
+                    return  # the client went away mid-answer (a cancelled call)
                 if not self.keep_alive:
                     return
         finally:
@@ -115,11 +122,12 @@ class FakeServer:
             writer.write(reply.body)
         else:
             for i, chunk in enumerate(reply.chunks):
-                if i == reply.hold_at and reply.resume is not None:
-                    await asyncio.wait_for(reply.resume.wait(), 60)
+                hold = reply.resume if i == reply.hold_at else reply.holds.get(i)
+                if hold is not None:
+                    await asyncio.wait_for(hold.wait(), 60)
                 writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 await writer.drain()
-                await asyncio.sleep(0)
+                await asyncio.sleep(reply.pace)
             if not reply.cut:
                 writer.write(b"0\r\n\r\n")
         await writer.drain()

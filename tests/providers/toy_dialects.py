@@ -23,6 +23,13 @@ def sse(events: list[tuple[str | None, Json]]) -> list[bytes]:
     return out
 
 
+def words(text: str) -> list[str]:
+    """The text in word-sized pieces that join to it exactly, as a stream sends it: a
+    streamed answer holds the very text the whole one does."""
+    parts = text.split(" ")
+    return [w + " " for w in parts[:-1]] + [parts[-1]]
+
+
 def split_args(arguments: dict[str, Any]) -> list[str]:
     """Argument JSON in three fragments, as models stream it."""
     text = json.dumps(arguments)
@@ -71,14 +78,14 @@ def anthropic_handler(toy: ToyModel) -> Handler:
                     },
                 ),
             ]
-            for word in text.split(" "):
+            for word in words(text):
                 events.append(
                     (
                         "content_block_delta",
                         {
                             "type": "content_block_delta",
                             "index": 0,
-                            "delta": {"type": "text_delta", "text": word + " "},
+                            "delta": {"type": "text_delta", "text": word},
                         },
                     )
                 )
@@ -202,7 +209,7 @@ def openai_chat_handler(toy: ToyModel) -> Handler:
             )
         deltas: list[Json] = [{"role": "assistant", "content": ""}]
         if text:
-            deltas += [{"content": w + " "} for w in text.split(" ")]
+            deltas += [{"content": w} for w in words(text)]
         for i, (call_id, name, _) in enumerate(calls):
             deltas.append(
                 {
@@ -400,11 +407,10 @@ def ollama_handler(toy: ToyModel) -> Handler:
         lines: list[Json] = [
             {
                 "model": body["model"],
-                "message": {"role": "assistant", "content": w + " "},
+                "message": {"role": "assistant", "content": w},
                 "done": False,
             }
-            for w in text.split(" ")
-            if text
+            for w in (words(text) if text else [])
         ]
         if calls:
             lines.append(

@@ -91,7 +91,7 @@ class AnthropicModel(CodecModel):
         return self._interleaved
 
     def encode(self, request: ModelRequest) -> JSONObject:
-        return encode_request(self.model, request, stream=self.streaming)
+        return encode_request(self.model, request, stream=self.streams(request))
 
     def decode(self, body: bytes, seed: str) -> ModelResponse:
         return decode_response(self.model, body)

@@ -97,7 +97,12 @@ class ModelRequest:
     `max_output_tokens` is already the tighter of the limits' cap and the settings' own
     when the loop builds the request. `output`: the final answer must be JSON of this
     schema (None: free text); a model that cannot say so natively is given a tool for it
-    instead, by the loop."""
+    instead, by the loop. `live`: `on_delta` feeds a runtime's live streams, whose readers
+    follow the session's log too (a worker's sessions): the answer is streamed even by a
+    model built to ask for whole ones, and a failed attempt may be tried again after some
+    of its output was streamed, since those readers are told of the retry by its
+    `model.failed` event (an observer that reads no log is never shown a second answer
+    after the start of a first)."""
 
     model: str
     system: str | None
@@ -109,6 +114,7 @@ class ModelRequest:
     caller: Caller | None = None
     settings: ModelSettings | None = None
     output: OutputFormat | None = None
+    live: bool = False
 
 
 @dataclass(frozen=True, slots=True)

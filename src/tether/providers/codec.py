@@ -61,6 +61,11 @@ class CodecModel:
     async def aclose(self) -> None:
         await self._endpoint.aclose()
 
+    def streams(self, request: ModelRequest) -> bool:
+        """Whether this request's answer is streamed: the model was built to stream, or the
+        request feeds a live stream (`ModelRequest.live`)."""
+        return self.streaming or (request.live and request.on_delta is not None)
+
     def encode(self, request: ModelRequest) -> JSONObject:
         raise NotImplementedError
 
@@ -102,7 +107,7 @@ class CodecModel:
     async def _complete(self, request: ModelRequest) -> ModelResponse:
         body = self.encode(request)
         seed = request_seed(body) if self.seeded else ""
-        if self.streaming:
+        if self.streams(request):
             assembler = self.assembler(request.on_delta, seed)
             raw = await self._endpoint.stream(body, assembler.feed, self.request_headers(request))
             if not raw.streamed and load_json(raw.body) is None:

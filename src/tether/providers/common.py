@@ -114,9 +114,16 @@ def error_text(content: str, is_error: bool) -> str:
     return content
 
 
+# How an answer travels, not what is asked: left out of a request's seed, so a streamed
+# answer's synthesized call ids are the whole answer's, and its fold the same.
+_TRANSPORT = ("stream", "stream_options")
+
+
 def request_seed(body: JSONObject) -> str:
-    """A digest of the request a response answers, for `synthesize_call_id`."""
-    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+    """A digest of the request a response answers, for `synthesize_call_id`; the same for
+    the request streamed or not."""
+    asked = {k: v for k, v in body.items() if k not in _TRANSPORT}
+    return hashlib.sha256(canonical_json(asked).encode()).hexdigest()
 
 
 def synthesize_call_id(seed: str, index: int, name: str, arguments: object) -> str:

@@ -69,7 +69,9 @@ class OllamaModel(CodecModel):
     seeded = True  # older servers send calls without ids
 
     def encode(self, request: ModelRequest) -> JSONObject:
-        return encode_request(self.model, request, stream=self.streaming, options=self.options)
+        return encode_request(
+            self.model, request, stream=self.streams(request), options=self.options
+        )
 
     def decode(self, body: bytes, seed: str) -> ModelResponse:
         return decode_response(self.model, body, seed)

@@ -77,7 +77,7 @@ class OpenAIChatModel(CodecModel):
         return encode_request(
             self.model,
             request,
-            stream=self.streaming,
+            stream=self.streams(request),
             max_tokens_field=self.max_tokens_field,
             reasoning_style=self.reasoning_style,
             provider=self.provider,

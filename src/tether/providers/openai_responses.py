@@ -69,7 +69,9 @@ class OpenAIResponsesModel(CodecModel):
         super().__init__(model, endpoint, stream=stream, provider=PROVIDER)
 
     def encode(self, request: ModelRequest) -> JSONObject:
-        return encode_request(self.model, request, stream=self.streaming, provider=self.provider)
+        return encode_request(
+            self.model, request, stream=self.streams(request), provider=self.provider
+        )
 
     def decode(self, body: bytes, seed: str) -> ModelResponse:
         return decode_response(self.model, body, self.provider)

@@ -6,13 +6,18 @@ for news with one `last_seqs` query per round for all watched sessions, the runn
 included (each interval, or at once when this process appended: `poke`); the hub reads each
 session's news once, and hands the same events to all its subscribers. A subscriber
 that falls behind or sees a gap reads the store itself, so the hub may drop, never reorder.
-Every read is bounded: a stream holds at most a page of the log and its subscriber's buffer,
-however long the log and however slowly its client reads.
+A model's streamed output (deltas) comes straight from this process's workers; each delta is
+tagged with the last event its session committed here before it (`committed`), and a stream
+yields it only after that event, so a reader sees a call's output after the event that
+opened it (its `model.requested`, or a retry's `model.failed`), never before. Every read is
+bounded: a stream holds at most a page of the log and its subscriber's buffer, however long
+the log and however slowly its client reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
@@ -29,16 +34,17 @@ BUFFER = 1_000  # events a subscriber may have waiting before it must read the s
 @dataclass(eq=False)
 class Subscription:
     """`stale`: the subscriber must read the store itself (it fell behind, or the hub began
-    watching the session after it read). `deltas`: None when it does not want them."""
+    watching the session after it read). `deltas`: None when it does not want them; each
+    with the seq of the event it follows."""
 
     session_id: str
     notify: asyncio.Event = field(default_factory=asyncio.Event)
     buffer: list[Event] = field(default_factory=list)
     stale: bool = False
     closed: bool = False
-    deltas: list[Delta] | None = None
+    deltas: list[tuple[int, Delta]] | None = None
 
-    def take(self) -> tuple[list[Event], bool, list[Delta]]:
+    def take(self) -> tuple[list[Event], bool, list[tuple[int, Delta]]]:
         events, stale, deltas = self.buffer, self.stale, self.deltas
         self.buffer, self.stale = [], False
         if deltas:
@@ -63,6 +69,8 @@ class EventHub:
         self._owns_tail = tail is None
         self._subs: dict[str, set[Subscription]] = {}
         self._cursor: dict[str, int] = {}
+        # The last seq this process committed, by watched session: what its deltas follow.
+        self._committed: dict[str, int] = {}
 
     @property
     def subscribers(self) -> int:
@@ -84,16 +92,29 @@ class EventHub:
             if not subs:
                 del self._subs[sub.session_id]
                 self._cursor.pop(sub.session_id, None)
+                self._committed.pop(sub.session_id, None)
                 if not self._subs:
                     self.tail.unfollow(self)
 
     def publish_delta(self, session_id: str, delta: Delta) -> None:
         """A piece of a model's streamed answer in this process: to the session's subscribers
-        that want them, now. Never stored, never replayed; one that falls behind loses them."""
-        for sub in self._subs.get(session_id, ()):
+        that want them, now, after the last event this process committed for it. Never
+        stored, never replayed; one that falls behind loses them."""
+        subs = self._subs.get(session_id)
+        if not subs:
+            return
+        after = self._committed.get(session_id, 0)
+        for sub in subs:
             if sub.deltas is not None and len(sub.deltas) < BUFFER:
-                sub.deltas.append(delta)
+                sub.deltas.append((after, delta))
                 sub.notify.set()
+
+    def committed(self, event: Event) -> None:
+        """An event this process appended (its workers' observer): the session's next deltas
+        follow it, and its news is looked for now."""
+        if event.session_id in self._subs:
+            self._committed[event.session_id] = event.seq
+            self.tail.poke(event.session_id)
 
     def poke(self, session_id: str) -> None:
         """This process appended to the session: look now rather than at the next interval."""
@@ -156,9 +177,11 @@ async def stream_events(
     """Every event after `after_seq`, once and in order, then live ones as they land; ends
     after `session.ended`, or when `is_terminal()` says (terminal, last seq) that the session
     ended and everything is delivered. With `deltas`, also the model's streamed output as
-    this process's workers produce it, between the events, as it comes."""
+    this process's workers produce it, each after the event it follows (a delta whose event
+    is not yielded yet waits for it; past `BUFFER` waiting, the oldest are dropped)."""
     store = hub.store
     cursor = after_seq
+    waiting: deque[tuple[int, Delta]] = deque()
     # First, so nothing appended while reading is missed.
     sub = hub.subscribe(session_id, deltas=deltas)
     try:
@@ -173,6 +196,8 @@ async def stream_events(
                 yield event
                 if isinstance(event.payload, SessionEnded):
                     return
+                while waiting and waiting[0][0] <= cursor:
+                    yield waiting.popleft()[1]
             if paging:
                 pending = await store.read(session_id, cursor, limit=PAGE)
                 paging = len(pending) == PAGE
@@ -186,8 +211,11 @@ async def stream_events(
             if sub.closed:
                 raise StoreError("the runtime was closed while streaming events")
             news, stale, streamed = sub.take()
-            for delta in streamed:
-                yield delta
+            waiting.extend(streamed)
+            while len(waiting) > BUFFER:
+                waiting.popleft()
+            while waiting and waiting[0][0] <= cursor:
+                yield waiting.popleft()[1]
             if stale or (news and news[0].seq > cursor + 1):
                 # Behind, or a gap: the store has what the hub did not bring.
                 pending = await store.read(session_id, cursor, limit=PAGE)

@@ -143,7 +143,7 @@ class LocalRuntime:
                 poll_interval=poll_interval,
                 lease_ttl=lease_ttl,
                 watch_interval=watch_interval,
-                on_event=lambda e: hub.poke(e.session_id),
+                on_event=hub.committed,
                 gateway=gateway,
                 park_after=park_after,
                 on_delta=hub.publish_delta,

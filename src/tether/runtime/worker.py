@@ -72,7 +72,12 @@ class Worker:
     `park_after`: a model call that would wait this long or longer for a spent budget or an
     open circuit is parked: the run stops, the session's slot and lease are let go, and it
     is held off the queue until the wait is over (None: it waits in its slot). `on_delta`:
-    the streamed output of the model calls it makes, with their sessions (never stored).
+    the streamed output of the model calls it makes, with their sessions (never stored);
+    with it, each session's own model calls stream whenever the model can (`Engine.live`),
+    so a watcher attaching mid-call sees the rest of the answer; without it (`tether
+    worker`: no watcher can reach the process), they ask for whole answers, which costs
+    the worker far less CPU per call (`bench/bench_streaming.py`). A retried call streams
+    again after its `model.failed`.
     `endpoints`: the model URLs it may call; a session whose model would call another is
     failed, never run (None: any). `code`: what a session's spec may name (the operator's
     `--allow-code`; a session naming anything else is failed, never run; None: any code).
@@ -439,6 +444,7 @@ class Worker:
             max_threads=runner.max_threads,
             thread_gate=self.quotas,
             settings=settings,
+            live=self.on_delta is not None,
         )
 
     def _build(self, model_spec: str, tool_specs: tuple[str, ...]) -> tuple[Model, list[Tool]]:

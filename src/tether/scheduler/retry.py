@@ -1,7 +1,8 @@
 """When a failed model call is tried again, and after how long: exponential backoff with full
 jitter, a server's `retry-after` as a floor, a bounded number of attempts. Quota exhaustion,
 bad requests, authentication errors and context overflow are never retried, whatever flag
-an error carries, and neither is a call whose streamed output already reached its observer.
+an error carries, and neither is a call whose streamed output already reached its observer
+(unless that observer follows the log too: `ModelRequest.live`).
 Pure: the caller passes the random source, so a seed replays the waits.
 """
 
@@ -74,14 +75,16 @@ class RetryPolicy:
 class OutputWatch:
     """Whether any streamed output of a request reached its observer. Once some has, a
     failed call is not tried again: the observer would be shown a second answer after the
-    start of the first. Send `watch.request`, which tells the original observer too."""
+    start of the first. Send `watch.request`, which tells the original observer too. A
+    `live` request's observers follow the log, where the retry's `model.failed` says to
+    start over: its output never stops a retry."""
 
     def __init__(self, request: ModelRequest) -> None:
         self.seen = False
         self._observer = request.on_delta
         self.request = (
             request
-            if request.on_delta is None
+            if request.on_delta is None or request.live
             else dataclasses.replace(request, on_delta=self._observe)
         )
 

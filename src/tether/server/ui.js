@@ -139,6 +139,23 @@ function showThreads(threads, timeline) {
   $("threads-panel").hidden = threads.length === 0;
 }
 
+// The live panel: the model's text as it streams, its reasoning and each call's input, each
+// run of one kind (and call) in a part of its own, labelled by the style sheet.
+const LIVE_KINDS = new Set(["text", "reasoning", "tool_input"]);
+
+function showDelta(box, delta) {
+  const key = delta.kind + " " + (delta.call_id || "");
+  let part = box.lastElementChild;
+  if (!part || part.dataset.key !== key) {
+    part = document.createElement("div");
+    part.className = "live-" + delta.kind;
+    part.dataset.key = key;
+    if (delta.call_id) part.dataset.call = delta.call_id;
+    box.append(part);
+  }
+  part.textContent += delta.text;
+}
+
 async function follow(sessionId, onEvent) {
   // fetch, not EventSource: the stream needs the Authorization header.
   const controller = new AbortController();
@@ -170,17 +187,19 @@ async function follow(sessionId, onEvent) {
           if (kind === "end") return;
           if (kind === "delta") {
             const delta = JSON.parse(data);
-            if (delta.kind !== "text") continue;
+            if (!LIVE_KINDS.has(delta.kind)) continue;
             // A delta may come before the event that opened its request: the box starts
             // over at the first piece after an answer, not at the request.
             if (answered) { $("live").textContent = ""; answered = false; }
-            $("live").textContent += delta.text;
+            showDelta($("live"), delta);
             continue;
           }
           const event = JSON.parse(data);
           if (event.seq <= after) continue;
           after = event.seq;
-          if (event.type === "model.responded") answered = true;
+          // A failed attempt that will be retried streams again from its start.
+          const retried = event.type === "model.failed" && event.data && event.data.retrying_in != null;
+          if (event.type === "model.responded" || retried) answered = true;
           onEvent(event);
         }
       }
