@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import psutil
 import pytest
 
 from server.support import (
+    ACME,
     ACME_HEADERS,
     Server,
     check_documented,
@@ -26,11 +28,13 @@ from server.support import (
     start_worker,
     stop_worker,
 )
+from server.test_web_view import WAIT_MS, browser, give_token
 from tether.testing.runtime_fixtures import MODEL
 from tools.mcp_servers.harness import wait_until
 from tools.mcp_servers.reference import everything
 
 TASK = 'call echo {"message": "hello from acme"}'
+__all__ = ["browser"]  # the fixture, shared with the sessions' browser tests
 
 
 def _mcp_file(directory: Path) -> Path:
@@ -207,3 +211,34 @@ async def _idle(client: httpx.AsyncClient, sid: str, *, answers: int) -> dict[st
                 return dict(polled)
             assert polled["state"] not in ("failed", "canceled", "completed"), polled
             await asyncio.sleep(0.05)
+
+
+async def test_the_start_form_offers_the_tenants_mcp_servers_and_its_session_calls_one(
+    server: Server, browser: object
+) -> None:
+    """The web view's start form lists the servers offered to the caller's tenant (never
+    another tenant's), and a session started with one ticked calls its tool."""
+    from playwright.async_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    page = await browser.new_page()
+    await page.goto(f"{server.url}/ui")
+    await give_token(page, ACME)
+    await page.click("#to-start")
+    offered = page.locator("#start-mcp input[type=checkbox]")
+    await expect(offered).to_have_count(1, timeout=WAIT_MS)
+    assert await offered.first.get_attribute("value") == "everything"  # not globex-only
+    await expect(page.locator("#start-mcp-none")).to_be_hidden()
+    await offered.first.check()
+    await page.fill("#start-model", MODEL)
+    await page.fill("#start-task", TASK)
+    await page.check("#start-end")
+    await page.click("#start-submit")
+    await expect(page).to_have_url(re.compile(r"#/s/ses_"), timeout=WAIT_MS)
+    session_id = page.url.split("#/s/")[1]
+    await page.close()
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        status = await settled(client, session_id)
+        events = await _events(client, session_id)
+    assert status["last_output"] == "echo said: Echo: hello from acme", status
+    assert events[0]["data"]["metadata"]["runner"]["mcp"] == ["everything"]  # type: ignore[index]

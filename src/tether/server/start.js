@@ -1,34 +1,48 @@
 "use strict";
 // The start form, served as /ui/start.js after /ui/app.js (whose helpers it uses): a model, a
-// task, tools and models chosen from what the operator allows (GET /v1/start-options), model
-// settings, sub-agents and metadata pairs (rows added and removed), sent as POST /v1/sessions;
-// the new session then opens. What the server refuses is said as it says it.
+// task, tools, MCP servers and models chosen from what the operator allows
+// (GET /v1/start-options), model settings, sub-agents and metadata pairs (rows added and
+// removed), sent as POST /v1/sessions; the new session then opens. What the server refuses is said as it says it.
 
 function splitSpecs(text) {
   return text.split(/[\s,]+/).map((s) => s.trim()).filter(Boolean);
 }
 
-// One checkbox per tool spec the server offers, kept by spec (a reload keeps what is ticked).
-function offerTools(options) {
-  const box = $("start-tools");
+// A list of checkboxes, one per offered value, kept by value (a reload keeps what is ticked);
+// `describe(value)` gives the text after the value.
+function offerChecks(listId, values, describe) {
+  const box = $(listId);
   const ticked = new Set([...box.querySelectorAll("input:checked")].map((i) => i.value));
   box.replaceChildren();
-  for (const offered of options.tools) {
+  for (const value of values) {
     const input = document.createElement("input");
     input.type = "checkbox";
-    input.value = offered.spec;
-    input.checked = ticked.has(offered.spec);
-    const names = offered.tools.map((t) => t.name).join(", ");
+    input.value = value;
+    input.checked = ticked.has(value);
     const label = document.createElement("label");
     label.className = "check";
-    const spec = document.createElement("span");
-    spec.className = "mono";
-    spec.textContent = offered.spec;
-    label.append(input, " ", spec, " — " + (names || "no tools"));
+    const name = document.createElement("span");
+    name.className = "mono";
+    name.textContent = value;
+    label.append(input, " ", name, describe(value));
     const item = document.createElement("li");
     item.appendChild(label);
     box.appendChild(item);
   }
+}
+
+function checked(listId) {
+  return [...$(listId).querySelectorAll("input:checked")].map((i) => i.value);
+}
+
+// The tool specs the server offers, each with the names of its tools; the operator's MCP
+// servers (tether serve --mcp), by name only.
+function offerTools(options) {
+  const names = new Map(options.tools.map((o) => [o.spec, o.tools.map((t) => t.name).join(", ")]));
+  offerChecks("start-tools", options.tools.map((o) => o.spec), (spec) => " — " + (names.get(spec) || "no tools"));
+  const servers = options.mcp || [];
+  offerChecks("start-mcp", servers, () => "");
+  $("start-mcp-none").hidden = servers.length > 0;
   $("start-tools-none").hidden = options.tools.length > 0;
   const patterns = options.allow_code;
   $("start-allowed").textContent = patterns == null
@@ -119,9 +133,11 @@ function startSettings() {
 
 function startSpec() {
   const spec = { model: $("start-model").value.trim(), task: $("start-task").value.trim() };
-  const tools = [...$("start-tools").querySelectorAll("input:checked")].map((i) => i.value);
+  const tools = checked("start-tools");
   tools.push(...splitSpecs($("start-tools-other").value));
   if (tools.length) spec.tools = [...new Set(tools)];
+  const servers = checked("start-mcp");
+  if (servers.length) spec.mcp = servers;
   const system = $("start-system").value.trim();
   if (system) spec.system = system;
   const steps = $("start-steps").value.trim();
