@@ -26,6 +26,7 @@ only the latter):
   listens (its start-up before that, and on SQLite the `quick_check` it runs first, beside);
 - the experiment's report over HTTP (runs found) and `tether experiment report` (a CLI
   subprocess; a bare `python -c "import tether.cli.main"` beside it);
+- globex's usage over 30 days (`GET /v1/usage`), every one of its sessions in the window;
 - initech's 4th start with 3 open: refused (429) or not.
 It never fails on time; it fails when a page-through misses or repeats a session.
 
@@ -551,6 +552,20 @@ async def measure_http(figures: Figures, store_url: str, directory: Path, size: 
             else:
                 figures.notes["experiment report, HTTP"] = f"** {answer.status_code} **"
 
+            # globex's usage over a 30-day window holding all its sessions (the worst case:
+            # the aggregate reads every row of the window; no per-day rollup is kept).
+            window = {"from": "2025-01-20", "to": "2025-02-18"}
+            body = await get_json(client, "/v1/usage", GLOBEX, window)
+            counted = sum(int(e["sessions"]) for e in body["usage"])
+            ask = functools.partial(get_json, client, "/v1/usage", GLOBEX, window)
+            samples = await repeated(5, ask)
+            name = "usage, 30 days of globex"
+            figures.values[name], figures.notes[name] = summary(samples)
+            figures.notes[name] += f"  {counted:,}/{size.globex:,} sessions"
+            if counted != size.globex:
+                figures.notes[name] += "  ** sessions missed or counted twice **"
+                figures.values["failed"] = 1
+
             refused = await client.post(
                 "/v1/sessions", headers=HEAD[INITECH],
                 json={"model": "python:tether.testing.runtime_fixtures:model", "task": "one more"},
@@ -616,6 +631,7 @@ ROWS = (
     "fresh server, first list",
     "experiment report, HTTP",
     "experiment report, CLI",
+    "usage, 30 days of globex",
     "max_running 3, 3 open: a 4th start",
     "load",
 )
