@@ -8,6 +8,9 @@ still retried, as an unstreamed call is."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,36 @@ def is_type(kind: str) -> Any:
     return lambda frame: frame.kind == kind
 
 
+@dataclass
+class Watch:
+    """A session started on a real `tether serve` whose model is `chat`, and its event
+    stream with deltas, opened once the model was asked (so the watcher comes mid-call)."""
+
+    chat: StreamingChat
+    client: httpx.AsyncClient
+    sid: str
+    stream: AsyncIterator[Frame]
+    seen: list[Frame] = field(default_factory=list)
+
+    async def until(self, kind: str) -> Frame:
+        return await until(self.stream, is_type(kind), self.seen)
+
+
+@contextlib.asynccontextmanager
+async def watched(
+    tmp_path: Path, turns: list[Turn], task: str, **spec: Any
+) -> AsyncIterator[Watch]:
+    async with StreamingChat(turns) as chat:
+        with serve(tmp_path, "--workers", "2", env=serve_env(chat)) as server:
+            async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+                sid = await start(client, task, **spec)
+                await asyncio.wait_for(chat.asked.wait(), 30)
+                path = f"/v1/sessions/{sid}/stream"
+                params = {"deltas": "true"}
+                async with client.stream("GET", path, params=params, headers=STREAM_HEADERS) as r:
+                    yield Watch(chat, client, sid, frames(r))
+
+
 async def test_a_served_openai_session_streams_its_text_before_the_answer_is_complete(
     tmp_path: Path,
 ) -> None:
@@ -51,25 +84,17 @@ async def test_a_served_openai_session_streams_its_text_before_the_answer_is_com
     # Chunks 1 and 2 go before anyone watches; 3 waits for the watcher, 7 (the last piece,
     # the answer's end behind it) until the watcher has seen a delta.
     answer = Turn(text(*pieces), holds={3: subscribed, 7: delta_seen})
-    async with StreamingChat([answer]) as chat:
-        with serve(tmp_path, "--workers", "2", env=serve_env(chat)) as server:
-            async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
-                sid = await start(client, "say hello")
-                await asyncio.wait_for(chat.asked.wait(), 30)
-                seen: list[Frame] = []
-                path = f"/v1/sessions/{sid}/stream"
-                params = {"deltas": "true"}
-                async with client.stream("GET", path, params=params, headers=STREAM_HEADERS) as r:
-                    stream = frames(r)
-                    # The call is under way (its request is in the log) when the watcher comes.
-                    await until(stream, is_type("model.requested"), seen)
-                    subscribed.set()
-                    first = await until(stream, is_type("delta"), seen)
-                    assert not any(f.kind == "model.responded" for f in seen)
-                    assert first.data["kind"] == "text"
-                    delta_seen.set()
-                    await until(stream, is_type("end"), seen)
-                status = await settled(client, sid)
+    async with watched(tmp_path, [answer], "say hello") as w:
+        # The call is under way (its request is in the log) when the watcher comes.
+        await w.until("model.requested")
+        subscribed.set()
+        first = await w.until("delta")
+        assert not any(f.kind == "model.responded" for f in w.seen)
+        assert first.data["kind"] == "text"
+        delta_seen.set()
+        await w.until("end")
+        status = await settled(w.client, w.sid)
+    seen, chat = w.seen, w.chat
     whole = "".join(pieces)
     assert status["state"] == "completed" and status["last_output"] == whole
     streamed = joined(seen, "text")
@@ -93,20 +118,12 @@ async def test_reasoning_and_tool_input_deltas_reach_the_http_stream(tmp_path: P
         ),
         Turn(text("Noted: ", "streamed input")),
     ]
-    async with StreamingChat(turns) as chat:
-        with serve(tmp_path, "--workers", "2", env=serve_env(chat)) as server:
-            async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
-                sid = await start(client, "note this", tools=list(TOOLS))
-                await asyncio.wait_for(chat.asked.wait(), 30)
-                seen: list[Frame] = []
-                path = f"/v1/sessions/{sid}/stream"
-                params = {"deltas": "true"}
-                async with client.stream("GET", path, params=params, headers=STREAM_HEADERS) as r:
-                    stream = frames(r)
-                    await until(stream, is_type("model.requested"), seen)
-                    subscribed.set()
-                    await until(stream, is_type("end"), seen)
-                status = await settled(client, sid)
+    async with watched(tmp_path, turns, "note this", tools=list(TOOLS)) as w:
+        await w.until("model.requested")
+        subscribed.set()
+        await w.until("end")
+        status = await settled(w.client, w.sid)
+    seen, chat = w.seen, w.chat
     assert status["state"] == "completed" and status["last_output"] == "Noted: streamed input"
     assert [d["text"] for d in deltas(seen, "reasoning")] == ["I should ", "note it down."]
     tool_input = deltas(seen, "tool_input")
@@ -124,23 +141,16 @@ async def test_reasoning_and_tool_input_deltas_reach_the_http_stream(tmp_path: P
 async def test_a_cancel_mid_stream_ends_the_session(tmp_path: Path) -> None:
     subscribed, never = asyncio.Event(), asyncio.Event()  # the answer never ends by itself
     answer = Turn(text("a first piece", " and never more"), holds={1: subscribed, 2: never})
-    async with StreamingChat([answer]) as chat:
-        with serve(tmp_path, "--workers", "2", env=serve_env(chat)) as server:
-            async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
-                sid = await start(client, "go on forever")
-                seen: list[Frame] = []
-                path = f"/v1/sessions/{sid}/stream"
-                params = {"deltas": "true"}
-                async with client.stream("GET", path, params=params, headers=STREAM_HEADERS) as r:
-                    stream = frames(r)
-                    await until(stream, is_type("model.requested"), seen)
-                    subscribed.set()
-                    # The worker is reading the stream: the cancel comes mid-answer.
-                    await until(stream, is_type("delta"), seen)
-                    cancel = await client.post(f"/v1/sessions/{sid}/cancel", headers=ACME_HEADERS)
-                    assert cancel.status_code == 200, cancel.text
-                    await until(stream, is_type("end"), seen)
-                status = await settled(client, sid)
+    async with watched(tmp_path, [answer], "go on forever") as w:
+        await w.until("model.requested")
+        subscribed.set()
+        # The worker is reading the stream: the cancel comes mid-answer.
+        await w.until("delta")
+        cancel = await w.client.post(f"/v1/sessions/{w.sid}/cancel", headers=ACME_HEADERS)
+        assert cancel.status_code == 200, cancel.text
+        await w.until("end")
+        status = await settled(w.client, w.sid)
+    seen, chat = w.seen, w.chat
     assert status["state"] == "canceled" and status["stop_reason"] == "interrupted"
     types = [f.kind for f in seen]
     assert "model.responded" not in types and "session.ended" in types
@@ -153,19 +163,12 @@ async def test_a_stream_cut_after_some_output_is_retried(tmp_path: Path) -> None
         Turn(text("a doomed ", "first attempt"), holds={1: subscribed}, cut=True),
         Turn(text("the answer ", "that came whole")),
     ]
-    async with StreamingChat(turns) as chat:
-        with serve(tmp_path, "--workers", "2", env=serve_env(chat)) as server:
-            async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
-                sid = await start(client, "try twice")
-                seen: list[Frame] = []
-                path = f"/v1/sessions/{sid}/stream"
-                params = {"deltas": "true"}
-                async with client.stream("GET", path, params=params, headers=STREAM_HEADERS) as r:
-                    stream = frames(r)
-                    await until(stream, is_type("model.requested"), seen)
-                    subscribed.set()
-                    await until(stream, is_type("end"), seen)
-                status = await settled(client, sid)
+    async with watched(tmp_path, turns, "try twice") as w:
+        await w.until("model.requested")
+        subscribed.set()
+        await w.until("end")
+        status = await settled(w.client, w.sid)
+    seen, chat = w.seen, w.chat
     assert status["state"] == "completed" and status["last_output"] == "the answer that came whole"
     (failed,) = [f.data["data"] for f in seen if f.kind == "model.failed"]
     assert failed["error_class"] == "connection_failed" and failed["retrying_in"] is not None
