@@ -394,3 +394,35 @@ async def test_load_branch_reads_the_tail_for_a_thread_begun_after_the_snapshot(
     branch = await (await SessionLog.load(store, "ses_x")).load_branch("a-1")
     assert reads == [since, since]  # the main fold's tail, then the branch's: no whole log
     _assert_same(branch.folder, Folder("a-1").apply_all(await read("ses_x")))
+
+
+async def test_a_threads_transcript_fold_reads_the_tail_for_a_thread_begun_after_the_snapshot() -> (
+    None
+):
+    """`LocalRuntime.folded` (the transcript route's fold of a sub-agent thread) starts from
+    the main snapshot as `load_branch` does: no read of the log from its start."""
+    from tether.runtime import LocalRuntime, SessionRef
+
+    store = MemoryStore()
+    log = await _session(store, 50)
+    assert log._snapshots is not None
+    await log._snapshots.settle()
+    since = (await store.get_snapshot("ses_x")).seq  # type: ignore[union-attr]
+    await log.append(
+        ThreadStarted("a-1", "helper"), UserMessage(user("sub task")), threads=("a-1", "a-1")
+    )
+    reads: list[int] = []
+    read = store.read
+
+    async def counted(session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        reads.append(after_seq)
+        return await read(session_id, after_seq, limit)
+
+    store.read = counted  # type: ignore[method-assign]
+    runtime = LocalRuntime(store, workers=0)
+    try:
+        folder = await runtime.folded(SessionRef("ses_x"), "a-1")
+    finally:
+        await runtime.close()
+    assert folder is not None and reads and min(reads) >= since, reads
+    _assert_same(folder, Folder("a-1").apply_all(await read("ses_x")))

@@ -50,7 +50,7 @@ from tether.runtime.sessions import (
 )
 from tether.runtime.worker import Worker
 from tether.scheduler import GatewayConfig, GatewayFigures
-from tether.session import control
+from tether.session import control, snapshots
 from tether.session.tail import Tail
 from tether.settings import check_settings
 from tether.store.base import Store
@@ -314,14 +314,20 @@ class LocalRuntime:
     async def folded(self, ref: SessionRef, thread: str = "") -> Folder | None:
         """The fold of one thread of the tenant's session (`SessionNotFound` for another
         tenant's): the main thread's is the one polls keep (read it, never change it); a
-        sub-agent's is folded from the log now, page by page. None: no such thread."""
+        sub-agent's is kept between reads, first taken from the main snapshot when the thread
+        started after it (`snapshots.thread_start`, as a worker's `load_branch` does), then
+        brought up to date page by page. None: no such thread."""
         main = await self._folder(ref)
         if not thread:
             return main
         if thread not in main.thread_nodes:
             return None
         key = (ref.session_id, thread)
-        folder = self._core.thread_folds.get(key) or Folder(thread)
+        folder = (
+            self._core.thread_folds.get(key)
+            or await snapshots.thread_start(self._core.store, ref.session_id, thread)
+            or Folder(thread)
+        )
         while True:
             events = await self._core.store.read(ref.session_id, folder.last_seq, limit=PAGE)
             for event in events:
