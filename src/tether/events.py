@@ -13,6 +13,8 @@ Schema changelog (one line per version; older logs must still fold to the same t
   (3, additive: new event types only, so older logs fold as before) — `input.requested` and
       `input.answered` (an MCP server's elicitation during a call, and its answer);
       `sampling.answered` (an MCP server's sampling request served by the session's model).
+  (3, additive) — `session.forked`: the first event of a session forked from another, whose
+      log shares the parent's events up to `parent_seq` (the store reads them from the parent).
 """
 
 from __future__ import annotations
@@ -57,6 +59,37 @@ class SessionCreated:
     tools: JSONObject = field(default_factory=dict)  # tool name -> schema hash
     limits: JSONObject = field(default_factory=dict)
     metadata: JSONObject = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+
+ForkKind = Literal["fork", "rewind", "replay"]
+FORK_KINDS: tuple[ForkKind, ...] = ("fork", "rewind", "replay")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionForked:
+    """The first event of a forked session's own: its log is the parent's events 1 to
+    `parent_seq` (read from the parent by the store), then this, then its own. It sets the
+    session up as `session.created` does (the whole configuration, changes applied) and
+    counts the child's work from zero: steps, turns, tokens and cost are the child's own.
+
+    `parent_event` is the id of the parent's event at `parent_seq`, and `prefix_digest` the
+    sha256 of the parent's id, that seq and that event's canonical bytes: a log is append-only
+    and ids are unique, so these pin the prefix, at a cost that does not grow with it
+    (`session/fork.py`). `kind`: `fork`, `rewind` (the child takes the parent's place for
+    whoever rewound) or `replay` (the child re-runs the parent's remainder)."""
+
+    type: ClassVar[str] = "session.forked"
+    parent: str
+    parent_seq: int
+    parent_event: str
+    prefix_digest: str
+    model: str
+    system: str | None = None
+    tools: JSONObject = field(default_factory=dict)  # tool name -> schema hash
+    limits: JSONObject = field(default_factory=dict)
+    metadata: JSONObject = field(default_factory=dict)
+    kind: ForkKind = "fork"
     schema_version: int = SCHEMA_VERSION
 
 
@@ -289,6 +322,7 @@ class SessionEnded:
 
 Payload: TypeAlias = (
     SessionCreated
+    | SessionForked
     | UserMessage
     | ModelRequested
     | ModelResponded
@@ -312,6 +346,7 @@ PAYLOAD_TYPES: dict[str, type[Payload]] = {
     cls.type: cls
     for cls in (
         SessionCreated,
+        SessionForked,
         UserMessage,
         ModelRequested,
         ModelResponded,

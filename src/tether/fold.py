@@ -28,6 +28,7 @@ from tether.events import (
     SamplingAnswered,
     SessionCreated,
     SessionEnded,
+    SessionForked,
     ThreadFinished,
     ThreadStarted,
     ToolFinished,
@@ -170,6 +171,8 @@ class Folder:
         self.thread_nodes: dict[str, ThreadNode] = {}  # every thread below, in start order
         # A handoff of this turn that finished: its answer is the turn's.
         self.handoff: ThreadFinished | None = None
+        # Where a forked session came from: its `session.forked` (None: not a fork).
+        self.forked: SessionForked | None = None
 
     # -- reading ----------------------------------------------------------------------------
     def view(self) -> SessionView:
@@ -263,6 +266,25 @@ class Folder:
         self.model, self.system = p.model, p.system
         self.tools, self.limits, self.metadata = p.tools, p.limits, p.metadata
         self._created = True
+
+    def _apply_forked(self, p: SessionForked) -> None:
+        """A fork's own first event: the prefix before it is the parent's. The transcript
+        and its hash stay; the configuration is the fork's; the counters count the child's
+        own work from here, so its spending is never the parent's counted twice; the child is
+        born now, neither stopped nor being canceled (a fork point has no open call)."""
+        self._apply_created(p)  # type: ignore[arg-type]  # the same five fields
+        self._offered = None
+        self.forked = p
+        self.created = self.updated
+        self._tokens = [0, 0, 0, 0, 0]
+        self.cost_usd = None
+        self._cost_unknown = False
+        self.steps = self.turn_steps = self.turns = 0
+        self.last_output = ""
+        self.stop_reason = self.stop_detail = None
+        self.cancel_scope = None
+        self.handoff = None
+        self.state = "pending" if self.turn_open else "idle"
 
     def _apply_user(self, p: UserMessage) -> None:
         self._add_message(p.message)
@@ -577,6 +599,7 @@ def fold(
 
 _APPLY: dict[type[Any], Callable[[Folder, Any], None]] = {
     SessionCreated: Folder._apply_created,
+    SessionForked: Folder._apply_forked,
     UserMessage: Folder._apply_user,
     ModelRequested: Folder._apply_request,
     ModelFailed: Folder._apply_failure,

@@ -36,6 +36,7 @@ from tether.events import (
     InputRequested,
     Payload,
     SamplingAnswered,
+    SessionForked,
     ThreadFinished,
     payload_from_json,
     payload_to_json,
@@ -288,6 +289,7 @@ _FIELDS: dict[str, _Field] = {
         )
     ),
     "handoff": _FINISHED,
+    "forked": _optional(_payload(SessionForked)),
 }
 
 

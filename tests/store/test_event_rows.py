@@ -24,6 +24,7 @@ from tether.events import (
     ContextCompacted,
     Effect,
     EndOutcome,
+    ForkKind,
     Event,
     InputAction,
     ModelResponded,
@@ -126,6 +127,7 @@ def payloads(
         "EndOutcome": st.sampled_from(get_args(EndOutcome)) | text,
         "CancelScope": st.sampled_from(get_args(CancelScope)) | text,
         "InputAction": st.sampled_from(get_args(InputAction)) | text,
+        "ForkKind": st.sampled_from(get_args(ForkKind)) | text,
     }
     return st.one_of(
         *[

@@ -171,6 +171,8 @@ async def stored(store: Store, session_id: str) -> Folder | None:
             exc,
         )
         return None
+    if folder.session_id != session_id and await _inherited(store, session_id, folder):
+        folder.session_id = session_id  # a parent's, carried to its fork: the same events
     if folder.session_id != session_id or folder.thread or folder.last_seq != found.seq:
         _say_once(
             (session_id, found.seq),
@@ -180,6 +182,17 @@ async def stored(store: Store, session_id: str) -> Folder | None:
         )
         return None
     return folder
+
+
+async def _inherited(store: Store, session_id: str, folder: Folder) -> bool:
+    """Whether `folder` is of an ancestor of the fork `session_id` at or before the point
+    where their logs part (`Store.fork` carries the parent's snapshot so)."""
+    link = await store.fork_link(session_id)
+    while link is not None and folder.last_seq <= link.at:
+        if link.parent == folder.session_id:
+            return True
+        link = await store.fork_link(link.parent)
+    return False
 
 
 async def _from_snapshot(store: Store, session_id: str) -> tuple[Folder, int, list[Event]] | None:

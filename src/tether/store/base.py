@@ -129,6 +129,39 @@ class EventLog(Protocol):
     async def sessions(self, limit: int = 100) -> list[SessionInfo]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ForkLink:
+    """A forked session's place in its parent: its log is the parent's events 1 to `at`,
+    then its own from `at + 1` (the first of them its `session.forked`)."""
+
+    parent: str
+    at: int
+
+
+class Forks(Protocol):
+    """Sessions whose logs begin with another's: a fork references its parent's prefix and
+    copies nothing of it, so forking costs the same at any length (`session/fork.py`).
+
+    Every read of a fork's log (`read`) gives the parent's events up to the fork point, then
+    its own, all named with the fork's session id, as if one log; `last_seq` is the fork's
+    own last seq. A parent may itself be a fork: reads follow the chain."""
+
+    async def fork(
+        self, session_id: str, link: ForkLink, events: Sequence[Event], *, row: CatalogRow
+    ) -> None:
+        """Create `session_id` as a fork of `link.parent` at `link.at`, with `events` (seqs
+        from `at + 1`, the first a `session.forked`) and its catalog row, in one transaction;
+        the parent's snapshot comes along when it is at `at` or before (its bytes as they are:
+        the child's fold starts there). Refused with `SessionNotFound` when the parent has
+        no event at `at`, and with `Conflict` when `session_id` already has events, unless this is the
+        same fork retried (the same link, the same event ids at those seqs), accepted once."""
+        ...
+
+    async def fork_link(self, session_id: str) -> ForkLink | None:
+        """Where `session_id` was forked from; None for a session that is not a fork."""
+        ...
+
+
 class Catalog(Protocol):
     """The session catalog (`store/catalog.py`): one row per session, written with its log's
     appends, read by every listing, search, count and quota. No method here reads a log."""
@@ -282,7 +315,7 @@ class Blobs(Protocol):
         ...
 
 
-class Store(EventLog, Catalog, Snapshots, Leases, WorkQueue, Blobs, Protocol):
+class Store(EventLog, Forks, Catalog, Snapshots, Leases, WorkQueue, Blobs, Protocol):
     """A backend: all four parts above, news, readiness and closing. Every backend (memory,
     SQLite, PostgreSQL) implements all of it and passes `tether.testing.STORE_CHECKS`."""
 

@@ -149,6 +149,8 @@ def row_of(folder: Folder, origin: Origin | None = None, parent: str = "") -> Ca
     """The catalog row of the session whose main-thread fold `folder` is; `origin`, when the
     caller kept it, is `origin_of(folder.metadata)`."""
     o = origin_of(folder.metadata) if origin is None else origin
+    if not parent and folder.forked is not None:
+        parent = folder.forked.parent
     tokens = folder.tokens
     nodes = folder.thread_nodes
     return CatalogRow(
@@ -200,6 +202,7 @@ class CatalogQuery:
     created_before: str | None = None
     metadata: tuple[tuple[str, str], ...] = ()  # (key, value as text)
     experiment: str | None = None
+    parent: str | None = None  # the forks of this session ("": sessions that are not forks)
     sort: Sort = "updated"
     after: Key | None = None
     limit: int = 50
@@ -219,6 +222,7 @@ def matches(row: CatalogRow, query: CatalogQuery, *, states: bool = True) -> boo
         and (query.created_before is None or row.created < query.created_before)
         and all(meta.get(k) == v for k, v in query.metadata)
         and (query.experiment is None or row.experiment == query.experiment)
+        and (query.parent is None or row.parent == query.parent)
     )
 
 

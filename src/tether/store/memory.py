@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from tether.errors import Conflict, LeaseHeld, QuotaExceeded, StoreUnavailable
+from tether.errors import Conflict, LeaseHeld, QuotaExceeded, SessionNotFound, StoreUnavailable
 from tether.events import Event
 from tether.store import catalog
 from tether.store.base import (
@@ -15,6 +16,7 @@ from tether.store.base import (
     SUSPECT_CLAIMS,
     Claimed,
     DeferReason,
+    ForkLink,
     Lease,
     Queued,
     SessionInfo,
@@ -37,7 +39,8 @@ class MemoryStore:
     url = "memory:"
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self._logs: dict[str, list[Event]] = {}
+        self._logs: dict[str, list[Event]] = {}  # each session's own events
+        self._links: dict[str, ForkLink] = {}  # a fork's own events begin after its link's `at`
         self._leases: dict[str, Lease] = {}
         self._claims: dict[str, int] = {}  # session id -> claims since the last clean release
         self._clock = clock
@@ -62,17 +65,66 @@ class MemoryStore:
             refusal = lease_refusal(session_id, self._leases.get(session_id), lease)
             if refusal is not None:
                 raise refusal
-        log = self._logs.get(session_id, [])
-        if len(log) != expected_seq:
-            stored = [e.id for e in log[expected_seq : expected_seq + len(events)]]
+        last = self._last(session_id)
+        if last != expected_seq:
+            stored = [e.id for e in self._read(session_id, expected_seq, len(events))]
             if is_retry(stored, [e.id for e in events]):
                 return
-            raise Conflict(session_id, expected_seq, len(log))
+            raise Conflict(session_id, expected_seq, last)
         if admit is not None:
             self._admit(session_id, admit)
-        log = self._logs.setdefault(session_id, log)
-        log.extend(events)
-        self._rows[session_id] = row if row is not None else catalog.row_for_log(log)
+        self._logs.setdefault(session_id, []).extend(events)
+        self._rows[session_id] = (
+            row if row is not None else catalog.row_for_log(self._read(session_id, 0, None))
+        )
+
+    async def fork(
+        self, session_id: str, link: ForkLink, events: Sequence[Event], *, row: CatalogRow
+    ) -> None:
+        check_batch(session_id, events, link.at)
+        if session_id in self._logs:
+            stored = [e.id for e in self._read(session_id, link.at, len(events))]
+            if self._links.get(session_id) == link and is_retry(stored, [e.id for e in events]):
+                return
+            raise Conflict(session_id, 0, self._last(session_id))
+        if link.at < 1 or self._last(link.parent) < link.at:
+            raise SessionNotFound(f"session {link.parent} has no event at seq {link.at}")
+        self._links[session_id] = link
+        self._logs[session_id] = list(events)
+        self._rows[session_id] = row
+        kept = self._snapshots.get(link.parent)
+        if kept is not None and kept.seq <= link.at:
+            self._snapshots[session_id] = dataclasses.replace(kept, session_id=session_id)
+
+    async def fork_link(self, session_id: str) -> ForkLink | None:
+        return self._links.get(session_id)
+
+    def _base(self, session_id: str) -> int:
+        link = self._links.get(session_id)
+        return 0 if link is None else link.at
+
+    def _last(self, session_id: str) -> int:
+        return self._base(session_id) + len(self._logs.get(session_id, ()))
+
+    def _read(self, session_id: str, after_seq: int, limit: int | None) -> list[Event]:
+        """The log after `after_seq`, a fork's prefix read from its parents and named as
+        its own."""
+        out: list[Event] = []
+        link = self._links.get(session_id)
+        base = 0 if link is None else link.at
+        if link is not None and after_seq < base:
+            take = base - after_seq if limit is None else min(limit, base - after_seq)
+            out = [
+                dataclasses.replace(e, session_id=session_id)
+                for e in self._read(link.parent, after_seq, take)
+            ]
+            after_seq += len(out)
+            if limit is not None:
+                limit -= len(out)
+        own = self._logs.get(session_id, [])
+        start = after_seq - base
+        out.extend(own[start:] if limit is None else own[start : start + limit])
+        return out
 
     def _admit(self, session_id: str, admit: Admit) -> None:
         running = sum(
@@ -103,7 +155,7 @@ class MemoryStore:
         return catalog.usage_of(list(self._rows.values()), tenant, since, until, limit)
 
     async def put_catalog_row(self, row: CatalogRow) -> bool:
-        if len(self._logs.get(row.session_id, ())) != row.last_seq:
+        if self._last(row.session_id) != row.last_seq:
             return False
         self._rows[row.session_id] = row
         return True
@@ -126,14 +178,13 @@ class MemoryStore:
         self, session_id: str, after_seq: int = 0, limit: int | None = None
     ) -> list[Event]:
         check_limit(limit)
-        log = self._logs.get(session_id, [])
-        return log[after_seq:] if limit is None else log[after_seq : after_seq + limit]
+        return self._read(session_id, after_seq, limit)
 
     async def last_seq(self, session_id: str) -> int:
-        return len(self._logs.get(session_id, ()))
+        return self._last(session_id)
 
     async def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
-        return {sid: len(self._logs[sid]) for sid in session_ids if self._logs.get(sid)}
+        return {sid: self._last(sid) for sid in session_ids if self._logs.get(sid)}
 
     async def sessions(self, limit: int = 100) -> list[SessionInfo]:
         rows = catalog.page_of(list(self._rows.values()), CatalogQuery(limit=limit))
