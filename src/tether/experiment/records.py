@@ -10,10 +10,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from tether.agent import RunResult
-from tether.events import Event, SessionCreated, TurnEnded
+from tether.events import Event, TurnEnded
 from tether.experiment.plan import INCOMPLETE, Cell, Check, Checked, apply_check
 from tether.fold import fold
 from tether.messages import JSONObject, JSONValue
+from tether.session.origin import Setup, setup_in
 from tether.store.base import Store
 from tether.store.catalog import CatalogQuery, CatalogRow, sort_key
 
@@ -119,15 +120,14 @@ async def read_sessions(
     found: list[StoredRun] = []
     for row in await find_runs(store, experiment_id, tenant):
         events = await store.read(row.session_id)
-        tag = _tag(events[0]) if events else None
+        tag = _tag(setup_in(events))
         if tag is not None and tag.get("id") == experiment_id and "variant" in tag:
             found.append(StoredRun(row.session_id, tag, events))
     return found
 
 
-def _tag(event: Event) -> JSONObject | None:
-    payload = event.payload
-    if not isinstance(payload, SessionCreated):
+def _tag(payload: Setup | None) -> JSONObject | None:
+    if payload is None:
         return None
     tag: JSONValue = payload.metadata.get("experiment")
     return tag if isinstance(tag, dict) else None
