@@ -9,6 +9,7 @@ against the one before with `validate_observation`. A runtime's tests run them a
 from __future__ import annotations
 
 import asyncio
+import functools
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any, get_args
@@ -501,8 +502,12 @@ async def turns(rt: Runtime, *tasks: str) -> tuple[SessionRef, Observer]:
     await watch.settled()
     for number, task in enumerate(tasks[1:], start=2):
         await rt.send(ref, task, timeout=WAIT)
-        await watch.until(f"turn {number}", lambda s, n=number: s.view.turns == n and s.settled)
+        await watch.until(f"turn {number}", functools.partial(_turns_done, number))
     return ref, watch
+
+
+def _turns_done(number: int, status: SessionStatus) -> bool:
+    return status.view.turns == number and status.settled
 
 
 def same_events(child: list[Event], parent: list[Event]) -> bool:
