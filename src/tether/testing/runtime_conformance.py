@@ -548,9 +548,13 @@ async def a_fork_with_a_message_is_run_and_one_without_waits(rt: Runtime) -> Non
 
 
 async def a_fork_with_an_idempotency_key_returns_the_same_child(rt: Runtime) -> None:
-    parent, _ = await turns(rt, "echo one")
+    parent, watch = await turns(rt, "echo one")
     key = f"fork-{secrets.token_hex(4)}"
     first = await rt.fork(parent, message="echo again", idempotency_key=key, timeout=WAIT)
+    # The parent goes on, to a call that waits for approval: the retry is still the fork
+    # the key made (at the end the parent had then), not refused at its end now.
+    await rt.send(parent, "guarded launch", timeout=WAIT)
+    await watch.until("the approval", lambda s: s.state == "waiting_approval")
     again = await rt.fork(parent, message="echo again", idempotency_key=key, timeout=WAIT)
     assert again.session_id == first.session_id and again.at == first.at
     try:
