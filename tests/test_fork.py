@@ -164,6 +164,8 @@ def pay(amount: int) -> str:
 
 
 async def test_a_call_waiting_for_approval_is_refused_unless_the_fork_answers_it() -> None:
+    """Answered by the fork, the call waits for no decision: its turn goes on, as after a
+    denial, and the child's runner asks the model with the answer."""
     store = MemoryStore()
     agent = Agent(
         model=ScriptedModel([say("paying", call("pay", amount=3))]), store=store, tools=[pay]
@@ -172,12 +174,14 @@ async def test_a_call_waiting_for_approval_is_refused_unless_the_fork_answers_it
     with pytest.raises(UsageError, match=r"calls without results: pay \("):
         await fork(store, sid)
     forked = await fork(store, sid, open_calls="cancel")
-    assert forked.answered and forked.state == "idle"
+    assert forked.answered and forked.state == "pending"
     events = await store.read(forked.session_id)
     answer = events[-1].payload
     assert answer.type == "tool.finished" and answer.outcome == "canceled"  # type: ignore[union-attr]
     view = Folder().apply_all(events).view()
-    assert not view.open_calls and view.state == "idle"
+    assert not view.open_calls and not view.pending_approvals and view.state == "pending"
+    child = Agent(model=ScriptedModel([say("-"), say("not paid")]), store=store, tools=[pay])
+    assert (await child.resume(forked.session_id)).output == "not paid"
 
 
 async def test_a_started_call_the_fork_answers_has_an_unknown_effect_and_never_runs() -> None:

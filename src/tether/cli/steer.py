@@ -131,7 +131,7 @@ async def continue_session(args: argparse.Namespace, task: str | None) -> int:
 
 @dataclass(frozen=True, slots=True)
 class StoredSetup:
-    """What a session ran with, as `session.created` recorded it: the model string and
+    """What a session ran with, as `session.created` (a fork's `session.forked`) recorded it: the model string and
     tools specs the command line gave (`metadata.cli`), else the model's name; the
     sub-agents and caps of its `--agents` file, if it had one."""
 
