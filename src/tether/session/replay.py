@@ -179,4 +179,3 @@ def _metadata(agent: Agent, settings: ModelSettings | None, live: Live) -> JSONO
     metadata["output_type"] = None if agent.output is None else agent.output.to_json()
     metadata["replay"] = {"live": live}
     return metadata
-
