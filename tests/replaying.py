@@ -46,7 +46,7 @@ def _results(message: Message) -> list[ToolResult]:
     return [p for p in message.parts if isinstance(p, ToolResult)]
 
 
-def _question(messages: Sequence[Message]) -> str:
+def question(messages: Sequence[Message]) -> str:
     return next(m.text for m in reversed(messages) if m.role == "user" and m.text)
 
 
@@ -55,7 +55,7 @@ def recorder_reply(messages: Sequence[Message]) -> Reply:
     results = _results(messages[-1])
     if results:
         return "found: " + results[0].content
-    q = _question(messages)
+    q = question(messages)
     return [call("lookup", q=q), call("note", text=q)]
 
 
@@ -73,7 +73,7 @@ def curious_reply(messages: Sequence[Message]) -> Reply:
         if any(r.is_error for r in results):
             return "could not note it"
         return "found: " + results[0].content
-    q = _question(messages)
+    q = question(messages)
     if session_number(q) % 3 == 0:
         return [call("lookup", q=q), call("note", text=f"curious about {q}")]
     return [call("lookup", q=q), call("lookup", q=f"{q}?")]

@@ -5,22 +5,25 @@ live unless asked)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 
-from replaying import Kit, model, record
+from replaying import Kit, model, question, record, same_reply
 from tether import Agent
-from tether.errors import SessionNotFound, UsageError
+from tether.errors import HandedOver, SessionNotFound, UsageError
 from tether.events import SessionEnded, ToolFinished, TurnEnded, UserMessage
-from tether.messages import ToolCall
+from tether.messages import Message, ToolCall
 from tether.recovery import Decision
 from tether.session.fork import ForkPoint
-from tether.session.replay import Replayed, replay
+from tether.session.replay import Replayed, replay, resume_replay
 from tether.store import MemoryStore, SQLiteStore
 from tether.store.base import Store
 from tether.store.catalog import CatalogQuery
+from tether.testing import ScriptedModel
+from tether.testing.scripted import Hang, Reply
 from tether.tools.cassette import ToolCassette, recorded_calls
 
 FORKS_ON_SQLITE = hasattr(SQLiteStore, "fork")
@@ -154,7 +157,8 @@ async def test_a_system_prompt_and_the_variant_are_the_childs(store: Store) -> N
     assert (
         getattr(forked, "kind", None) == "replay" and getattr(forked, "system", None) == "be brief"
     )
-    assert getattr(forked, "metadata", {})["replay"] == {"live": "reads"}
+    source_last = (await store.catalog_row(source)).last_seq  # type: ignore[union-attr]
+    assert getattr(forked, "metadata", {})["replay"] == {"live": "reads", "until": source_last}
     assert getattr(forked, "metadata", {})["team"] == "b"
     # From the end of turn 1: turn 2's message is sent, and its calls served.
     assert (done.turns, done.served) == (1, 2)
@@ -210,3 +214,40 @@ def test_a_recorded_result_serves_one_repeat_and_a_resumed_replay_skips_those_us
     assert decided(fresh, "n1", "n2", "n3") == ["first", "second", "run"]
     resumed = ToolCassette(recorded_calls(log), source="ses_s", used={"ev_2"})
     assert decided(resumed, "n1", "n2") == ["second", "run"]
+
+
+async def test_a_replay_handed_over_mid_turn_is_resumed_where_it_stopped(store: Store) -> None:
+    kit = Kit()
+    source = await record(store, kit, 1, 4)
+    kit.clear()
+    reached = asyncio.Event()
+
+    def hang_at_turn_3(messages: Sequence[Message]) -> Reply:
+        if question(messages) == "s1-t3" and not reached.is_set():
+            reached.set()
+            return Hang()
+        return same_reply(messages)
+
+    stalling = Agent(
+        ScriptedModel([hang_at_turn_3], repeat_last=True), tools=kit.tools, store=store
+    )
+    running = asyncio.create_task(replay(stalling, source, ForkPoint(turn=2)))
+    await asyncio.wait_for(reached.wait(), 10)
+    (row,) = await store.catalog(CatalogQuery(parent=source))
+    assert await stalling.hand_over(row.session_id)  # as a worker that shuts down
+    with pytest.raises(HandedOver):
+        await running
+
+    variant = Agent(model("same"), tools=kit.tools, store=store)
+    done = await resume_replay(variant, row.session_id)
+    # Turn 3 goes on from its open request; turn 4 is sent; turn 2's results are not served
+    # again, and nothing ran.
+    assert (done.turns, done.ran_turns, done.result.state) == (2, 2, "completed")
+    assert (done.served, done.ran, done.refused, kit.looked, kit.noted) == (4, 0, 0, [], [])
+    own = await store.read(row.session_id, done.at)
+    sent = [e.payload.message.text for e in own if isinstance(e.payload, UserMessage)]
+    assert sent == ["s1-t3", "s1-t4"]
+    served = [p.replayed for e in own if isinstance(p := e.payload, ToolFinished)]
+    assert len(served) == len(set(served)) == 6
+    with pytest.raises(UsageError, match="is not a replay"):
+        await resume_replay(variant, source)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from tether.agent import Agent, RunResult
 from tether.errors import SessionNotFound, UsageError
-from tether.events import Event, SessionEnded, TurnEnded, UserMessage
+from tether.events import Event, SessionEnded, SessionForked, ToolFinished, TurnEnded, UserMessage
+from tether.fold import Folder
 from tether.messages import JSONObject, Message
 from tether.session.fork import ForkChanges, ForkPoint, fork, locate
 from tether.settings import ModelSettings, check_settings, merged
@@ -79,7 +80,7 @@ async def replay(
         model=agent.model.name,
         tools={t.name: t.schema_hash for t in agent.toolbox},
         limits=agent.limits.to_json(),
-        metadata=_metadata(agent, settings, live),
+        metadata=_metadata(agent, settings, live, last),
     )
     if system is not SOURCE_SYSTEM:
         changes = dataclasses.replace(changes, system=system)
@@ -96,34 +97,81 @@ async def replay(
     todo: list[Message | None] = [None] if pending else []
     todo.extend(turn_openers(remainder, pending))
     cassette = ToolCassette(recorded_calls(remainder), source=source, live=live)
-    runner = copy.copy(agent)  # the agent's store, runs and metadata; the cassette its own
+    return await _run(agent, forked.session_id, seq, todo, cassette, settings, end_session)
+
+
+async def resume_replay(
+    agent: Agent,
+    session_id: str,
+    *,
+    settings: ModelSettings | None = None,
+    end_session: bool = True,
+) -> Replayed:
+    """Go on with replay `session_id` after its run stopped without finishing it (its process
+    died, or handed it over): its open turn, then the source's turns it has not sent yet,
+    with the cassette of the source's results the replay read (up to the source's last seq
+    then) less those its log says it served, and its recorded `live` policy. `agent` is the
+    variant, as for `replay`. `UsageError` for a session that is not a replay."""
+    store = agent.store
+    link = await store.fork_link(session_id)
+    events = [] if link is None else await store.read(session_id)
+    own = [e for e in events if link is not None and e.seq > link.at]
+    forked = own[0].payload if own else None
+    if not isinstance(forked, SessionForked) or forked.kind != "replay":
+        raise UsageError(f"session {session_id} is not a replay")
+    plan = forked.metadata.get("replay")
+    plan = plan if isinstance(plan, dict) else {}
+    until = plan.get("until")
+    last = until if isinstance(until, int) else forked.parent_seq
+    remainder = await read_after(store, forked.parent, forked.parent_seq, last)
+    folder = Folder().apply_all(events[: len(events) - len(own) + 1])  # as forked
+    pending = folder.turn_open
+    sent = len(turn_openers(own, pending))
+    folder.apply_all(own[1:])
+    todo: list[Message | None] = [None] if folder.turn_open and not folder.terminal else []
+    if not folder.terminal:
+        todo.extend(turn_openers(remainder, pending)[sent:])
+    used = [p.replayed for e in own if isinstance(p := e.payload, ToolFinished) and p.replayed]
+    cassette = ToolCassette(
+        recorded_calls(remainder),
+        source=forked.parent,
+        live=check_live(str(plan.get("live", "reads"))),
+        used=used,
+    )
+    return await _run(agent, session_id, forked.parent_seq, todo, cassette, settings, end_session)
+
+
+async def _run(
+    agent: Agent,
+    session_id: str,
+    at: int,
+    todo: Sequence[Message | None],
+    cassette: ToolCassette,
+    settings: ModelSettings | None,
+    end_session: bool,
+) -> Replayed:
+    """Run the replay's turns in order (None: the open one), stopping at one that did not
+    finish, with `agent`'s engine and `cassette`."""
+    agent.store, agent.runs  # noqa: B018  (made once, shared with the copy: hand_over, close)
+    runner = copy.copy(agent)
     runner.engine = dataclasses.replace(agent.engine, cassette=cassette)
     result: RunResult[str] | None = None
     ran = 0
     for i, message in enumerate(todo):
-        last = i == len(todo) - 1
         done = await runner.run(
             message,
-            session_id=forked.session_id,
+            session_id=session_id,
             settings=settings,
-            end_session=end_session and last,
+            end_session=end_session and i == len(todo) - 1,
         )
         result, ran = done, ran + 1
         if session_outcome(done.stop_reason) != "completed":
             break
-    if result is None:  # nothing to run: the point's turn was closed and none followed
-        result = RunResult.from_view(await agent.view(forked.session_id))
-    return Replayed(
-        forked.session_id,
-        source,
-        seq,
-        len(todo),
-        ran,
-        result,
-        cassette.served,
-        cassette.ran,
-        cassette.refused,
-    )
+    if result is None:  # nothing to run: the turn was closed and none followed
+        result = RunResult.from_view(await agent.view(session_id))
+    source = cassette.source
+    counts = (cassette.served, cassette.ran, cassette.refused)
+    return Replayed(session_id, source, at, len(todo), ran, result, *counts)
 
 
 async def source_point(
@@ -168,14 +216,14 @@ def turn_openers(events: Sequence[Event], turn_open: bool) -> list[Message]:
     return found
 
 
-def _metadata(agent: Agent, settings: ModelSettings | None, live: Live) -> JSONObject:
+def _metadata(agent: Agent, settings: ModelSettings | None, live: Live, until: int) -> JSONObject:
     """The child's metadata over the source's: the agent's; its settings and output type as
     `Agent` records them (checked now: a run would refuse them after the fork), None
-    removing the source's; and the replay's policy."""
+    removing the source's; and the replay's policy and the source's last seq it replays."""
     metadata: JSONObject = dict(agent.metadata)
     merged_settings = merged(agent.engine.settings, settings)
     check_settings(merged_settings, agent.model, agent.toolbox.specs)
     metadata["model_settings"] = None if merged_settings is None else merged_settings.to_json()
     metadata["output_type"] = None if agent.output is None else agent.output.to_json()
-    metadata["replay"] = {"live": live}
+    metadata["replay"] = {"live": live, "until": until}
     return metadata
