@@ -102,3 +102,15 @@ async def record(store: Store, kit: Kit, number: int, turns: int) -> str:
 def found(result: RunResult) -> bool:
     """The experiment's check: the replay's last answer is what a lookup found."""
     return result.output.startswith("found: ")
+
+
+# For `tether experiment run`: the variants' models and tools by `MODULE:ATTR`.
+tools = Kit().tools
+
+
+def same_model() -> ScriptedModel:
+    return model("same")
+
+
+def curious_model() -> ScriptedModel:
+    return model("curious")

@@ -95,10 +95,13 @@ async def test_20_recorded_sessions_replayed_by_two_variants_pair_by_source(
     # `curious` has its new note refused at every turn of the sessions where it notes.
     assert refused == sum(1 + n % 2 for n in noting)
 
-    # The report rebuilds from the store alone, its pairs and verdict the same.
+    # The report rebuilds from the store alone, its pairs and verdict the same; run again,
+    # the experiment finds every cell done (the same variants: none refused as changed).
     rebuilt = await read_matrix(store, "replayed")
     assert rebuilt.compare("same", "curious") == compared
     assert {r.source for r in rebuilt.runs} == set(sources)
+    again = await run_matrix(variants, tasks, 1, experiment_id="replayed", seed=3)
+    assert again.ran == 0 and again.compare("same", "curious") == compared
 
 
 async def test_a_replay_task_whose_source_is_missing_fails_before_any_run() -> None:
