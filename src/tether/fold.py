@@ -487,7 +487,13 @@ class Folder:
         if calls and all([c.id in results for c in calls]):
             self._add_message(Message("tool", tuple([results[c.id] for c in calls])))
             self.open_calls, self.results = [], {}
-            self._set_running("pending")
+            if self.turn_open:
+                self._set_running("pending")
+        if not self.turn_open and p.call_id in self.pending_approvals:
+            # Answered between turns (a fork answering what its point left open): the
+            # approval is moot, and no turn runs until a message opens one.
+            self.pending_approvals.remove(p.call_id)
+            self.state = "waiting_approval" if self.pending_approvals else "idle"
 
     def _apply_cancel(self, p: CancelRequested) -> None:
         if p.scope == "turn" and self.state in ("idle", "waiting_approval"):

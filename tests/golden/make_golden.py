@@ -16,6 +16,8 @@ from pathlib import Path
 from tether import Agent, Limits, fold, tool
 from tether.demo import demo_model, tools
 from tether.errors import RateLimited
+from tether.events import Event
+from tether.session.fork import ForkChanges, fork
 from tether.store import MemoryStore
 from tether.testing import Fail, ScriptedModel, Truncated, call
 from tether.tools import Tool
@@ -83,18 +85,49 @@ SCENARIOS = {
 }
 
 
+async def _forked() -> list[Event]:
+    """`session.forked` (schema 3, additive): a session waiting on an approval, forked with
+    its open calls answered, another model and system prompt and a new message; the child's
+    whole log as its store reads it (the parent's prefix under the child's id)."""
+    store = MemoryStore()
+    parent = await Agent(
+        SCENARIOS["approval"][0],
+        tools=[transfer, lookup],
+        store=store,
+        system="Be brief.",
+        retry=None,
+    ).run("pay bob")
+    changes = ForkChanges(model="scripted-b", system="Be careful.")
+    child = await fork(
+        store, parent.session_id, changes=changes, message="just look a up", open_calls="cancel"
+    )
+    # A scripted model answers by the assistant messages already sent: the child's is the 2nd.
+    model = ScriptedModel(["(the parent's)", "done"], name="scripted-b")
+    await Agent(model, tools=[lookup], store=store, system="Be careful.", retry=None).resume(
+        child.session_id
+    )
+    return await store.read(child.session_id)
+
+
+async def _scenario(name: str) -> list[Event]:
+    if name == "forked":
+        return await _forked()
+    model, tool_list, task, limits = SCENARIOS[name]
+    store = MemoryStore()
+    # retry=None: each scenario's log is its first attempt's (a failure ends the turn).
+    result = await Agent(
+        model, tools=tool_list, store=store, limits=limits, system="Be brief.", retry=None
+    ).run(task)
+    return await store.read(result.session_id)
+
+
 async def main() -> None:
     force = "--force" in sys.argv
-    for name, (model, tool_list, task, limits) in SCENARIOS.items():
+    for name in [*SCENARIOS, "forked"]:
         if (HERE / f"{name}.events.jsonl").exists() and not force:
             print(name, "kept: a committed golden log is the contract (--force to rewrite)")
             continue
-        store = MemoryStore()
-        # retry=None: each scenario's log is its first attempt's (a failure ends the turn).
-        result = await Agent(
-            model, tools=tool_list, store=store, limits=limits, system="Be brief.", retry=None
-        ).run(task)
-        events = await store.read(result.session_id)
+        events = await _scenario(name)
         (HERE / f"{name}.events.jsonl").write_text("".join(e.canonical() + "\n" for e in events))
         transcript, view = fold(events)
         (HERE / f"{name}.transcript.json").write_text(transcript.canonical() + "\n")
@@ -107,7 +140,7 @@ async def main() -> None:
             (HERE / f"{name}.threads.json").write_text(
                 json.dumps(body, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
             )
-        print(name, result.stop_reason, len(events), "events")
+        print(name, len(events), "events")
 
 
 if __name__ == "__main__":

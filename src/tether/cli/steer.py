@@ -22,8 +22,9 @@ from tether.cli.common import (
 )
 from tether.cli.secrets import add_secret_flags
 from tether.errors import SessionNotFound, UsageError
-from tether.events import SessionCreated
+from tether.events import SessionCreated, SessionForked
 from tether.session import control
+from tether.session.origin import setup_event
 from tether.store.base import Store
 
 if TYPE_CHECKING:
@@ -144,11 +145,11 @@ class StoredSetup:
 
 
 async def stored_setup(store: Store, session_id: str) -> StoredSetup:
-    events = await store.read(session_id, after_seq=0, limit=1)
-    if not events:
+    event = await setup_event(store, session_id)
+    if event is None:
         raise SessionNotFound(session_id)
-    created = events[0].payload
-    if not isinstance(created, SessionCreated):
+    created = event.payload
+    if not isinstance(created, SessionCreated | SessionForked):
         return StoredSetup("", [], None, None)
     recorded: dict[str, Any] = {}
     if isinstance(created.metadata.get("cli"), dict):
@@ -172,7 +173,7 @@ async def stored_setup(store: Store, session_id: str) -> StoredSetup:
 
 
 def _recorded_output(
-    session_id: str, created: SessionCreated, recorded: dict[str, Any]
+    session_id: str, created: SessionCreated | SessionForked, recorded: dict[str, Any]
 ) -> OutputType | None:
     """The schema a `tether run --output-schema` session's answers must match: the one its
     `session.created` recorded (the file may have changed or gone since)."""

@@ -20,13 +20,13 @@ from tether.experiment.records import (
     MatrixRun,
     StoredRun,
     counted_and_abandoned,
-    own_start,
     read_sessions,
     record_of,
 )
 from tether.experiment.report import MatrixReport, ordered
 from tether.experiment.stats import check_confidence
 from tether.messages import JSONObject
+from tether.session.origin import setup_in
 from tether.session.replay import SOURCE_SYSTEM, replay, source_point
 from tether.store.base import Store
 
@@ -331,7 +331,7 @@ def _check_same_agent(stored: StoredRun, variants: Mapping[str, Agent], exp: str
     cell = stored.cell
     if cell is None or cell.variant not in variants:
         return
-    created = own_start(stored.events).payload
+    created = setup_in(stored.events)
     recorded: JSONObject = {
         "model": getattr(created, "model", None),
         "system": getattr(created, "system", None),

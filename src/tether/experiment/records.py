@@ -10,10 +10,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from tether.agent import RunResult
-from tether.events import Event, SessionCreated, SessionForked, TurnEnded
+from tether.events import Event, TurnEnded
 from tether.experiment.plan import INCOMPLETE, Cell, Check, Checked, apply_check
 from tether.fold import Folder
 from tether.messages import JSONObject, JSONValue
+from tether.session.origin import Setup, setup_event_in, setup_in
 from tether.store.base import Store
 from tether.store.catalog import CatalogQuery, CatalogRow, sort_key
 
@@ -123,24 +124,14 @@ async def read_sessions(
     found: list[StoredRun] = []
     for row in await find_runs(store, experiment_id, tenant):
         events = await store.read(row.session_id)
-        tag = _tag(own_start(events)) if events else None
+        tag = _tag(setup_in(events))
         if tag is not None and tag.get("id") == experiment_id and "variant" in tag:
             found.append(StoredRun(row.session_id, tag, events))
     return found
 
 
-def own_start(events: Sequence[Event]) -> Event:
-    """The session's own first event: its `session.forked` (a fork's log begins with its
-    parent's events, whose last `session.forked` is an ancestor's), else `session.created`."""
-    for event in reversed(events):
-        if isinstance(event.payload, SessionForked):
-            return event
-    return events[0]
-
-
-def _tag(event: Event) -> JSONObject | None:
-    payload = event.payload
-    if not isinstance(payload, SessionCreated | SessionForked):
+def _tag(payload: Setup | None) -> JSONObject | None:
+    if payload is None:
         return None
     tag: JSONValue = payload.metadata.get("experiment")
     return tag if isinstance(tag, dict) else None
@@ -159,7 +150,7 @@ async def record_of(
     folder = Folder().apply_all(stored.events)
     view = folder.view()
     result = replace(RunResult.from_view(view), steps=view.steps)
-    start = own_start(stored.events)
+    start = setup_event_in(stored.events) or stored.events[0]
     ended = next((e for e in reversed(stored.events) if isinstance(e.payload, TurnEnded)), None)
     if ended is not None and ended.seq < start.seq:
         ended = None  # a turn of the source's

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from tether.agent import Agent, resolve_model
 from tether.bounded import ByteLRU, approx_size
 from tether.errors import Conflict, IdempotencyConflict, KeyMissing, TetherError, UsageError
-from tether.events import Event, SessionCreated, UserMessage, format_time
+from tether.events import Event, SessionCreated, SessionForked, UserMessage, format_time
 from tether.fold import Folder
 from tether.limits import Limits
 from tether.messages import JSONObject, JSONValue, canonical_json, user
@@ -67,7 +67,7 @@ class Runner:
     settings: JSONObject | None = None  # `metadata.model_settings`: read by `model_settings`
 
     @staticmethod
-    def from_created(created: SessionCreated) -> Runner | None:
+    def from_created(created: SessionCreated | SessionForked) -> Runner | None:
         """None for a session no runtime started (and that no worker should take)."""
         recorded = created.metadata.get("runner") or created.metadata.get("cli")
         if not isinstance(recorded, dict) or not isinstance(recorded.get("model"), str):

@@ -22,7 +22,7 @@ from tether.agent import SessionDeltaObserver
 from tether.bounded import ByteLRU
 from tether.context import make_context
 from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
-from tether.events import Event, SessionCreated, parse_time
+from tether.events import Event, parse_time
 from tether.fold import Folder
 from tether.loop import Engine
 from tether.providers.base import Caller, Model
@@ -38,6 +38,7 @@ from tether.scheduler import GatewayConfig
 from tether.session import blips, control
 from tether.session.lease import holding, worker_id
 from tether.session.log import SessionLog
+from tether.session.origin import setup_of
 from tether.session.run import Runs, run_session
 from tether.session.tail import Tail
 from tether.settings import check_settings
@@ -322,9 +323,8 @@ class Worker:
         """Run the session's turn; with `lease`, under that lease (claimed with the wakeup);
         `watch`: more observers of its events."""
         sid = wakeup.session_id
-        first = await self.store.read(sid, 0, limit=1)  # session.created: what to run
-        created = first[0].payload if first else None
-        runner = Runner.from_created(created) if isinstance(created, SessionCreated) else None
+        created = await setup_of(self.store, sid)  # what to run: session.created or .forked
+        runner = None if created is None else Runner.from_created(created)
         if runner is None:
             # Not a runtime session (or gone): nothing here can run it.
             await self.store.clear_runnable(wakeup)

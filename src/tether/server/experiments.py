@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tether.errors import UsageError
-from tether.events import Event, SessionCreated
+from tether.events import Event, SessionCreated, SessionForked
 from tether.experiment import MATRIX_METRICS, MatrixReport, chart_svg, matrix_report
 from tether.experiment.plan import NAME, Plan
 from tether.experiment.records import METRICS, StoredRun, find_runs
@@ -20,6 +20,7 @@ from tether.messages import JSONObject, JSONValue
 from tether.runtime.local import LocalRuntime
 from tether.server import checks
 from tether.server.errors import ApiError
+from tether.session.origin import setup_event
 from tether.store.catalog import CatalogQuery, ExperimentEntry
 
 LISTED_EXPERIMENTS = 100  # experiments a list shows, the most recently updated first
@@ -35,7 +36,9 @@ def _tag(first: Event | None) -> JSONObject:
     """The `experiment` tag of a run's `session.created` ({} when it has none)."""
     created = None if first is None else first.payload
     tag: JSONValue = (
-        created.metadata.get("experiment") if isinstance(created, SessionCreated) else None
+        created.metadata.get("experiment")
+        if isinstance(created, SessionCreated | SessionForked)
+        else None
     )
     return tag if isinstance(tag, dict) else {}
 
@@ -45,8 +48,8 @@ async def summary(rt: LocalRuntime, entry: ExperimentEntry) -> JSONObject:
     names them (what its runs' tags name, should that plan be malformed)."""
     query = CatalogQuery(tenant=rt.tenant, experiment=entry.experiment, sort="newest", limit=1)
     newest = await rt.store.catalog(query)
-    first = await rt.store.read(newest[0].session_id, limit=1) if newest else []
-    plan = _plan(_tag(first[0] if first else None))
+    first = await setup_event(rt.store, newest[0].session_id) if newest else None
+    plan = _plan(_tag(first))
     variants = list(plan.variants) if plan else [r.variant for r in newest]
     tasks = [t.name for t in plan.tasks] if plan else [r.experiment_task for r in newest]
     return {

@@ -45,9 +45,9 @@ from tether.events import (
 from tether.fold import Folder
 from tether.messages import JSONObject, canonical_json, user
 from tether.session.log import new_event_id, new_session_id
+from tether.session.origin import Setup, setup_of
 from tether.store import catalog
 from tether.store.base import ForkLink, Store
-from tether.telemetry.ids import new_trace_id
 
 OpenCalls = Literal["refuse", "cancel"]
 PAGE = 500  # events read at once while looking for a point
@@ -58,9 +58,10 @@ FORKED_RUNNING = (
     "or may not have happened. It was not repeated. Inspect the current state before "
     "repeating it."
 )
-# Metadata of the parent's that is not the child's: its start's idempotency key, its trace,
-# and the experiment tag of a parent that was an experiment's run (its child is no such run).
-NOT_INHERITED = frozenset({"idempotency", "trace_id", "experiment"})
+# Metadata of the parent's that is not the child's: its start's idempotency key, and the
+# experiment tag of a parent that was an experiment's run (its child is no such run). The
+# trace id is kept: a fork's spans go on in its parent's trace (its prefix's spans are there).
+NOT_INHERITED = frozenset({"idempotency", "experiment"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +113,6 @@ class ForkChanges:
                 metadata.pop(key, None)
             else:
                 metadata[key] = value
-        if "trace_id" in config.metadata:
-            metadata["trace_id"] = new_trace_id()
         system = config.system if self.system is _KEEP else self.system
         return (
             self.model or config.model,
@@ -240,12 +239,10 @@ def prefix_digest(parent: str, last: Event) -> str:
     return hashlib.sha256(f"{parent}\n{last.seq}\n{body}".encode()).hexdigest()
 
 
-async def _config(store: Store, session_id: str) -> SessionCreated | SessionForked:
+async def _config(store: Store, session_id: str) -> Setup:
     """The session's configuration: its own first event (after the prefix, for a fork)."""
-    link = await store.fork_link(session_id)
-    first = await store.read(session_id, 0 if link is None else link.at, limit=1)
-    payload = first[0].payload if first else None
-    if not isinstance(payload, SessionCreated | SessionForked):
+    payload = await setup_of(store, session_id)
+    if payload is None:
         raise SessionNotFound(f"session {session_id} has no session.created")
     return payload
 

@@ -25,6 +25,7 @@ from tether.events import (
     ModelResponded,
     SessionCreated,
     SessionEnded,
+    SessionForked,
     ToolFinished,
     ToolStarted,
     TurnEnded,
@@ -157,7 +158,7 @@ class SessionMetrics:
 
     def learn(self, event: Event) -> None:
         p = event.payload
-        if isinstance(p, SessionCreated):
+        if isinstance(p, SessionCreated | SessionForked):
             tenant = p.metadata.get("tenant")
             self.tenant = tenant if isinstance(tenant, str) and tenant else "default"
             self.model = p.model
