@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from replaying import Kit, model, question, record, same_reply
-from tether import Agent
+from tether import Agent, Limits
 from tether.errors import HandedOver, SessionNotFound, UsageError
 from tether.events import SessionEnded, ToolFinished, TurnEnded, UserMessage
 from tether.messages import Message, ToolCall
@@ -251,3 +251,16 @@ async def test_a_replay_handed_over_mid_turn_is_resumed_where_it_stopped(store: 
     assert len(served) == len(set(served)) == 6
     with pytest.raises(UsageError, match="is not a replay"):
         await resume_replay(variant, source)
+    # Done: nothing is left to run.
+    again = await resume_replay(variant, row.session_id)
+    assert (again.turns, again.ran_turns, again.result.state) == (0, 0, "completed")
+
+
+async def test_a_replay_that_stopped_at_an_unfinished_turn_is_not_resumed(store: Store) -> None:
+    kit = Kit()
+    source = await record(store, kit, 1, 3)
+    tight = Agent(model("same"), tools=kit.tools, store=store, limits=Limits(max_steps=1))
+    done = await replay(tight, source, ForkPoint(turn=2))
+    assert (done.ran_turns, done.result.stop_reason) == (1, "turn_limit")
+    again = await resume_replay(Agent(model("same"), tools=kit.tools, store=store), done.session_id)
+    assert (again.turns, again.ran_turns, again.result.stop_reason) == (0, 0, "turn_limit")

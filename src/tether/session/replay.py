@@ -110,8 +110,9 @@ async def resume_replay(
     """Go on with replay `session_id` after its run stopped without finishing it (its process
     died, or handed it over): its open turn, then the source's turns it has not sent yet,
     with the cassette of the source's results the replay read (up to the source's last seq
-    then) less those its log says it served, and its recorded `live` policy. `agent` is the
-    variant, as for `replay`. `UsageError` for a session that is not a replay."""
+    then) less those its log says it served, and its recorded `live` policy. A replay whose
+    last turn ended unfinished (a limit, an error, an interrupt) ended there: nothing runs.
+    `agent` is the variant, as for `replay`. `UsageError` for a session that is not one."""
     store = agent.store
     link = await store.fork_link(session_id)
     events = [] if link is None else await store.read(session_id)
@@ -129,7 +130,8 @@ async def resume_replay(
     sent = len(turn_openers(own, pending))
     folder.apply_all(own[1:])
     todo: list[Message | None] = [None] if folder.turn_open and not folder.terminal else []
-    if not folder.terminal:
+    unfinished = folder.stop_reason and session_outcome(folder.stop_reason) != "completed"
+    if not folder.terminal and not unfinished:
         todo.extend(turn_openers(remainder, pending)[sent:])
     used = [p.replayed for e in own if isinstance(p := e.payload, ToolFinished) and p.replayed]
     cassette = ToolCassette(
