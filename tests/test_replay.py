@@ -6,8 +6,7 @@ live unless asked)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import pytest
 
@@ -19,31 +18,11 @@ from tether.messages import Message, ToolCall
 from tether.recovery import Decision
 from tether.session.fork import ForkPoint
 from tether.session.replay import Replayed, replay, resume_replay
-from tether.store import MemoryStore, SQLiteStore
 from tether.store.base import Store
 from tether.store.catalog import CatalogQuery
 from tether.testing import ScriptedModel
 from tether.testing.scripted import Hang, Reply
 from tether.tools.cassette import ToolCassette, recorded_calls
-
-FORKS_ON_SQLITE = hasattr(SQLiteStore, "fork")
-
-
-@pytest.fixture(
-    params=[
-        "memory",
-        pytest.param(
-            "sqlite",
-            marks=pytest.mark.skipif(not FORKS_ON_SQLITE, reason="SQLite cannot fork yet"),
-        ),
-    ]
-)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made: Store = (
-        MemoryStore() if request.param == "memory" else SQLiteStore(str(tmp_path / "t.db"))
-    )
-    yield made
-    await made.close()
 
 
 async def _own(store: Store, replayed: Replayed) -> list[ToolFinished]:

@@ -12,8 +12,6 @@ from experiment.test_cli import as_json, tether
 from replaying import Kit, record
 from tether.store import SQLiteStore
 
-pytestmark = pytest.mark.skipif(not hasattr(SQLiteStore, "fork"), reason="SQLite cannot fork yet")
-
 SPEC = """
 runs = 1
 seed = 2

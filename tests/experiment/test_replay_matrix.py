@@ -5,9 +5,6 @@ repeats a recorded one, new reads ran live, and no write ran live."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from replaying import Kit, found, model, record, session_number
@@ -19,30 +16,11 @@ from tether.experiment.records import StoredRun, record_of
 from tether.experiment.spec import ExperimentSpec
 from tether.session.fork import ForkPoint, fork
 from tether.session.replay import replay
-from tether.store import MemoryStore, SQLiteStore
+from tether.store import MemoryStore
 from tether.store.base import Store
 from tether.store.catalog import CatalogQuery
 
 SESSIONS = 20
-
-
-@pytest.fixture(
-    params=[
-        "memory",
-        pytest.param(
-            "sqlite",
-            marks=pytest.mark.skipif(
-                not hasattr(SQLiteStore, "fork"), reason="SQLite cannot fork yet"
-            ),
-        ),
-    ]
-)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made: Store = (
-        MemoryStore() if request.param == "memory" else SQLiteStore(str(tmp_path / "t.db"))
-    )
-    yield made
-    await made.close()
 
 
 async def test_20_recorded_sessions_replayed_by_two_variants_pair_by_source(
