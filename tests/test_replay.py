@@ -13,14 +13,14 @@ import pytest
 from replaying import Kit, model, question, record, same_reply
 from tether import Agent, Limits
 from tether.errors import HandedOver, SessionNotFound, UsageError
-from tether.events import SessionEnded, ToolFinished, TurnEnded, UserMessage
-from tether.messages import Message, ToolCall
+from tether.events import SessionEnded, ThreadStarted, ToolFinished, TurnEnded, UserMessage
+from tether.messages import Message, ToolCall, ToolResult
 from tether.recovery import Decision
 from tether.session.fork import ForkPoint
 from tether.session.replay import Replayed, replay, resume_replay
 from tether.store.base import Store
 from tether.store.catalog import CatalogQuery
-from tether.testing import ScriptedModel
+from tether.testing import ScriptedModel, call
 from tether.testing.scripted import Hang, Reply
 from tether.tools.cassette import ToolCassette, recorded_calls
 
@@ -243,3 +243,55 @@ async def test_a_replay_that_stopped_at_an_unfinished_turn_is_not_resumed(store:
     assert (done.ran_turns, done.result.stop_reason) == (1, "turn_limit")
     again = await resume_replay(Agent(model("same"), tools=kit.tools, store=store), done.session_id)
     assert (again.turns, again.ran_turns, again.result.stop_reason) == (0, 0, "turn_limit")
+
+
+def _did(messages: Sequence[Message]) -> bool:
+    return any(isinstance(p, ToolResult) for p in messages[-1].parts)
+
+
+def _writer(messages: Sequence[Message]) -> Reply:
+    return "wrote" if _did(messages) else call("note", text=question(messages))
+
+
+def _reader(messages: Sequence[Message]) -> Reply:
+    return "read" if _did(messages) else call("lookup", q=question(messages))
+
+
+def _lead(*asks: str) -> ScriptedModel:
+    """Asks its sub-agents (`writer`: `writer(task=Q)`, `writer!`: `writer(task=Q!)`,
+    `reader?`: `reader(task=Q?)`), then says it is done."""
+
+    def reply(messages: Sequence[Message]) -> Reply:
+        if _did(messages):
+            return "done"
+        q = question(messages)
+        return [call(a.rstrip("!?"), task=q + a[len(a.rstrip("!?")) :]) for a in asks]
+
+    return ScriptedModel([reply], repeat_last=True)
+
+
+async def test_a_sub_agent_is_served_when_it_repeats_and_runs_live_only_if_it_cannot_write(
+    store: Store,
+) -> None:
+    kit = Kit()
+    lookup, note = kit.tools
+    helpers = [
+        Agent(ScriptedModel([_writer], repeat_last=True), tools=[note], name="writer").as_tool(),
+        Agent(ScriptedModel([_reader], repeat_last=True), tools=[lookup], name="reader").as_tool(),
+    ]
+    recorded = await Agent(_lead("writer"), tools=helpers, store=store).run("q1")
+    assert kit.noted == ["q1"]
+    kit.clear()
+
+    variant = Agent(_lead("writer", "writer!", "reader?"), tools=helpers, store=store)
+    done = await replay(variant, recorded.session_id, ForkPoint(turn=1))
+    # writer(q1) repeats: served, its thread never started; writer(q1!) would write: refused;
+    # reader(q1?) cannot write: it runs live, on a thread of its own.
+    assert (done.served, done.ran, done.refused) == (1, 1, 1)
+    assert kit.noted == [] and kit.looked == ["q1?"]
+    own = await store.read(done.session_id, done.at)
+    assert [e.payload.agent for e in own if isinstance(e.payload, ThreadStarted)] == ["reader"]
+    refused = next(
+        p for e in own if isinstance(p := e.payload, ToolFinished) and p.outcome == "denied"
+    )
+    assert "writer has tools that may write (effect='write')" in refused.content

@@ -96,7 +96,9 @@ class ToolCassette:
         call, tool = decision.call, decision.tool
         if tool is None or decision.action not in ("run", "request_approval"):
             return decision
-        queue = self._queues.get((call.name, canonical_json(call.arguments)))
+        # A handoff is never served: its recorded result stood for the rest of a turn.
+        handoff = tool.subagent is not None and tool.subagent.handoff
+        queue = None if handoff else self._queues.get((call.name, canonical_json(call.arguments)))
         if queue:
             hit = queue.popleft()
             self.served += 1
@@ -112,16 +114,28 @@ class ToolCassette:
 
     def _refusal(self, tool: Tool) -> str | None:
         """Why a call that repeats no recorded one may not run live; None: it may."""
-        if self.live == "all" or (self.live == "reads" and tool.effect != "write"):
+        if self.live == "all" or (self.live == "reads" and not may_write(tool)):
             return None
         if self.live == "none":
             rule = "this replay runs no tool live (live='none')"
         else:
+            who = tool.name if tool.subagent is None else f"{tool.name} has tools that"
             rule = (
-                f"{tool.name} may write (effect='write'): a replay runs write tools live "
-                "only when asked (live='all')"
+                f"{who} may write (effect='write'): a replay runs write tools live only when "
+                "asked (live='all')"
             )
         return (
             f"Not run: this replay of session {self.source} holds no recorded result for "
             f"this call, and {rule}."
         )
+
+
+def may_write(tool: Tool, seen: frozenset[int] = frozenset()) -> bool:
+    """Whether running `tool` may write: a `write` tool, or a sub-agent (or handoff) with a
+    tool that may, at any depth (its calls run on its thread, outside the cassette)."""
+    if tool.subagent is None:
+        return tool.effect == "write"
+    toolbox = tool.subagent.engine.toolbox
+    if id(toolbox) in seen:  # agents that hand off to each other
+        return False
+    return any(may_write(t, seen | {id(toolbox)}) for t in toolbox)
