@@ -93,6 +93,12 @@ async def test_a_replay_task_whose_source_is_missing_fails_before_any_run() -> N
         )
     with pytest.raises(UsageError, match="turn 7"):
         await run_matrix(variants, [Task.from_session(source, at=ForkPoint(turn=7))], 1)
+    # A tenant's experiment replays only that tenant's sessions.
+    theirs = {
+        "same": Agent(model("same"), tools=kit.tools, store=store, metadata={"tenant": "acme"})
+    }
+    with pytest.raises(SessionNotFound):
+        await run_matrix(theirs, [Task.from_session(source, at=ForkPoint(turn=2))], 1)
     assert [r.session_id for r in await store.catalog(CatalogQuery(limit=100))] == [source]
 
 
