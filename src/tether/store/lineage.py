@@ -70,12 +70,13 @@ def plan(
 ) -> list[tuple[Stretch, int]]:
     """The stretches a read after `after_seq` touches, each with the seq to read after. The
     caller reads them in order, each up to what is left of `limit`."""
-    out: list[tuple[Stretch, int]] = []
-    for s in stretches(session_id, chain):
-        if s.hi is not None and s.hi <= after_seq:
-            continue
-        out.append((s, max(s.lo, after_seq)))
-    return out if limit != 0 else []
+    if limit == 0:
+        return []
+    return [
+        (s, max(s.lo, after_seq))
+        for s in stretches(session_id, chain)
+        if s.hi is None or s.hi > after_seq
+    ]
 
 
 def needs_chain(rows: Sequence[Sequence[object]], after_seq: int) -> bool:
@@ -112,7 +113,8 @@ def chain_of(session_id: str, links: Sequence[tuple[str, str, int]]) -> Chain:
     out: list[ForkLink] = []
     seen = {session_id}
     link = by_child.get(session_id)
-    while link is not None and link.parent not in seen:  # a cycle cannot be written; still
+    # A cycle cannot be written (a fork's child is new), but a damaged table must not loop.
+    while link is not None and link.parent not in seen:
         out.append(link)
         seen.add(link.parent)
         link = by_child.get(link.parent)
