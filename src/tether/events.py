@@ -15,6 +15,8 @@ Schema changelog (one line per version; older logs must still fold to the same t
       `sampling.answered` (an MCP server's sampling request served by the session's model).
   (3, additive) — `session.forked`: the first event of a session forked from another, whose
       log shares the parent's events up to `parent_seq` (the store reads them from the parent).
+  (3, additive: a sparse field, older events' bytes unchanged) — `tool.finished` may carry
+      `replayed`: the id of the recorded `tool.finished` a replay served the call from.
 """
 
 from __future__ import annotations
@@ -169,15 +171,18 @@ class ToolStarted:
 @dataclass(frozen=True, slots=True)
 class ToolFinished:
     """`images`: what the tool returned besides its text (a screenshot), sent with the
-    result to the model; written only when there are some."""
+    result to the model; written only when there are some. `replayed`: in a replay, the id
+    of the source session's `tool.finished` whose recorded result answers this call, which
+    did not run (`tools/cassette.py`); written only then."""
 
     type: ClassVar[str] = "tool.finished"
-    SPARSE: ClassVar[frozenset[str]] = frozenset({"images"})
+    SPARSE: ClassVar[frozenset[str]] = frozenset({"images", "replayed"})
     call_id: str
     outcome: Outcome
     content: str
     duration_ms: float = 0.0
     images: tuple[Image, ...] = ()
+    replayed: str = ""
 
     @property
     def is_error(self) -> bool:

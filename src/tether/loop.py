@@ -40,6 +40,7 @@ from tether.session.log import SessionLog
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
 from tether.state import session_outcome
 from tether.tools.base import Toolbox
+from tether.tools.cassette import ToolCassette
 from tether.tools.inputs import ASKER
 from tether.tools.run import CallOutcome, run_calls
 from tether.tools.schema import LeaseHolder
@@ -82,6 +83,9 @@ class Engine:
     # request with an observer is `live` (`ModelRequest.live`: streamed, and retried after
     # output as readers of the log expect).
     live: bool = False
+    # A replay's recorded tool results (`tools/cassette.py`): they answer the fresh calls
+    # that repeat recorded ones, and its policy decides which others run live.
+    cassette: ToolCassette | None = None
 
 
 @dataclass
@@ -384,6 +388,8 @@ async def _step(ctx: TurnContext, after_overflow: bool = False) -> bool:
     # Fresh calls are decided before the answer is folded, so the answer and the starts of
     # its calls commit in one batch: the answer is durable before any call runs.
     decisions = decide_calls(calls, (), folder.decisions, (), ctx.engine.toolbox)
+    if ctx.engine.cassette is not None:
+        decisions = ctx.engine.cassette.decide(decisions)
     return await _settle_calls(ctx, decisions, (answer,))
 
 

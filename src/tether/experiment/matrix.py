@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from tether.agent import Agent
 from tether.errors import UsageError
+from tether.events import SessionForked
 from tether.experiment.claim import ExperimentClaim, claiming
 from tether.experiment.plan import NAME, Cell, Check, Plan, Task, import_check, make_plan
 from tether.experiment.records import (
@@ -24,7 +25,9 @@ from tether.experiment.records import (
 )
 from tether.experiment.report import MatrixReport, ordered
 from tether.experiment.stats import check_confidence
-from tether.messages import JSONObject, JSONValue
+from tether.messages import JSONObject
+from tether.session.origin import setup_in
+from tether.session.replay import SOURCE_SYSTEM, replay, source_point
 from tether.store.base import Store
 
 Progress = Callable[[MatrixReport], None]
@@ -76,10 +79,14 @@ async def run_matrix(
     experiment_id = _experiment_id(experiment_id)
     store = _one_store(variants)
     # Taken before anything of the experiment is read: what is missing is this process's.
+    tenant = _tenant(variants)
+    for task in tasks:  # a source that is not there fails now, not at its first run
+        if task.source is not None:
+            await source_point(store, task.source.session_id, task.source.at, tenant)
     async with claiming(store, experiment_id, lease_ttl) as claim:
         by_name = {t.key: t for t in tasks}
         checks = {t.key: t.check for t in tasks}
-        earlier = await read_sessions(store, experiment_id, _tenant(variants))
+        earlier = await read_sessions(store, experiment_id, tenant)
         for stored in earlier:
             _check_same_agent(stored, variants, experiment_id)
         records = await _records(earlier, plan, checks)
@@ -102,8 +109,8 @@ async def run_matrix(
                 agent = agents[cell.variant](
                     {**tag, "variant": cell.variant, "task": cell.task, "repeat": cell.repeat}
                 )
-                result = await agent.run(task.prompt, end_session=True)
-                stored = StoredRun(result.session_id, {}, await store.read(result.session_id))
+                session_id = await _run_cell(agent, task, tenant)
+                stored = StoredRun(session_id, {}, await store.read(session_id))
                 state.add(await record_of(stored, cell, task.check, task.pass_at))
                 if on_progress is not None:
                     on_progress(state.report())
@@ -116,6 +123,19 @@ async def run_matrix(
         except BaseExceptionGroup as failed:
             raise failed.exceptions[0] from None  # the first run that raised, as itself
         return state.report()
+
+
+async def _run_cell(agent: Agent, task: Task, tenant: str | None) -> str:
+    """Run one cell, ended with its last turn: the task's prompt in a new session, or its
+    replay (with the variant's system prompt, else the source's); its session id."""
+    if task.source is None:
+        return (await agent.run(task.prompt, end_session=True)).session_id
+    source = task.source
+    system = SOURCE_SYSTEM if agent.system is None else agent.system
+    done = await replay(
+        agent, source.session_id, source.at, system=system, live=source.live, tenant=tenant
+    )
+    return done.session_id
 
 
 async def read_matrix(
@@ -311,16 +331,18 @@ def _check_same_agent(stored: StoredRun, variants: Mapping[str, Agent], exp: str
     cell = stored.cell
     if cell is None or cell.variant not in variants:
         return
-    created = stored.events[0].payload
-    recorded: JSONValue = {
+    created = setup_in(stored.events)
+    recorded: JSONObject = {
         "model": getattr(created, "model", None),
         "system": getattr(created, "system", None),
         "tools": getattr(created, "tools", None),
         "limits": getattr(created, "limits", None),
     }
-    now = _fingerprint(variants[cell.variant])
+    agent = variants[cell.variant]
+    now = _fingerprint(agent)
+    if isinstance(created, SessionForked) and agent.system is None:
+        del recorded["system"], now["system"]  # a replay without one keeps its source's
     if recorded != now:
-        assert isinstance(recorded, dict)
         differ = [k for k in now if recorded.get(k) != now[k]]
         raise UsageError(
             f"variant {cell.variant!r} of experiment {exp} ran as another agent before "

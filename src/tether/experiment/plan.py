@@ -1,6 +1,7 @@
-"""What an experiment that compares is asked to run: its `Task`s (a prompt and a check),
-its `Plan` (variants x tasks x repeats, the seed, the spend cap) and the cells of that grid;
-and how a check is named, found again and applied to a run's result. Runs nothing."""
+"""What an experiment that compares is asked to run: its `Task`s (a prompt, or a recorded
+session to replay from a point, and a check), its `Plan` (variants x tasks x repeats, the
+seed, the spend cap) and the cells of that grid; and how a check is named, found again and
+applied to a run's result. Runs nothing."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from typing import TypeAlias
 from tether.agent import RunResult
 from tether.errors import UsageError
 from tether.messages import JSONObject, JSONValue
+from tether.session.fork import ForkPoint
+from tether.tools.cassette import Live, check_live
 
 CheckValue: TypeAlias = bool | int | float
 Check: TypeAlias = Callable[[RunResult], CheckValue | Awaitable[CheckValue]]
@@ -36,21 +39,88 @@ INCOMPLETE = frozenset(
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
+POINTS = ("seq", "turn", "after_turn")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySource:
+    """A recorded session, the point its replays start from, and which calls that repeat
+    no recorded one they run live (`session/replay.py`)."""
+
+    session_id: str
+    at: ForkPoint
+    live: Live = "reads"
+
+    @property
+    def label(self) -> str:
+        """`SESSION@turn2`: the task's name when it is given none."""
+        where = next(((k, v) for k in POINTS if (v := getattr(self.at, k)) is not None), None)
+        return f"{self.session_id}@{'end' if where is None else f'{where[0]}{where[1]}'}"
+
+    def to_json(self) -> JSONObject:
+        at: JSONObject = {k: v for k in POINTS if (v := getattr(self.at, k)) is not None}
+        return {"session": self.session_id, "at": at, "live": self.live}
+
+    @staticmethod
+    def from_json(data: JSONValue) -> ReplaySource:
+        at = data.get("at") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or not isinstance(data.get("session"), str):
+            raise UsageError(f"an experiment's recorded replay source is malformed: {data!r}")
+        return ReplaySource(
+            str(data["session"]), fork_point(at), check_live(str(data.get("live", "reads")))
+        )
+
+
+def fork_point(data: JSONValue) -> ForkPoint:
+    """`{"turn": N}`, `{"seq": N}`, `{"after_turn": N}` or `{}` (the end) as a `ForkPoint`
+    (`UsageError`, saying what is wrong, for anything else)."""
+    if not isinstance(data, dict) or set(data) - set(POINTS):
+        raise UsageError(f"a fork point is {{turn|seq|after_turn: N}}, not {data!r}")
+    given: dict[str, int] = {}
+    for key, value in data.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(f"a fork point's {key} is a whole number from 1, not {value!r}")
+        given[key] = value
+    return ForkPoint(given.get("seq"), given.get("turn"), given.get("after_turn"))
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     """`Task(prompt, check=fn)`: `check` is given a finished run's `RunResult` and returns
     pass/fail (a bool) or a score (a number; the run passes at `pass_at` or above). Without
     one, a run passes when it finished (`end_turn` or a custom stop). `name` identifies the
-    task across runs of the experiment (by default, the prompt itself)."""
+    task across runs of the experiment (by default, the prompt itself). A task made by
+    `from_session` replays a recorded session instead of sending a prompt."""
 
     prompt: str
     check: Check | None = None
     name: str | None = None
     pass_at: float = 1.0
+    source: ReplaySource | None = None
 
     @property
     def key(self) -> str:
-        return self.prompt if self.name is None else self.name
+        if self.name is not None:
+            return self.name
+        return self.prompt if self.source is None else self.source.label
+
+    @staticmethod
+    def from_session(
+        session_id: str,
+        *,
+        at: ForkPoint,
+        check: Check | None = None,
+        name: str | None = None,
+        pass_at: float = 1.0,
+        live: Live = "reads",
+    ) -> Task:
+        """A task that replays session `session_id` (in the variants' store) from `at`: each
+        run is a replay of its remainder by the variant (`session.replay.replay`, its tool
+        results a cassette, `live` the policy for the calls that repeat none), tagged with
+        its source, so two variants' runs of the task pair by source session. Without a
+        check, a run passes when every replayed turn finished; a check is given the
+        replay's last turn's result (its steps, tokens and cost count all its turns)."""
+        return Task("", check, name, pass_at, ReplaySource(session_id, at, check_live(live)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +131,13 @@ class PlannedTask:
     name: str
     check: str | None
     pass_at: float
+    source: ReplaySource | None = None
 
     def to_json(self) -> JSONObject:
-        return {"name": self.name, "check": self.check, "pass_at": self.pass_at}
+        out: JSONObject = {"name": self.name, "check": self.check, "pass_at": self.pass_at}
+        if self.source is not None:  # a prompt's task records what it always did
+            out["source"] = self.source.to_json()
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +192,13 @@ class Plan:
         for t in tasks:
             if not isinstance(t, dict) or not isinstance(t.get("name"), str):
                 raise UsageError(f"an experiment's recorded task is malformed: {t!r}")
-            check, pass_at = t.get("check"), t.get("pass_at", 1.0)
+            check, pass_at, source = t.get("check"), t.get("pass_at", 1.0), t.get("source")
             planned.append(
                 PlannedTask(
                     str(t["name"]),
                     check if isinstance(check, str) else None,
                     float(pass_at) if isinstance(pass_at, int | float) else 1.0,
+                    None if source is None else ReplaySource.from_json(source),
                 )
             )
         return Plan(
@@ -154,7 +229,7 @@ def make_plan(
     if max_cost_usd is not None and not (max_cost_usd > 0 and math.isfinite(max_cost_usd)):
         raise UsageError(f"max_cost_usd must be positive, not {max_cost_usd}")
     planned = tuple(
-        PlannedTask(t.key, None if t.check is None else check_ref(t.check), t.pass_at)
+        PlannedTask(t.key, None if t.check is None else check_ref(t.check), t.pass_at, t.source)
         for t in tasks
     )
     return Plan(tuple(variants), planned, runs, seed, max_cost_usd)

@@ -12,9 +12,9 @@ from datetime import datetime
 from tether.agent import RunResult
 from tether.events import Event, TurnEnded
 from tether.experiment.plan import INCOMPLETE, Cell, Check, Checked, apply_check
-from tether.fold import fold
+from tether.fold import Folder
 from tether.messages import JSONObject, JSONValue
-from tether.session.origin import Setup, setup_in
+from tether.session.origin import Setup, setup_event_in, setup_in
 from tether.store.base import Store
 from tether.store.catalog import CatalogQuery, CatalogRow, sort_key
 
@@ -46,6 +46,7 @@ class MatrixRun:
     cost_usd: float | None
     seconds: float | None  # from session.created to turn.ended, by the log's clock
     checked: bool = True
+    source: str = ""  # a replay's: the recorded session it replayed
 
     @property
     def cell(self) -> Cell:
@@ -64,7 +65,7 @@ class MatrixRun:
         return None if value is None else float(value)
 
     def to_json(self) -> JSONObject:
-        return {
+        out: JSONObject = {
             "session_id": self.session_id,
             "variant": self.variant,
             "task": self.task,
@@ -78,6 +79,9 @@ class MatrixRun:
             "cost_usd": self.cost_usd,
             "seconds": self.seconds,
         }
+        if self.source:  # a replay's
+            out["source"] = self.source
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,11 +142,22 @@ async def record_of(
 ) -> MatrixRun:
     """The run's record: its result folded from the log, its check applied (not for an
     abandoned run, nor one that did not finish). `run_check=False`: a finished run's check
-    is not run, and its pass and score are unknown (`checked` False)."""
-    _, view = fold(stored.events)
-    result = RunResult.from_view(view)
+    is not run, and its pass and score are unknown (`checked` False).
+
+    A replay's (`Task.from_session`) steps, tokens and cost are its own turns', never its
+    source's; it finished when its last turn ended its session, or stopped at a turn that
+    did not finish; one whose process died between its turns is abandoned."""
+    folder = Folder().apply_all(stored.events)
+    view = folder.view()
+    result = replace(RunResult.from_view(view), steps=view.steps)
+    start = setup_event_in(stored.events) or stored.events[0]
     ended = next((e for e in reversed(stored.events) if isinstance(e.payload, TurnEnded)), None)
+    if ended is not None and ended.seq < start.seq:
+        ended = None  # a turn of the source's
     stop = result.stop_reason if ended is not None else ""
+    replayed = folder.forked is not None and folder.forked.kind == "replay"
+    if replayed and stop not in INCOMPLETE and not folder.terminal:
+        stop = ""  # its later turns never ran
     unknown = not run_check and result.stop_reason not in INCOMPLETE
     checked = Checked(False, 0.0) if unknown else await apply_check(check, pass_at, result)
     usage = result.usage
@@ -151,7 +166,7 @@ async def record_of(
         cell.variant,
         cell.task,
         cell.repeat,
-        stored.events[0].time,
+        start.time,
         stop,
         checked.passed,
         checked.score,
@@ -159,8 +174,9 @@ async def record_of(
         result.steps,
         usage.input_tokens + usage.output_tokens,
         result.cost_usd,
-        None if ended is None else _seconds(stored.events[0].time, ended.time),
+        None if ended is None else _seconds(start.time, ended.time),
         not unknown,
+        folder.forked.parent if replayed and folder.forked is not None else "",
     )
 
 

@@ -53,7 +53,7 @@ def render_comparison(c: Comparison) -> str:
     sign = "+" if c.difference >= 0 else "-"
     low, high = c.interval.low, c.interval.high
     lines = [
-        f"{c.a} against {c.b} on {c.metric} · {c.pairs} pair(s) by (task, repeat) · "
+        f"{c.a} against {c.b} on {c.metric} · {c.pairs} pair(s) by ({c.paired_by}, repeat) · "
         f"{c.confidence:.0%} paired bootstrap",
         f"{c.a} {fmt(c.a_mean)}   {c.b} {fmt(c.b_mean)}   difference {sign}"
         f"{fmt(abs(c.difference))}   [{_signed(fmt, low)}, {_signed(fmt, high)}]",

@@ -30,7 +30,9 @@ class Comparison:
     (task, repeat) cells both ran, its interval, and the verdict: `better` when the whole
     interval lies on `a`'s good side of 0 (above for pass rate and score, below for steps,
     tokens, cost and time), `worse` on the other, `within_noise` when it holds 0.
-    `unpaired`: cells with a figure on one side only, left out."""
+    `unpaired`: cells with a figure on one side only, left out. `paired_by`: `task`, or
+    `source session` when every run is a replay (`Task.from_session`): each such task is one
+    recorded session and point, so the pairs are two variants from the same real start."""
 
     a: str
     b: str
@@ -43,6 +45,7 @@ class Comparison:
     pairs: int
     unpaired: int
     verdict: Verdict
+    paired_by: str = "task"
 
     def to_json(self) -> JSONObject:
         return {
@@ -57,6 +60,7 @@ class Comparison:
             "pairs": self.pairs,
             "unpaired": self.unpaired,
             "verdict": self.verdict,
+            "paired_by": self.paired_by,
         }
 
 
@@ -184,8 +188,10 @@ class MatrixReport:
             raise UsageError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
         level = self.confidence if confidence is None else confidence
         check_confidence(level)
-        left = {(r.task, r.repeat): r.value(metric) for r in self.of(a)}
-        right = {(r.task, r.repeat): r.value(metric) for r in self.of(b)}
+        runs_a, runs_b = self.of(a), self.of(b)
+        left = {(r.task, r.repeat): r.value(metric) for r in runs_a}
+        right = {(r.task, r.repeat): r.value(metric) for r in runs_b}
+        replays = all(r.source for r in (*runs_a, *runs_b))
         keys = sorted(k for k in left.keys() & right.keys())
         pairs = [(x, y) for k in keys if (x := left[k]) is not None and (y := right[k]) is not None]
         unpaired = len(left.keys() | right.keys()) - len(pairs)
@@ -199,7 +205,7 @@ class MatrixReport:
         a_mean, b_mean = sum(p[0] for p in pairs) / n, sum(p[1] for p in pairs) / n
         return Comparison(
             a, b, metric, level, a_mean, b_mean, a_mean - b_mean, interval, n, unpaired,
-            verdict(interval, metric),
+            verdict(interval, metric), "source session" if replays else "task",
         )  # fmt: skip
 
     def to_json(self) -> JSONObject:

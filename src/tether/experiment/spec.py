@@ -1,20 +1,21 @@
 """An experiment written down: a TOML file of variants (each an agent: model, tools, system,
-limits), tasks (a prompt and a `MODULE:ATTR` check) and how many runs, read into an
-`ExperimentSpec` that builds the variants' agents. What `tether experiment run SPEC` runs;
-running it is `matrix`'s."""
+limits), tasks (a prompt, or a recorded session and a point to replay it from, and a
+`MODULE:ATTR` check) and how many runs, read into an `ExperimentSpec` that builds the
+variants' agents. What `tether experiment run SPEC` runs; running it is `matrix`'s."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from tether import documents
 from tether.agent import Agent, resolve_model
 from tether.errors import UsageError
-from tether.experiment.plan import Task, import_check
+from tether.experiment.plan import Task, fork_point, import_check
 from tether.limits import Limits
 from tether.messages import JSONValue
 from tether.providers.base import Model
@@ -63,14 +64,42 @@ class VariantSpec(_Strict):
 
 
 class TaskSpec(_Strict):
-    prompt: str = Field(min_length=1)
+    """A prompt, or a recorded session replayed from a point: `from_session = "ses_..."`,
+    `at = {turn = 2}` (or `seq`, `after_turn`), `live` the policy for calls that repeat
+    no recorded one (`none`, `reads`, `all`)."""
+
+    prompt: str | None = Field(default=None, min_length=1)
+    from_session: str | None = Field(default=None, min_length=1)
+    at: dict[str, int] | None = None
+    live: Literal["none", "reads", "all"] = "reads"
     name: str | None = None
     check: str | None = None  # MODULE:ATTR
     pass_at: float = 1.0
 
+    @model_validator(mode="after")
+    def _prompt_or_session(self) -> TaskSpec:
+        if (self.prompt is None) == (self.from_session is None):
+            raise PydanticCustomError("task", "a task has a prompt or a from_session, one of them")
+        if (self.from_session is None) != (self.at is None):
+            raise PydanticCustomError(
+                "task", "a from_session task needs its point: at = {turn = N}"
+            )
+        if self.at is not None:
+            try:
+                fork_point(dict(self.at))
+            except UsageError as exc:
+                raise PydanticCustomError("task", "{problem}", {"problem": str(exc)}) from None
+        return self
+
     def task(self) -> Task:
         check = None if self.check is None else import_check(self.check)
-        return Task(self.prompt, check, self.name, self.pass_at)
+        if self.from_session is not None:
+            at = fork_point(dict(self.at or {}))
+            return Task.from_session(
+                self.from_session, at=at, check=check, name=self.name, pass_at=self.pass_at,
+                live=self.live,
+            )  # fmt: skip
+        return Task(self.prompt or "", check, self.name, self.pass_at)
 
 
 class ExperimentSpec(_Strict):

@@ -62,9 +62,10 @@ FORKED_RUNNING = (
     "or may not have happened. It was not repeated. Inspect the current state before "
     "repeating it."
 )
-# Metadata of the parent's that is not the child's: its start's idempotency key. The trace
-# id is kept: a fork's spans go on in its parent's trace (its prefix's spans are there).
-NOT_INHERITED = frozenset({"idempotency"})
+# Metadata of the parent's that is not the child's: its start's idempotency key, and the
+# experiment tag of a parent that was an experiment's run (its child is no such run). The
+# trace id is kept: a fork's spans go on in its parent's trace (its prefix's spans are there).
+NOT_INHERITED = frozenset({"idempotency", "experiment"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +165,7 @@ async def fork(
     if row is None or (tenant is not None and row.tenant != tenant):
         raise SessionNotFound(f"no session {parent}")
     last = row.last_seq
-    at = await _locate(store, parent, point, last)
+    at = await locate(store, parent, point, last)
     window, from_start = await _window(store, parent, at)
     folder = _fold_window(window, from_start)
     ending = window[-1].payload if window else None
@@ -256,7 +257,9 @@ async def config_of(store: Store, session_id: str) -> Setup:
     return payload
 
 
-async def _locate(store: Store, parent: str, point: ForkPoint, last: int) -> int:
+async def locate(store: Store, parent: str, point: ForkPoint, last: int) -> int:
+    """The seq of `point` in session `parent`, whose last seq is `last` (`UsageError`: there
+    is no such point); not yet checked as a commit point (`fork` does)."""
     if point.seq is not None:
         if point.seq > last:
             raise UsageError(f"session {parent} ends at seq {last}: there is no seq {point.seq}")

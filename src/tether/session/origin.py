@@ -8,6 +8,8 @@ reads a session's tags from its log reads it here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tether.events import Event, SessionCreated, SessionForked
 from tether.store.base import Store
 
@@ -29,11 +31,19 @@ async def setup_of(store: Store, session_id: str) -> Setup | None:
     return payload if isinstance(payload, SessionCreated | SessionForked) else None
 
 
-def setup_in(events: list[Event]) -> Setup | None:
+def setup_in(events: Sequence[Event]) -> Setup | None:
     """The setup of a whole log already read: its last `session.forked`, else its
     `session.created`."""
+    event = setup_event_in(events)
+    payload = None if event is None else event.payload
+    return payload if isinstance(payload, SessionCreated | SessionForked) else None
+
+
+def setup_event_in(events: Sequence[Event]) -> Event | None:
+    """The setup event of a whole log already read (`setup_in`), with its seq and time: where
+    the session's own work begins."""
     for event in reversed(events):
         if not event.thread and isinstance(event.payload, SessionForked):
-            return event.payload
-    first = events[0].payload if events else None
-    return first if isinstance(first, SessionCreated) else None
+            return event
+    first = events[0] if events else None
+    return first if first is not None and isinstance(first.payload, SessionCreated) else None
