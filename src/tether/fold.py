@@ -51,6 +51,7 @@ from tether.messages import (
 )
 from tether.state import (
     TERMINAL_STATES,
+    ForkOrigin,
     SessionView,
     State,
     ThreadNode,
@@ -198,6 +199,9 @@ class Folder:
             transcript_chars=self.transcript_chars,
             threads=tuple(self.thread_nodes.values()) if self.thread_nodes else (),
             pending_inputs=dict(self.pending_inputs),
+            forked=None
+            if self.forked is None
+            else ForkOrigin(self.forked.parent, self.forked.parent_seq, self.forked.kind),
         )
 
     def transcript(self) -> Transcript:
