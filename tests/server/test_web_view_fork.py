@@ -11,13 +11,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from server.support import ACME, GLOBEX, serve
+import httpx
+
+from server.support import ACME, ACME_HEADERS, GLOBEX, serve
 from server.test_web_view import WAIT_MS, WATCH_VIOLATIONS, browser, give_token
 from server.test_web_view_a11y import axe_source, layout_problems, serious_violations
 from tether.runtime.http import HttpRuntime
 from tether.testing.runtime_conformance import Observer, spec
 
 __all__ = ["browser"]  # the fixture, shared with the sessions' browser tests
+
+FORKS_SHOWN = 20  # lineage.js: the forks a session's page lists
 
 
 async def two_turns(rt: HttpRuntime) -> str:
@@ -37,7 +41,7 @@ async def test_fork_from_here_opens_the_child_which_shows_its_parent(
 
     assert isinstance(browser, Browser)
     source = axe_source()
-    with serve(tmp_path, "--workers", "2") as server:
+    with serve(tmp_path, "--workers", "2", store="memory:") as server:
         rt = HttpRuntime(server.url, ACME)
         try:
             parent = await two_turns(rt)
@@ -108,9 +112,10 @@ async def test_fork_from_here_opens_the_child_which_shows_its_parent(
                 found[f"fork form layout at {width}"] = await layout_problems(page)
             await page.set_viewport_size({"width": 1280, "height": 844})
             await form.locator("button.fork-submit").click()
-            await page.wait_for_url(f"{server.url}/ui#/s/ses_*", timeout=WAIT_MS)
+            await page.wait_for_url(
+                lambda url: "#/s/" in url and not url.endswith(parent), timeout=WAIT_MS
+            )
             child = page.url.split("#/s/")[1]
-            assert child != parent
             await expect(page.locator("#session-id")).to_have_text(child)
             link = page.locator("#parent-link")
             await expect(link).to_have_text(parent, timeout=WAIT_MS)
@@ -145,12 +150,25 @@ async def test_fork_from_here_opens_the_child_which_shows_its_parent(
             await listed.locator("a").click()
             await expect(page.locator("#parent-link")).to_have_text(parent, timeout=WAIT_MS)
 
-            # The list's "forks of" filter lists the child alone, and is kept in the address.
-            await page.goto(f"{server.url}/ui#/?parent={parent}")
-            rows = page.locator("#sessions tr")
-            await expect(rows).to_have_count(1, timeout=WAIT_MS)
-            await expect(rows.first).to_have_attribute("data-session", child)
+            # Past 20 forks the page says it shows the newest 20 and links to them all: the
+            # list, filtered by "forks of" (kept in the address).
+            async with httpx.AsyncClient(base_url=server.url, headers=ACME_HEADERS) as client:
+                for n in range(FORKS_SHOWN):
+                    body = {"at": {"after_turn": 2}, "metadata": {"n": str(n)}}
+                    made = await client.post(f"/v1/sessions/{parent}/fork", json=body)
+                    assert made.status_code == 201, made.text
+            await page.goto(f"{server.url}/ui#/s/{parent}")
+            await expect(page.locator("#forks li")).to_have_count(FORKS_SHOWN, timeout=WAIT_MS)
+            await expect(page.locator("#forks-said")).to_have_text(
+                f"the newest {FORKS_SHOWN} of its forks:"
+            )
+            await page.locator("#forks-more").click()
+            await expect(page).to_have_url(f"{server.url}/ui#/?parent={parent}")
             await expect(page.locator("#filter-parent")).to_have_value(parent)
+            rows = page.locator("#sessions tr")
+            await expect(rows).to_have_count(FORKS_SHOWN + 1, timeout=WAIT_MS)
+            assert parent not in [await r.get_attribute("data-session") for r in await rows.all()]
+            await expect(page.locator(f'#sessions tr[data-session="{child}"]')).to_be_visible()
 
             assert await page.evaluate("window.__violations") == []
             problems = [f"{k}: {p}" for k, v in found.items() for p in v]
