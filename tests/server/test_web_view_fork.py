@@ -41,7 +41,7 @@ async def test_fork_from_here_opens_the_child_which_shows_its_parent(
 
     assert isinstance(browser, Browser)
     source = axe_source()
-    with serve(tmp_path, "--workers", "2", store="memory:") as server:
+    with serve(tmp_path, "--workers", "2") as server:
         rt = HttpRuntime(server.url, ACME)
         try:
             parent = await two_turns(rt)
