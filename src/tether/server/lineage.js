@@ -24,10 +24,12 @@ class Lineage {
     this.sessionId = sessionId;
     this.asked = 0;  // when the forks were last asked for (ms)
     this.asking = false;
+    this.generation = generation;  // ui.js: a later navigation makes this page's answers stale
   }
 
   // Called with each poll: where this session came from, and now and then its forks.
   show(status) {
+    if (this.generation !== generation) return;  // a poll answered after the page changed
     this.showParent(status.forked || null);
     if (!this.asking && Date.now() - this.asked >= FORKS_EVERY_MS) this.showForks();
   }
@@ -50,7 +52,7 @@ class Lineage {
     const query = new URLSearchParams({ parent: this.sessionId, limit: String(FORKS_SHOWN), sort: "newest" });
     try {
       const data = await api("GET", "/v1/sessions?" + query.toString()).catch(() => null);
-      if (!data) return;
+      if (!data || this.generation !== generation) return;  // another page is shown now
       const list = $("forks");
       const shown = [...list.children].map((li) => li.dataset.session).join(" ");
       if (shown !== data.sessions.map((s) => s.session_id).join(" ")) {
