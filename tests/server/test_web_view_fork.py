@@ -142,7 +142,7 @@ async def test_fork_from_here_opens_the_child_which_shows_its_parent(
             await link.click()
             await expect(page).to_have_url(f"{server.url}/ui#/s/{parent}")
             listed = page.locator(f'#forks li[data-session="{child}"]')
-            await expect(listed).to_contain_text(child, timeout=WAIT_MS)
+            await expect(listed).to_have_text(f"{child} idle", timeout=WAIT_MS)
             await expect(page.locator("#forks-said")).to_have_text("1 fork:")
             await expect(page.locator("#forks-more")).to_be_hidden()
             await expect(page.locator("#forked-from")).to_be_hidden()

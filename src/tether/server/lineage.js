@@ -16,6 +16,7 @@ function clearLineage() {
   $("forked-from").hidden = true;
   delete $("forked-from").dataset.key;
   $("forks").replaceChildren();
+  delete $("forks").dataset.said;
   $("forks-box").hidden = true;
 }
 
@@ -54,8 +55,10 @@ class Lineage {
       const data = await api("GET", "/v1/sessions?" + query.toString()).catch(() => null);
       if (!data || this.generation !== generation) return;  // another page is shown now
       const list = $("forks");
-      const shown = [...list.children].map((li) => li.dataset.session).join(" ");
-      if (shown !== data.sessions.map((s) => s.session_id).join(" ")) {
+      // Rebuilt only when a fork or its state changed: a link under a pointer stays put.
+      const said = data.sessions.map((s) => s.session_id + " " + s.state).join(" ");
+      if (list.dataset.said !== said) {
+        list.dataset.said = said;
         list.replaceChildren(...data.sessions.map((s) => {
           const item = document.createElement("li");
           item.dataset.session = s.session_id;
