@@ -184,7 +184,10 @@ async def test_the_web_view_has_no_inline_script_or_style_and_its_files_say_what
         script = await client.get("/ui/app.js")
         timeline = await client.get("/ui/timeline.js")
         style = await client.get("/ui/app.css")
-        others = [await client.get(f"/ui/{n}.js") for n in ("transcript", "list", "start", "usage")]
+        others = [
+            await client.get(f"/ui/{n}.js")
+            for n in ("transcript", "lineage", "list", "start", "usage")
+        ]
     html = page.text
     for other in others:  # every script the page loads is served as one
         assert other.status_code == 200 and other.headers["content-type"].startswith(
@@ -197,7 +200,7 @@ async def test_the_web_view_has_no_inline_script_or_style_and_its_files_say_what
     scripts = re.findall(r"<script\b([^>]*)>(.*?)</script>", html, re.S)
     assert scripts == [
         (f' src="/ui/{name}.js"', "")
-        for name in ("timeline", "app", "transcript", "list", "start", "usage")
+        for name in ("timeline", "app", "transcript", "lineage", "list", "start", "usage")
     ]
     assert '<link rel="stylesheet" href="/ui/app.css">' in html
     assert "<style" not in html and not re.search(r"\s(style|on[a-z]+)\s*=", html)

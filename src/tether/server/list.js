@@ -13,6 +13,7 @@ const FILTERS = [
   ["filter-after", "created_after"],
   ["filter-before", "created_before"],
   ["filter-meta", "metadata"],
+  ["filter-parent", "parent"],
   ["sort", "sort"],
 ];
 const TIMED = new Set(["created_after", "created_before"]);

@@ -51,6 +51,8 @@ function describe(event) {
       return d.model + (tools.length ? " · tools " + tools.join(", ") : " · no tools") + (d.system ? " · system: " + clip(d.system, 80) : "");
     }
     case "user.message": return "user: " + clip(text(d.message), 200);
+    case "session.forked":
+      return d.kind + " of " + d.parent + " at seq " + d.parent_seq + " · " + d.model + (d.system ? " · system: " + clip(d.system, 80) : "");
     case "model.requested": // tools_digest: the request offered other tools than the one before it
       return d.model + ", ~" + d.input_tokens_estimate + " input tokens"
         + (d.tools_digest ? " · tools now: " + ((d.tools || []).join(", ") || "none") : "");
@@ -153,16 +155,19 @@ class Timeline {
     $("error-count").textContent = "";
   }
 
+  // Adds the event's line and step; gives its line (lineage.js puts a fork point on it).
   add(event) {
     const at = Date.parse(event.time);
     if (this.first == null) this.first = at;
     this.last = Math.max(this.last || at, at);
-    this.list.appendChild(this.line(event));
+    const item = this.line(event);
+    this.list.appendChild(item);
     this.step(event, at);
     if (!this.placing) {
       this.placing = true;
       requestAnimationFrame(() => { this.placing = false; this.place(); });
     }
+    return item;
   }
 
   line(event) {

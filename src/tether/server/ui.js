@@ -1,7 +1,8 @@
 "use strict";
 // The web view's script, served as /ui/app.js (the page's policy runs no inline script): its
 // helpers, the session and experiment views and the router; the list is list.js, the start
-// form start.js, a session's answer and transcript transcript.js, all loaded after this file.
+// form start.js, a session's answer and transcript transcript.js, its lineage and "fork from
+// here" lineage.js, all loaded after this file.
 // Everything shown comes from the API of the server that served this page; text is only ever
 // set with textContent, so nothing a model or a tool said can run here.
 const $ = (id) => document.getElementById(id);
@@ -34,6 +35,7 @@ async function api(method, path, body) {
     $("problem").textContent = response.status === 401 ? tokenAdvice() : message;
     const error = new Error(message);
     error.status = response.status;  // a view tells "not found" and "forbidden" apart by it
+    error.code = data.error && data.error.code;
     throw error;
   }
   $("problem").textContent = "";
@@ -365,6 +367,7 @@ function clearSession(sessionId) {
   $("approvals").replaceChildren();
   $("transcript").replaceChildren();
   clearAnswer();  // transcript.js
+  clearLineage();  // lineage.js
   showThreads([]);
   for (const id of CONTROLS) $(id).disabled = true;
 }
@@ -384,6 +387,8 @@ async function showSession(sessionId) {
   const approvals = new Approvals($("approvals"), path, () => refresh());
   const timeline = new Timeline(path);
   const transcript = new ThreadTranscript(path, "", $("transcript"));  // transcript.js
+  const lineage = new Lineage(sessionId);  // lineage.js
+  const forkPoints = new ForkPoints(sessionId, path);
   let lastSeq = 0;
   let refused = null;
   const refresh = async () => {
@@ -404,6 +409,7 @@ async function showSession(sessionId) {
     showThreads(s.threads || [], timeline);
     approvals.show(s.pending_approvals);
     showAnswer(s);
+    lineage.show(s);
     if (s.last_seq !== lastSeq) { lastSeq = s.last_seq; transcript.refresh(); }
     const ended = ["completed", "failed", "canceled"].includes(s.state);
     for (const id of CONTROLS) $(id).disabled = ended;
@@ -421,7 +427,7 @@ async function showSession(sessionId) {
   if (mine !== generation) return;  // navigated away meanwhile: start nothing for this view
   if (refused) return;  // nothing to follow: the page stays as it is until the next navigation
   timer = setInterval(refresh, 1000);
-  follow(sessionId, (event) => { approvals.see(event); timeline.add(event); });
+  follow(sessionId, (event) => { approvals.see(event); forkPoints.see(event, timeline.add(event)); });
 }
 
 // -- experiments ---------------------------------------------------------------------------

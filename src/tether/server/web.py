@@ -47,6 +47,7 @@ ASSETS: dict[str, tuple[bytes, str]] = {
         (_HERE / "transcript.js").read_bytes(),
         "text/javascript; charset=utf-8",
     ),
+    "/ui/lineage.js": ((_HERE / "lineage.js").read_bytes(), "text/javascript; charset=utf-8"),
     "/ui/list.js": ((_HERE / "list.js").read_bytes(), "text/javascript; charset=utf-8"),
     "/ui/start.js": ((_HERE / "start.js").read_bytes(), "text/javascript; charset=utf-8"),
     "/ui/usage.js": ((_HERE / "usage.js").read_bytes(), "text/javascript; charset=utf-8"),
