@@ -131,7 +131,7 @@ async def test_a_version_1_database_migrates_and_its_marks_can_be_deferred(pg_ur
     async with await AsyncConnection.connect(pg_url, autocommit=True) as conn:
         cur = await conn.execute("SELECT max(version) FROM tether_schema")
         row = await cur.fetchone()
-    assert row is not None and row[0] == MIGRATIONS[-1].version == 4
+    assert row is not None and row[0] == MIGRATIONS[-1].version == 5
     await store.close()
 
 
