@@ -52,6 +52,7 @@ def test_the_pages_have_their_snippets() -> None:
         "docs/how-to/http-api.md": 1,
         "docs/concepts/leases.md": 1,
         "docs/how-to/experiments.md": 2,
+        "docs/how-to/fork.md": 3,
         "docs/tutorial.md": 4,
     }
     for page, count in expected.items():

@@ -45,6 +45,12 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "answer: In Lisbon it is",
         "stop reason: end_turn",
     ),
+    "fork.py": (
+        "the parent's request hash: True",
+        "rewound to seq 9",
+        "the parent keeps its seqs 10-17: 17 events",
+        "forks of the parent: 3",
+    ),
     "experiment.py": (
         "ended    end_turn           18/20",
         "turn_limit          2/20",
