@@ -3,10 +3,14 @@ file, and can SIGKILL itself at a chosen commit point.
 
     python worker.py DB SCRIPT start            # a new session (SCRIPT: a key of SCRIPTS)
     python worker.py DB SCRIPT resume SESSION   # continue it, waiting out a dead lease
+    python worker.py DB runtime work SESSION    # a runtime's worker (`runtime.worker`):
+        # claims what is runnable, rebuilds each runner from the log's `metadata.runner`,
+        # and exits once it has ended a turn of SESSION
 
 Env: CRASH_AT_SEQ=N dies right after this process commits the event with seq N;
 CRASH_AFTER_APPENDS=K as its K-th append returns from the store (committed, but not yet
-folded in or observed); CRASH_CALL (see kit) inside a tool.
+folded in or observed); CRASH_ON_CLAIM=1 as soon as it has claimed a session (leased to it,
+nothing of it run yet); CRASH_CALL (see kit) inside a tool.
 WORKER_TTL is the lease ttl (default 1.0 s). It prints JSON lines: {"prefix"} first (its
 event-id prefix), {"committed"} for each event it appends, then {"result"} (exit 0) or
 {"lease_lost"} (exit 3), both with the appends it tried and the ones refused.
@@ -24,9 +28,11 @@ from typing import Any, cast
 from crash import kit
 from tether import Agent, Event
 from tether.errors import LeaseLost
+from tether.events import TurnEnded
+from tether.runtime.worker import Worker
 from tether.session.log import _ID_PREFIX
 from tether.store import SQLiteStore
-from tether.store.base import Lease, Store
+from tether.store.base import Claimed, Lease, Store
 from tether.testing import ScriptedModel
 from tether.tools import Tool
 
@@ -49,11 +55,12 @@ def say(**fact: Any) -> None:
 class CountingStore:
     """The real SQLite store, counting the appends this process tries and those refused."""
 
-    def __init__(self, inner: SQLiteStore, die_after: int = 0) -> None:
+    def __init__(self, inner: SQLiteStore, die_after: int = 0, die_on_claim: bool = False) -> None:
         self.inner = inner
         self.tried = 0
         self.refused = 0
         self.die_after = die_after
+        self.die_on_claim = die_on_claim
 
     async def append(
         self,
@@ -72,6 +79,15 @@ class CountingStore:
         if self.tried == self.die_after:
             kit.die()
 
+    async def claim_runnable(
+        self, owner: str, ttl: float, limit: int = 1, *, alone: bool = True
+    ) -> list[Claimed]:
+        claimed = await self.inner.claim_runnable(owner, ttl, limit, alone=alone)
+        if claimed and self.die_on_claim:
+            say(claimed=[c.lease.session_id for c in claimed])
+            kit.die()
+        return claimed
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
@@ -89,14 +105,55 @@ def observer() -> Callable[[Event], None]:
     return on_event
 
 
+def ttl() -> float:
+    return float(os.environ.get("WORKER_TTL", "1.0"))
+
+
+async def work(store: CountingStore, session_id: str) -> int:
+    """Run a runtime's worker until it has ended a turn of `session_id` (and let it go)."""
+    say(prefix=_ID_PREFIX, pid=os.getpid())
+    observe = observer()
+    ended = asyncio.Event()
+
+    def on_event(event: Event) -> None:
+        observe(event)
+        mine = event.id.startswith(OWN) and event.session_id == session_id
+        if mine and not event.thread and isinstance(event.payload, TurnEnded):
+            ended.set()
+
+    worker = Worker(
+        cast(Store, store),  # the real store, counted
+        concurrency=1,
+        poll_interval=0.05,
+        lease_ttl=ttl(),
+        watch_interval=0.1,
+        on_event=on_event,
+    )
+    running = asyncio.create_task(worker.run())
+    await ended.wait()
+    running.cancel()  # takes no more work; the turn's run settles and releases its lease
+    await asyncio.gather(running, return_exceptions=True)
+    await worker.stop(drain=30)
+    await store.close()
+    say(worked=session_id, tried=store.tried, refused=store.refused)
+    return 0
+
+
 async def main(db: str, script: str, command: str, session_id: str | None) -> int:
+    store = CountingStore(
+        SQLiteStore(db),
+        int(os.environ.get("CRASH_AFTER_APPENDS", "0")),
+        os.environ.get("CRASH_ON_CLAIM") == "1",
+    )
+    if command == "work":
+        assert session_id is not None
+        return await work(store, session_id)
     model, tools = SCRIPTS[script]
-    store = CountingStore(SQLiteStore(db), int(os.environ.get("CRASH_AFTER_APPENDS", "0")))
     agent = Agent(
         model(),
         tools=tools,
         store=cast(Store, store),  # the real store, counted
-        lease_ttl=float(os.environ.get("WORKER_TTL", "1.0")),
+        lease_ttl=ttl(),
         watch_interval=0.1,
         on_event=observer(),
     )
