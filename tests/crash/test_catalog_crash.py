@@ -41,7 +41,7 @@ def test_a_backfill_killed_inside_and_between_chunks_is_finished_by_the_next_ope
     ids = format_4_file(db, SESSIONS)
     # Killed writing the 35th row: the first three chunks stand, the fourth left no trace.
     _backfill_killed(db, "row", 35)
-    assert meta(db, "format") == "5"
+    assert meta(db, "format") == "6"
     assert meta(db, sqlite_backfill.BACKFILL_KEY) == ids[3 * CHUNK - 1]
     assert catalog_size(db) == 3 * CHUNK
     # The next process goes on from there, and is killed after two chunks of its own.

@@ -32,7 +32,7 @@ async def test_a_format_4_file_is_backfilled_on_open_in_chunks(
         progress = [r.getMessage() for r in caplog.records if "catalog backfill" in r.message]
         assert len(progress) == 40 // 7 + 1 + 1, progress  # each chunk, then "complete"
         assert progress[-1].endswith("catalog backfill complete")
-        assert meta(path, "format") == "5"
+        assert meta(path, "format") == "6"
         assert meta(path, sqlite_backfill.BACKFILL_KEY) is None
         # An append after the migration keeps the row current.
         sid = ids[0]
@@ -78,7 +78,7 @@ async def test_a_new_file_owes_no_backfill(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
     store = SQLiteStore(str(path))
     await store.close()
-    assert meta(path, "format") == "5"
+    assert meta(path, "format") == "6"
     assert meta(path, sqlite_backfill.BACKFILL_KEY) is None
 
 

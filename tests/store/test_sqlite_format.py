@@ -95,7 +95,7 @@ async def test_a_format_2_file_is_migrated_on_open_and_loses_nothing(tmp_path: P
     finally:
         await store.close()
 
-    assert stored_format(path) == STORE_FORMAT == "5"
+    assert stored_format(path) == STORE_FORMAT == "6"
     conn = sqlite3.connect(path)
     columns = [r[1] for r in conn.execute("PRAGMA table_info(events)")]
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -161,7 +161,7 @@ def test_a_file_of_an_unknown_format_is_refused_and_left_alone(tmp_path: Path) -
     conn.close()
     before = path.read_bytes()
 
-    with pytest.raises(ConfigError, match="format 9, expected 5"):
+    with pytest.raises(ConfigError, match="format 9, expected 6"):
         SQLiteStore(str(path))
     assert path.read_bytes() == before
 

@@ -37,11 +37,12 @@ from tether.errors import (
     StoreUnavailable,
 )
 from tether.events import Event
-from tether.store import catalog, sqlite_backfill, sqlite_catalog, sqlite_wakeups
+from tether.store import catalog, sqlite_backfill, sqlite_catalog, sqlite_forks, sqlite_wakeups
 from tether.store.base import (
     Claimed,
     DeferReason,
     EventRow,
+    ForkLink,
     Lease,
     Queued,
     SessionInfo,
@@ -139,14 +140,16 @@ class SQLiteStore:
         # Each session appends to its own last leaf page; with thousands running, 2 MiB of
         # page cache (the default) rereads them from the OS at every append.
         self._conn.execute(f"PRAGMA cache_size = {_WRITER_CACHE_KIB}")
+        self._lineage = sqlite_forks.Lineage()  # every read of a log goes through it
         if sqlite_backfill.owed(self._conn):
-            sqlite_backfill.backfill(self._conn, self._row_for_backfill, self.url)
+            row_for = sqlite_backfill.row_of_log(self._lineage.rows, self.url)
+            sqlite_backfill.backfill(self._conn, row_for, self.url)
         self._group = GroupCommit(
             self._db,
             self.url,
             on_begin=self._begin,
             on_commit=self._after_commit,
-            on_rollback=self._forget,
+            on_rollback=self._rolled_back,
         )
         self._reader: sqlite3.Connection | None = self._connect()
         # The file opened: once the path names another file (or none), nothing is
@@ -165,17 +168,6 @@ class SQLiteStore:
         )
 
     # -- thread-side --------------------------------------------------------------------------
-    def _row_for_backfill(self, conn: sqlite3.Connection, session_id: str) -> CatalogRow | None:
-        """The row of a session's whole log; None for a log that cannot be read (that
-        session stays out of the catalog until `tether db rebuild-catalog` after a repair,
-        rather than the file failing to open)."""
-        logged = self._select_events(conn, session_id, 0, None)
-        try:
-            return catalog.row_for_log([event_from_row(r) for r in logged]) if logged else None
-        except CorruptLog as exc:
-            log.warning("store %s: catalog backfill skipped a session: %s", self.url, exc)
-            return None
-
     def _connect(self) -> sqlite3.Connection:
         # Two processes opening one file at the same moment can meet where SQLite returns
         # "locked" at once rather than wait (switching a new file to WAL, a migration):
@@ -210,7 +202,9 @@ class SQLiteStore:
                 )
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-            conn.executescript(SCHEMA + sqlite_wakeups.SCHEMA + sqlite_catalog.SCHEMA)
+            conn.executescript(
+                SCHEMA + sqlite_wakeups.SCHEMA + sqlite_catalog.SCHEMA + sqlite_forks.SCHEMA
+            )
             conn.execute("INSERT OR IGNORE INTO tether_meta VALUES ('format', ?)", (STORE_FORMAT,))
             if stored_format(conn) in MIGRATES_FROM:
                 migrate(conn)
@@ -239,6 +233,10 @@ class SQLiteStore:
         self._last.clear()
         self._leases.clear()
         self._indexed.clear()
+
+    def _rolled_back(self) -> None:
+        self._forget()
+        self._lineage.chains.clear()  # a chain read inside the group may not have landed
 
     def _learn(self, conn: sqlite3.Connection, session_id: str) -> None:
         """Read a session's last seq and lease, in one statement, under the write lock."""
@@ -298,7 +296,7 @@ class SQLiteStore:
                 )
         row = batch.row
         if row is None:  # folded here, before the first write: decoding may refuse the log
-            logged = self._select_events(conn, session_id, 0, None) if expected_seq else []
+            logged = self._lineage.rows(conn, session_id, 0, None) if expected_seq else []
             try:
                 prior = [self._decode(r) for r in logged]
             except CorruptLog as exc:
@@ -393,6 +391,25 @@ class SQLiteStore:
         if await self._submit(batch):
             self._remember(rows, events)
 
+    async def fork(
+        self, session_id: str, link: ForkLink, events: Sequence[Event], *, row: CatalogRow
+    ) -> None:
+        rows = sqlite_forks.checked(session_id, link, events, row)
+
+        def body(conn: sqlite3.Connection) -> bool:
+            if not self._lineage.write(conn, session_id, link, rows, row):
+                return False
+            self._indexed[session_id] = sqlite_catalog.indexed(row)
+            self._last[session_id] = link.at + len(rows)
+            return True
+
+        if await self._submit(body):
+            self._remember(rows, events)
+
+    async def fork_link(self, session_id: str) -> ForkLink | None:
+        chain = await self._run(self._lineage.chain, self._read_db(), session_id)
+        return chain[0] if chain else None
+
     def _submit(self, body: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._closed:
             raise StoreError(f"store {self.url} is closed")
@@ -413,14 +430,14 @@ class SQLiteStore:
         # Only what is left of a long read goes to the reader thread.
         first = _INLINE_ROWS if limit is None else min(limit, _INLINE_ROWS)
         try:
-            rows = self._select_events(self._db(), session_id, after_seq, first)
+            rows = self._lineage.rows(self._db(), session_id, after_seq, first)
         except sqlite3.Error as exc:
             raise self._trust.error(exc, session_id) from exc
         if len(rows) == first and first != limit:
             after = int(rows[-1][1])
             rest = None if limit is None else limit - first
             rows += await self._run(
-                self._select_events, self._read_db(), session_id, after, rest, session_id=session_id
+                self._lineage.rows, self._read_db(), session_id, after, rest, session_id=session_id
             )
         try:
             return [self._decode(r) for r in rows]
@@ -443,16 +460,6 @@ class SQLiteStore:
         for row, event in zip(rows, events, strict=True):
             decoded.put((row[0], row[1]), (row, event), len(row[6]) + _ROW_OVERHEAD)
 
-    @staticmethod
-    def _select_events(
-        conn: sqlite3.Connection, session_id: str, after_seq: int, limit: int | None
-    ) -> list[EventRow]:
-        return conn.execute(
-            f"SELECT {EVENT_COLUMNS} FROM events "
-            "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (session_id, after_seq, -1 if limit is None else limit),  # -1: no limit
-        ).fetchall()
-
     async def last_seq(self, session_id: str) -> int:
         known = self._known_last(session_id)
         if known is not None:
@@ -472,11 +479,11 @@ class SQLiteStore:
         # event hub's round over 500 streams took seconds).
         ids = list(session_ids)
         try:
-            out = _last_seqs(self._db(), ids[:500])
+            out = sqlite_forks.last_seqs(self._db(), ids[:500])
         except sqlite3.Error as exc:
             raise self._trust.error(exc) from exc
         if len(ids) > 500:
-            out.update(await self._run(_last_seqs, self._read_db(), ids[500:]))
+            out.update(await self._run(sqlite_forks.last_seqs, self._read_db(), ids[500:]))
         return out
 
     async def sessions(self, limit: int = 100) -> list[SessionInfo]:
@@ -773,20 +780,6 @@ class _Batch:
 
     def __call__(self, conn: sqlite3.Connection) -> bool:
         return self.store._append_rows(conn, self)
-
-
-def _last_seqs(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for start in range(0, len(ids), 500):  # SQLite caps the number of parameters
-        chunk = ids[start : start + 500]
-        marks = ",".join("?" * len(chunk))
-        for sid, seq in conn.execute(
-            f"SELECT session_id, max(seq) FROM events WHERE session_id IN ({marks}) "
-            "GROUP BY session_id",
-            chunk,
-        ):
-            out[sid] = int(seq)
-    return out
 
 
 def _held(conn: sqlite3.Connection, session_id: str) -> Lease | None:

@@ -8,7 +8,9 @@ import logging
 import sqlite3
 from collections.abc import Callable
 
-from tether.store import sqlite_catalog
+from tether.errors import CorruptLog
+from tether.store import catalog, sqlite_catalog
+from tether.store.base import EventRow, event_from_row
 from tether.store.catalog import CatalogRow
 
 log = logging.getLogger("tether.store")
@@ -24,6 +26,23 @@ def owed(conn: sqlite3.Connection) -> bool:
 
 
 LogOf = Callable[[sqlite3.Connection, str], CatalogRow | None]
+Rows = Callable[[sqlite3.Connection, str, int, int | None], list[EventRow]]
+
+
+def row_of_log(rows: Rows, where: str) -> LogOf:
+    """The row of a session's whole log as `rows` reads it (a fork's with its prefix); None
+    for a log that cannot be read (that session stays out of the catalog until `tether db
+    rebuild-catalog` after a repair, rather than the file failing to open)."""
+
+    def row_for(conn: sqlite3.Connection, session_id: str) -> CatalogRow | None:
+        logged = rows(conn, session_id, 0, None)
+        try:
+            return catalog.row_for_log([event_from_row(r) for r in logged]) if logged else None
+        except CorruptLog as exc:
+            log.warning("store %s: catalog backfill skipped a session: %s", where, exc)
+            return None
+
+    return row_for
 
 
 def backfill(conn: sqlite3.Connection, row_for: LogOf, where: str, chunk: int | None = None) -> int:

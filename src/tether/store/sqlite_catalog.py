@@ -70,6 +70,8 @@ CREATE INDEX IF NOT EXISTS catalog_all_updated ON catalog (updated, session_id);
 CREATE INDEX IF NOT EXISTS catalog_all_created ON catalog (created, session_id);
 CREATE INDEX IF NOT EXISTS catalog_experiment
     ON catalog (tenant, experiment) WHERE experiment <> '';
+CREATE INDEX IF NOT EXISTS catalog_parent
+    ON catalog (parent, tenant, updated, session_id) WHERE parent <> '';
 CREATE TABLE IF NOT EXISTS catalog_metadata (
     session_id TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -331,6 +333,9 @@ def _filters(query: CatalogQuery, *, states: bool = True) -> tuple[list[str], li
     if query.experiment is not None:
         where.append("c.experiment = ?")
         args.append(fit(query.experiment))
+    if query.parent is not None:
+        where.append("c.parent = ?")
+        args.append(fit(query.parent))
     if query.text:
         text = _searchable(query.text)
         if len(text) >= 3:
@@ -354,6 +359,8 @@ _COLUMNS_OF_C = ", ".join(f"c.{c}" for c in _NAMES)
 
 def _source(conn: sqlite3.Connection, query: CatalogQuery) -> tuple[str, list[Any]]:
     """The FROM clause of a page and its arguments (see `_DRIVEN_BELOW`)."""
+    if query.parent:  # a session's forks, by their index (over forks' rows only)
+        return "FROM catalog c INDEXED BY catalog_parent", []
     if query.experiment and query.tenant is not None:
         return "FROM catalog c INDEXED BY catalog_experiment", []
     if query.metadata:
@@ -373,7 +380,9 @@ def _source(conn: sqlite3.Connection, query: CatalogQuery) -> tuple[str, list[An
 def page(conn: sqlite3.Connection, query: CatalogQuery) -> list[CatalogRow]:
     where, args = _filters(query)
     source, source_args = _source(conn, query)
-    if query.experiment and query.tenant is not None:
+    if query.parent:
+        where.append("c.parent <> ''")  # what lets the partial index serve the page
+    elif query.experiment and query.tenant is not None:
         where.append("c.experiment <> ''")  # what lets the partial index serve the page
     sorted_by = _SORTED[query.sort]
     if query.after is not None:

@@ -42,13 +42,14 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 CREATE TABLE IF NOT EXISTS blobs (hash TEXT PRIMARY KEY, data BLOB NOT NULL);
 """.replace("{events}", EVENTS_TABLE.format(name="events"))
-STORE_FORMAT = "5"
+STORE_FORMAT = "6"
 # Format 2 clustered events by (session_id, seq) in a WITHOUT ROWID table: same columns.
 # Format 3 had no claim count on leases and no not-before time on wakeups. Format 4 had no
 # session catalog and no snapshots (sqlite_catalog.py): its sessions' rows are backfilled
-# after the migration. (An older tether refuses a newer format's file rather than write
-# events that no catalog row follows.)
-MIGRATES_FROM = ("2", "3", "4")
+# after the migration. Format 5 had no forks (sqlite_forks.py): its sessions are none.
+# (An older tether refuses a newer format's file rather than write events that no catalog
+# row follows, or read a fork's log without its prefix.)
+MIGRATES_FROM = ("2", "3", "4", "5")
 
 
 def stored_format(conn: sqlite3.Connection) -> str | None:
@@ -60,11 +61,13 @@ def stored_format(conn: sqlite3.Connection) -> str | None:
 
 
 def migrate(conn: sqlite3.Connection) -> None:
-    """Format 2, 3 or 4 to 5, in one transaction: from 2, the events copied into the
+    """Format 2, 3, 4 or 5 to 6, in one transaction: from 2, the events copied into the
     append-ordered table; from 2 or 3, the claim count and the not-before time added (nothing
-    stored changes: no lease counts a claim, no mark is deferred); from any, a catalog
-    backfill owed (the catalog's tables exist already: the schema script made them). Another
-    process may migrate first: the format is read again under the write lock."""
+    stored changes: no lease counts a claim, no mark is deferred); from 2, 3 or 4, a catalog
+    backfill owed; from 5, the format number alone (the catalog's tables, the forks table
+    and the catalog's parent index exist already: the schema script made them, and no
+    session of an older file is a fork). Another process may migrate first: the format is
+    read again under the write lock."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         row = conn.execute("SELECT value FROM tether_meta WHERE key='format'").fetchone()
@@ -77,7 +80,7 @@ def migrate(conn: sqlite3.Connection) -> None:
             )
             conn.execute("DROP TABLE events")
             conn.execute("ALTER TABLE events_new RENAME TO events")
-        if row[0] in MIGRATES_FROM:
+        if row[0] in ("2", "3", "4"):
             columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(leases)")}
             if "claims" not in columns:
                 conn.execute("ALTER TABLE leases ADD COLUMN claims INTEGER NOT NULL DEFAULT 0")
@@ -85,6 +88,7 @@ def migrate(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "INSERT OR REPLACE INTO tether_meta VALUES (?, '')", (sqlite_backfill.BACKFILL_KEY,)
             )
+        if row[0] in MIGRATES_FROM:
             conn.execute("UPDATE tether_meta SET value = ? WHERE key='format'", (STORE_FORMAT,))
         conn.execute("COMMIT")
     except BaseException:

@@ -23,13 +23,14 @@ from tether.events import (
     Payload,
     SessionCreated,
     SessionEnded,
+    SessionForked,
     TurnEnded,
     UserMessage,
 )
 from tether.fold import Folder
 from tether.messages import JSONObject, JSONValue, Message, Text, Usage, user
 from tether.store import catalog
-from tether.store.base import SessionInfo, Snapshot, Store
+from tether.store.base import ForkLink, SessionInfo, Snapshot, Store
 from tether.store.catalog import Admit, CatalogQuery, CatalogRow
 
 Check = Callable[[Store], Awaitable[None]]
@@ -462,6 +463,48 @@ async def a_snapshot_is_kept_unless_an_older_one_would_replace_it(store: Store) 
     assert await store.get_snapshot("s1") == seven
 
 
+async def forks_are_listed_by_parent_with_cursors_and_tenants(store: Store) -> None:
+    sessions = generate()
+    await fill(store, sessions, rows=True)
+    rows = reference(sessions)
+    rng = random.Random(11)
+    parents = sessions[:15]
+    for index, g in enumerate(parents):
+        for k in range(index % 4):  # none to three forks each, over every tenant
+            open_ = [e for e in g.events if not isinstance(e.payload, SessionEnded)]
+            at = rng.randrange(1, len(open_) + 1)  # never at `session.ended` (fork.py refuses)
+            created = g.events[0].payload
+            assert isinstance(created, SessionCreated)
+            child = f"{g.session_id}-fork{k}"
+            forked = SessionForked(
+                g.session_id, at, g.events[at - 1].id, "digest", model=created.model,
+                metadata=created.metadata,
+            )  # fmt: skip
+            own = [
+                Event(child, at + 1, f"{child}-e1", _time(5, k), forked),
+                Event(child, at + 2, f"{child}-e2", _time(6, index % 3), UserMessage(user("go"))),
+            ]
+            prefix = [dataclasses.replace(e, session_id=child) for e in g.events[:at]]
+            row = catalog.row_for_log([*prefix, *own])
+            await store.fork(child, ForkLink(g.session_id, at), own, row=row)
+            rows.append(row)
+    assert sum(1 for r in rows if r.parent) == sum(i % 4 for i in range(len(parents)))
+    for parent in (*(g.session_id for g in parents[:5]), "", "nobody"):
+        for tenant in (*TENANTS, None):
+            every = CatalogQuery(tenant=tenant, parent=parent)
+            assert await store.catalog_counts(every) == catalog.counts_of(rows, every)
+            for sort in catalog.SORTS:
+                seen: list[CatalogRow] = []
+                cursor = None
+                while page := await store.catalog(
+                    dataclasses.replace(every, sort=sort, after=cursor, limit=2)
+                ):
+                    seen.extend(page)
+                    cursor = catalog.sort_key(page[-1], sort)
+                whole = dataclasses.replace(every, sort=sort, limit=10_000)
+                assert seen == catalog.page_of(rows, whole), (parent, tenant, sort)
+
+
 CATALOG_CHECKS: list[Check] = [
     rows_written_by_appends_equal_the_fold_of_the_log,
     an_append_with_a_row_writes_that_row,
@@ -476,4 +519,5 @@ CATALOG_CHECKS: list[Check] = [
     sessions_are_listed_from_the_catalog,
     a_rebuild_leaves_the_catalog_as_appends_wrote_it,
     a_snapshot_is_kept_unless_an_older_one_would_replace_it,
+    forks_are_listed_by_parent_with_cursors_and_tenants,
 ]

@@ -1,5 +1,6 @@
-"""The store conformance suite: what every event store must do (log, leases, and the work
-queue: wakeup_conformance.py, claim_conformance.py), as plain async checks.
+"""The store conformance suite: what every event store must do (log, leases, forks:
+fork_conformance.py, and the work queue: wakeup_conformance.py, claim_conformance.py), as
+plain async checks.
 
 Each check takes a fresh, empty store and raises AssertionError on a violation. A backend's
 tests run them all, e.g. `@pytest.mark.parametrize("check", STORE_CHECKS)`.
@@ -15,6 +16,7 @@ from tether.events import Event, ModelResponded, Payload, SessionCreated, ToolFi
 from tether.messages import Message, Text, ToolCall, Usage, user
 from tether.store.base import Store
 from tether.testing.claim_conformance import CLAIM_CHECKS
+from tether.testing.fork_conformance import FORK_CHECKS
 from tether.testing.wakeup_conformance import WAKEUP_CHECKS
 
 Check = Callable[[Store], Awaitable[None]]
@@ -259,6 +261,7 @@ STORE_CHECKS: list[Check] = [
     control_appends_need_no_lease_and_renewal_extends_it,
     a_released_lease_can_be_claimed_at_once,
     a_working_store_is_ready_and_the_check_leaves_the_log_alone,
+    *FORK_CHECKS,
     *WAKEUP_CHECKS,
     *CLAIM_CHECKS,
 ]
