@@ -135,8 +135,8 @@ def journal(text: str, ctx: ToolContext) -> str:
 
 
 FORK_TOOLS: list[Tool] = [look, flag, journal]
-# The turns' messages after the task; a parent runs FORK_TURNS of them, a fork at the end of
-# turn 2 runs turn 3's replies again as its own, a fork of that fork turn 4's.
+# A parent runs three turns (the task, then each message); a fork made at the end of its
+# turn 2 runs turn 3's replies again as its own turn, and a fork of that fork turn 4's.
 FORK_TASK = "Journal the first line."
 FORK_MESSAGES = ("Now the second.", "And the third.")
 

@@ -1,5 +1,5 @@
 """A worker process for the crash tests: starts or resumes one scripted session on a SQLite
-file, and can SIGKILL itself at a chosen commit point.
+file (or a store's URL), and can SIGKILL itself at a chosen commit point.
 
     python worker.py DB SCRIPT start            # a new session (SCRIPT: a key of SCRIPTS)
     python worker.py DB SCRIPT resume SESSION   # continue it, waiting out a dead lease
@@ -31,8 +31,8 @@ from tether.errors import LeaseLost
 from tether.events import TurnEnded
 from tether.runtime.worker import Worker
 from tether.session.log import _ID_PREFIX
-from tether.store import SQLiteStore
 from tether.store.base import Claimed, Lease, Store
+from tether.store.open import open_store
 from tether.testing import ScriptedModel
 from tether.tools import Tool
 
@@ -53,9 +53,9 @@ def say(**fact: Any) -> None:
 
 
 class CountingStore:
-    """The real SQLite store, counting the appends this process tries and those refused."""
+    """The real store, counting the appends this process tries and those refused."""
 
-    def __init__(self, inner: SQLiteStore, die_after: int = 0, die_on_claim: bool = False) -> None:
+    def __init__(self, inner: Store, die_after: int = 0, die_on_claim: bool = False) -> None:
         self.inner = inner
         self.tried = 0
         self.refused = 0
@@ -141,7 +141,7 @@ async def work(store: CountingStore, session_id: str) -> int:
 
 async def main(db: str, script: str, command: str, session_id: str | None) -> int:
     store = CountingStore(
-        SQLiteStore(db),
+        open_store(db),
         int(os.environ.get("CRASH_AFTER_APPENDS", "0")),
         os.environ.get("CRASH_ON_CLAIM") == "1",
     )
