@@ -21,7 +21,14 @@ from typing_extensions import TypeVar
 
 from tether.context import ContextSetting, make_context
 from tether.errors import SessionNotFound, UsageError
-from tether.events import CancelRequested, CancelScope, Payload, SessionCreated, UserMessage
+from tether.events import (
+    CancelRequested,
+    CancelScope,
+    ForkKind,
+    Payload,
+    SessionCreated,
+    UserMessage,
+)
 from tether.limits import Limits, StopCondition
 from tether.loop import Engine
 from tether.messages import Image, JSONValue, Message, Usage, user, user_parts
@@ -29,6 +36,8 @@ from tether.providers.base import Delta, DeltaObserver, Model
 from tether.retrying import DEFAULT_RETRY
 from tether.scheduler.retry import RetryPolicy
 from tether.session import control
+from tether.session.fork import ForkChanges, Forked, ForkPoint, OpenCalls
+from tether.session.fork import fork as fork_session
 from tether.session.log import Clock, EventObserver, SessionLog, new_session_id
 from tether.session.run import Runs, run_session
 from tether.session.threads import (
@@ -452,6 +461,31 @@ class Agent(Generic[OutputT]):
         `settings` go over the agent's, as for `run`: a run's own settings are not in the
         log, so a resumed turn that should keep them is given them again."""
         return await self.run(None, session_id=session_id, lease_wait=lease_wait, settings=settings)
+
+    async def fork(
+        self,
+        session_id: str,
+        at: ForkPoint | None = None,
+        *,
+        changes: ForkChanges | None = None,
+        message: str | None = None,
+        kind: ForkKind = "fork",
+        open_calls: OpenCalls = "refuse",
+    ) -> Forked:
+        """Fork a session of this agent's store (`tether.session.fork.fork`): a new session
+        whose log is this one's up to `at` (default: its end), then its own, configured as
+        the parent with `changes`. It runs nothing: `resume(child)` runs a child with a turn
+        to run (forked mid-turn, or given a `message`), `run(task, session_id=child)`
+        continues an idle one."""
+        return await fork_session(
+            self.store,
+            session_id,
+            at or ForkPoint(),
+            changes=changes or ForkChanges(),
+            message=message,
+            kind=kind,
+            open_calls=open_calls,
+        )
 
     def _checked(
         self, base: ModelSettings | None, over: ModelSettings | None

@@ -51,6 +51,7 @@ from tether.messages import (
 )
 from tether.state import (
     TERMINAL_STATES,
+    ForkOrigin,
     SessionView,
     State,
     ThreadNode,
@@ -198,6 +199,9 @@ class Folder:
             transcript_chars=self.transcript_chars,
             threads=tuple(self.thread_nodes.values()) if self.thread_nodes else (),
             pending_inputs=dict(self.pending_inputs),
+            forked=None
+            if self.forked is None
+            else ForkOrigin(self.forked.parent, self.forked.parent_seq, self.forked.kind),
         )
 
     def transcript(self) -> Transcript:
@@ -483,6 +487,11 @@ class Folder:
         self.started.discard(p.call_id)
         if self.pending_inputs and self.pending_inputs.pop(p.call_id, None) is not None:
             self._inputs_settled()  # the call ended without its answer (a timeout, a cancel)
+        if self.pending_approvals and p.call_id in self.pending_approvals:
+            # Answered without a decision (a fork answered it): it waits for none, and the
+            # turn it stopped goes on, as after a decision.
+            self.pending_approvals.remove(p.call_id)
+            self.turn_open = True
         calls, results = self.open_calls, self.results
         if calls and all([c.id in results for c in calls]):
             self._add_message(Message("tool", tuple([results[c.id] for c in calls])))

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tether.errors import TetherError
-from tether.events import ApprovalDecided, CancelScope, EndOutcome, InputRequested
+from tether.events import ApprovalDecided, CancelScope, EndOutcome, ForkKind, InputRequested
 from tether.messages import JSONObject, JSONValue, ToolCall, Usage
 
 State = Literal[
@@ -96,6 +96,19 @@ class ThreadNode:
 
 
 @dataclass(frozen=True, slots=True)
+class ForkOrigin:
+    """Where a forked session came from (its `session.forked`): the parent, the parent's seq
+    its log shares up to, and the kind of fork."""
+
+    parent: str
+    parent_seq: int
+    kind: ForkKind = "fork"
+
+    def to_json(self) -> JSONObject:
+        return {"parent": self.parent, "parent_seq": self.parent_seq, "kind": self.kind}
+
+
+@dataclass(frozen=True, slots=True)
 class SessionView:
     """What a session is doing, derived from its log and never stored beside it.
 
@@ -107,7 +120,8 @@ class SessionView:
     those of the current turn, each with every sub-agent thread's; `threads` is the tree of
     sub-agent threads, in the order they started. `pending_inputs` holds the elicitations
     of running calls that wait for an answer, by call id (named like approvals), each as
-    its `input.requested` payload: what to ask, and the schema an answer must meet."""
+    its `input.requested` payload: what to ask, and the schema an answer must meet.
+    `forked`: where a fork came from (None: not a fork)."""
 
     session_id: str = ""
     state: State = "pending"
@@ -130,6 +144,7 @@ class SessionView:
     transcript_chars: int = 0
     threads: tuple[ThreadNode, ...] = ()
     pending_inputs: dict[str, InputRequested] = field(default_factory=dict)
+    forked: ForkOrigin | None = None
 
     @property
     def terminal(self) -> bool:
@@ -159,10 +174,12 @@ class SessionView:
             "cancel_scope": self.cancel_scope,
             "model_request_open": self.model_request_open,
             "threads": [t.to_json() for t in self.threads],
-            # Written only when some input waits: every older view keeps its bytes.
+            # Written only when some input waits, or for a fork: every older view keeps its
+            # bytes (a poll's status always says `forked`, null for none).
             **(
                 {"pending_inputs": _inputs_json(self.pending_inputs)} if self.pending_inputs else {}
             ),
+            **({"forked": self.forked.to_json()} if self.forked is not None else {}),
         }
 
 

@@ -33,6 +33,7 @@ VALID = {
     "q": "echo",
     "stop_reason": "end_turn",
     "model": "scripted:demo",
+    "parent": "ses_0123456789abcdef",
     "created_after": "2026-01-01T00:00:00Z",
     "created_before": "2126-01-01T00:00:00+02:00",
     "metadata": "team=blue",

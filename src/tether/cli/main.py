@@ -39,6 +39,7 @@ from tether.cli.common import (
     retry_policy,
     store_from,
 )
+from tether.cli.fork import add_fork_commands, cmd_fork, cmd_rewind, lineage, render_lineage
 from tether.cli.interrupts import Interrupts
 from tether.cli.live import LiveView, Style
 from tether.cli.secrets import add_secret_flags, keyring_from
@@ -293,9 +294,13 @@ async def _show(
     thread or, with `--thread`, of that sub-agent's thread."""
     lease = None if view.terminal else await store.current_lease(args.id)
     queued = None if view.terminal or lease else await store.queued(args.id)
+    forks = await lineage(store, args.id)
+    forked = None if view.forked is None else view.forked.to_json()
     if args.json:
         shown = {
             "view": view.to_json(),
+            "forked": forked,
+            "forks": forks,
             "runner": runner_json(lease, queued),
             "thread": thread,
             "transcript": transcript.to_json(),
@@ -303,6 +308,8 @@ async def _show(
         print(json.dumps(shown, ensure_ascii=False))
         return
     print(render_view(view))
+    if lines := render_lineage(forked, forks, args.id):
+        print(lines)
     print(render_runner(lease, queued))
     print(f"\ntranscript of thread {thread}" if thread else "")
     print(render_transcript(transcript))
@@ -313,7 +320,7 @@ async def _sessions_ls(store: Store, args: argparse.Namespace) -> int:
     as `GET /v1/sessions` is (`runtime.listing`): a header row, a row per session, and the
     `--cursor` of the next page when there is one. No session's log is read."""
     options = ListOptions(sort=args.sort)
-    for name in ("state", "model", "q", "cursor"):
+    for name in ("state", "model", "q", "cursor", "parent"):
         if getattr(args, name):
             options[name] = getattr(args, name)
     if args.metadata:
@@ -356,7 +363,7 @@ def _one_line(text: str, width: int) -> str:
 
 
 def _filtered(args: argparse.Namespace) -> bool:
-    return bool(args.state or args.model or args.q or args.metadata or args.cursor)
+    return bool(args.state or args.model or args.q or args.metadata or args.cursor or args.parent)
 
 
 def _print_events(events: list[Event], as_json: bool) -> None:
@@ -434,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="only sessions whose start metadata has K=V (repeat: all must hold)")  # fmt: skip
     ls.add_argument("--sort", default="updated", choices=SORTS, help="default: updated")
     ls.add_argument("--cursor", default=None, help="the page after the one that printed it")
+    ls.add_argument("--parent", default=None, metavar="ID", help="only the forks of session ID")
     for name, text in (
         ("show", "state, stop reason, usage and transcript"),
         ("events", "the event log"),
@@ -447,6 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     blob.add_argument("id")
     blob.add_argument("hash", help="the sha256 its marker names (blob sha256:HEX)")
     add_steering_commands(ssub)
+    add_fork_commands(ssub)
     add_trace_command(ssub)
     add_runtime_commands(sub, store_help)
     for p in ssub.choices.values():
@@ -485,6 +494,10 @@ async def _dispatch(args: argparse.Namespace) -> int:
         )
     if args.command in RUNTIME_COMMANDS:
         return await RUNTIME_COMMANDS[args.command](args)
+    if args.sessions_command == "fork":
+        return await cmd_fork(args)
+    if args.sessions_command == "rewind":
+        return await cmd_rewind(args)
     if args.sessions_command in STEERING_COMMANDS:
         return await STEERING_COMMANDS[args.sessions_command](args)
     if args.sessions_command in TRACE_COMMANDS:

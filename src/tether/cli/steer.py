@@ -21,9 +21,10 @@ from tether.cli.common import (
     existing_store,
 )
 from tether.cli.secrets import add_secret_flags
-from tether.errors import SessionNotFound, UsageError
-from tether.events import SessionCreated
+from tether.errors import UsageError
+from tether.events import SessionCreated, SessionForked
 from tether.session import control
+from tether.session.fork import config_of
 from tether.store.base import Store
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ async def continue_session(args: argparse.Namespace, task: str | None) -> int:
 
 @dataclass(frozen=True, slots=True)
 class StoredSetup:
-    """What a session ran with, as `session.created` recorded it: the model string and
+    """What a session ran with, as `session.created` (a fork's `session.forked`) recorded it: the model string and
     tools specs the command line gave (`metadata.cli`), else the model's name; the
     sub-agents and caps of its `--agents` file, if it had one."""
 
@@ -144,12 +145,7 @@ class StoredSetup:
 
 
 async def stored_setup(store: Store, session_id: str) -> StoredSetup:
-    events = await store.read(session_id, after_seq=0, limit=1)
-    if not events:
-        raise SessionNotFound(session_id)
-    created = events[0].payload
-    if not isinstance(created, SessionCreated):
-        return StoredSetup("", [], None, None)
+    created = await config_of(store, session_id)  # a fork's: its own session.forked
     recorded: dict[str, Any] = {}
     if isinstance(created.metadata.get("cli"), dict):
         recorded = dict(created.metadata["cli"])  # type: ignore[arg-type]
@@ -172,7 +168,7 @@ async def stored_setup(store: Store, session_id: str) -> StoredSetup:
 
 
 def _recorded_output(
-    session_id: str, created: SessionCreated, recorded: dict[str, Any]
+    session_id: str, created: SessionCreated | SessionForked, recorded: dict[str, Any]
 ) -> OutputType | None:
     """The schema a `tether run --output-schema` session's answers must match: the one its
     `session.created` recorded (the file may have changed or gone since)."""

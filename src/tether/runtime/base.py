@@ -19,13 +19,14 @@ from typing import Annotated, Any, Literal, Protocol, TypedDict, Unpack, cast, o
 import pydantic
 
 from tether.errors import UsageError
-from tether.events import Event
+from tether.events import Event, ForkKind
 from tether.limits import Limits
 from tether.messages import JSONObject, JSONValue, Usage
 from tether.providers.base import Delta
 from tether.runtime import wire
 from tether.scheduler.queue import PRIORITIES, Priority
 from tether.scheduler.status import StatusKind
+from tether.session.fork import Forked, ForkPoint, OpenCalls
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS, check_name
 from tether.settings import ModelSettings
 from tether.state import TERMINAL_STATES, SessionView
@@ -86,6 +87,12 @@ class CapabilityRefused(UsageError):
     """A spec asked for more than the runtime declares; nothing was created."""
 
 
+class InvalidForkPoint(UsageError):
+    """A fork was asked at a point that is not a commit point (a call without its result, a
+    sub-agent thread running, the session's end) or that the session does not have. Nothing
+    was created."""
+
+
 class StateConflict(UsageError):
     """The session's state does not allow this now (it has ended; no call waits for that
     decision). Nothing was changed."""
@@ -97,7 +104,8 @@ class Capabilities:
     (a durable store). `cancel`, `interrupt`, `approvals`: those operations; `inputs`: a call's
     pending input (an MCP elicitation, state `waiting_input`) is answered by `answer`. `event_stream`:
     `events()` is the log so far, then live. `live_deltas`: streamed model output, not stored.
-    `tenants`: sessions are scoped to the caller's tenant."""
+    `tenants`: sessions are scoped to the caller's tenant. `fork`: `fork` makes a session
+    that shares another's log up to a point (`tether.session.fork`)."""
 
     resume_after_restart: bool = False
     cancel: bool = False
@@ -107,6 +115,7 @@ class Capabilities:
     event_stream: bool = False
     live_deltas: bool = False
     tenants: bool = False
+    fork: bool = False
 
     @staticmethod
     def names() -> tuple[str, ...]:
@@ -365,6 +374,50 @@ def check_mcp_names(names: Sequence[object]) -> None:
         raise UsageError("spec.mcp names one MCP server twice")
 
 
+class _Keep:
+    """A change not given: the parent's value stays (`SpecChanges.system`, where None is a
+    value: no system prompt)."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
+
+
+@dataclass(frozen=True, slots=True)
+class SpecChanges:
+    """What a fork runs differently from its parent, in a spec's terms (`SessionSpec`): the
+    model string, the system prompt (None: none; left out: the parent's), the tools as
+    `MODULE:ATTR` specs, the model settings, the limits (the parent's whole, replaced) and
+    metadata merged over the parent's (a None value removes a key). What is not given is the
+    parent's. A runtime checks the child's spec as `start` checks one."""
+
+    model: str | None = None
+    system: str | None = KEEP
+    tools: tuple[str, ...] | None = None
+    settings: ModelSettings | None = None
+    limits: Limits | None = None
+    metadata: JSONObject = field(default_factory=dict)
+
+    def to_json(self) -> JSONObject:
+        """The fields given, as the fork route's body holds them."""
+        out: JSONObject = {}
+        if self.model is not None:
+            out["model"] = self.model
+        if self.system is not KEEP:
+            out["system"] = self.system
+        if self.tools is not None:
+            out["tools"] = list[JSONValue](self.tools)
+        if self.settings is not None:
+            out["settings"] = self.settings.given()
+        if self.limits is not None:
+            out["limits"] = {k: v for k, v in self.limits.to_json().items() if v is not None}
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class SessionRef:
     session_id: str
@@ -415,6 +468,7 @@ class SessionSummary:
     tokens: int = 0  # input and output tokens, its sub-agents' too
     cost_usd: float | None = None  # None: some price was unknown
     metadata: dict[str, str] = field(default_factory=dict)  # the start's (20 keys), as text
+    parent: str | None = None  # the session it was forked from (None: not a fork)
 
     @staticmethod
     def of(row: catalog.CatalogRow) -> SessionSummary:
@@ -446,6 +500,7 @@ class ListOptions(TypedDict, total=False):
     metadata: Mapping[str, str]  # whose start metadata has each KEY: VALUE (a value that is
     # not a string compares as its JSON); at most 20
     sort: str  # updated (default), newest, oldest: by time; tokens, cost: the most first
+    parent: str  # only the forks of this session
     counts: bool  # also count, per state, the sessions every filter but `state` lets through
 
 
@@ -543,8 +598,10 @@ class SessionStatus:
         return self.terminal or self.view.state in ("idle", "waiting_approval", "waiting_input")
 
     def to_json(self) -> JSONObject:
-        """The view's JSON (`SessionView.to_json`), then `waiting_reason` and `waiting`."""
+        """The view's JSON (`SessionView.to_json`, with `forked` null for a session that is
+        not a fork), then `waiting_reason` and `waiting`."""
         out = self.view.to_json()
+        out.setdefault("forked", None)
         out["waiting_reason"] = self.waiting_reason
         out["waiting"] = None if self.waiting is None else self.waiting.to_json()
         return out
@@ -587,6 +644,26 @@ class Runtime(Protocol):
 
     async def poll(self, ref: SessionRef, *, timeout: float | None = None) -> SessionStatus:
         """What the session is doing now. Never waits on the session itself."""
+        ...
+
+    async def fork(
+        self,
+        ref: SessionRef,
+        *,
+        at: ForkPoint | None = None,
+        changes: SpecChanges | None = None,
+        message: str | None = None,
+        kind: ForkKind = "fork",
+        open_calls: OpenCalls = "refuse",
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Forked:
+        """A new session whose log is this one's up to `at` (default: its end), then its
+        own, running with `changes` (checked as `start` checks a spec); `message` opens its
+        first turn. A child with a turn to run (a message, or a point inside a turn) is run
+        by a worker; an idle one waits for `send`. A point that is not a commit point is
+        `InvalidForkPoint`, nothing created. The same `idempotency_key` with the same
+        request returns the same child."""
         ...
 
     async def cancel(self, ref: SessionRef, *, timeout: float | None = None) -> None:

@@ -25,20 +25,24 @@ from tether.errors import (
     TetherError,
     UsageError,
 )
-from tether.events import Event, SessionEnded
+from tether.events import Event, ForkKind, SessionEnded
 from tether.messages import JSONObject
 from tether.providers.base import Delta
 from tether.runtime.base import (
     Capabilities,
     CapabilityRefused,
+    InvalidForkPoint,
     ListOptions,
     SessionPage,
     SessionRef,
     SessionSpec,
     SessionStatus,
+    SpecChanges,
     StateConflict,
     events_only,
 )
+from tether.runtime.wire import from_json
+from tether.session.fork import Forked, ForkPoint, OpenCalls
 
 RECONNECTS = 5  # a stream that drops reconnects this many times in a row before giving up
 
@@ -53,6 +57,7 @@ class ServerFailed(TetherError):
 
 _ERRORS: dict[str, type[Exception]] = {
     "capability_refused": CapabilityRefused,
+    "invalid_fork_point": InvalidForkPoint,
     "idempotency_conflict": IdempotencyConflict,
     "state_conflict": StateConflict,
     "unauthorized": Unauthorized,
@@ -148,6 +153,32 @@ class HttpRuntime:
     async def poll(self, ref: SessionRef, *, timeout: float | None = None) -> SessionStatus:
         data = await self._call("GET", _path(ref), session_id=ref.session_id, timeout=timeout)
         return SessionStatus.from_json(data)
+
+    async def fork(
+        self,
+        ref: SessionRef,
+        *,
+        at: ForkPoint | None = None,
+        changes: SpecChanges | None = None,
+        message: str | None = None,
+        kind: ForkKind = "fork",
+        open_calls: OpenCalls = "refuse",
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Forked:
+        body: JSONObject = {"kind": kind, "open_calls": open_calls}
+        if at is not None and at != ForkPoint():
+            point = {"seq": at.seq, "turn": at.turn, "after_turn": at.after_turn}
+            body["at"] = {k: v for k, v in point.items() if v is not None}
+        if message is not None:
+            body["message"] = message
+        body.update((changes or SpecChanges()).to_json())
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
+        data = await self._call(
+            "POST", _path(ref, "fork"), body=body, headers=headers,
+            session_id=ref.session_id, timeout=timeout,
+        )  # fmt: skip
+        return from_json(Forked, data)
 
     async def cancel(self, ref: SessionRef, *, timeout: float | None = None) -> None:
         await self._call("POST", _path(ref, "cancel"), session_id=ref.session_id, timeout=timeout)

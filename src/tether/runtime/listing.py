@@ -86,6 +86,7 @@ def catalog_query(
         created_after=_time(options, "created_after"),
         created_before=_time(options, "created_before"),
         metadata=_pairs(options.get("metadata") or {}),
+        parent=_text(options, "parent") or None,
         sort=sort,
         after=decode_cursor(cursor, sort) if cursor else None,
         limit=limit,

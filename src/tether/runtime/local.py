@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Unpack
 
 from tether.bounded import ByteLRU
-from tether.errors import IdempotencyConflict, SessionNotFound, UsageError
-from tether.events import Event, format_time
+from tether.errors import Conflict, IdempotencyConflict, SessionNotFound, UsageError
+from tether.events import FORK_KINDS, Event, ForkKind, SessionCreated, format_time
 from tether.fold import Folder
 from tether.messages import JSONObject
 from tether.providers.base import Delta, Model
@@ -26,11 +26,13 @@ from tether.runtime.base import (
     AgentSpec,
     Capabilities,
     CapabilityRefused,
+    InvalidForkPoint,
     ListOptions,
     SessionPage,
     SessionRef,
     SessionSpec,
     SessionStatus,
+    SpecChanges,
     StateConflict,
     Waiting,
     events_only,
@@ -46,11 +48,16 @@ from tether.runtime.sessions import (
     build_runner,
     create_session,
     created_event,
+    fork_fingerprint,
+    forked_again,
+    forked_spec,
+    session_id_for,
     subagent_tools,
 )
 from tether.runtime.worker import Worker
 from tether.scheduler import GatewayConfig, GatewayFigures
 from tether.session import control, snapshots
+from tether.session.fork import ForkChanges, Forked, ForkPoint, OpenCalls, config_of, fork
 from tether.session.tail import Tail
 from tether.settings import check_settings
 from tether.store.base import Store
@@ -62,6 +69,11 @@ BUILT = 256  # resolved (model, tools) pairs kept for starting sessions
 
 THREAD_FOLDS = 64  # sub-agent folds kept for transcripts, at most...
 THREAD_FOLDS_BYTES = 16 << 20  # ...and about this many bytes of their transcripts
+
+
+def _check_key(key: str | None) -> None:
+    if key is not None and not key.strip():
+        raise UsageError("an idempotency key must not be empty")
 
 
 @dataclass(eq=False)
@@ -223,6 +235,7 @@ class LocalRuntime:
             event_stream=True,
             live_deltas=self._core.worker is not None,
             tenants=True,
+            fork=True,
         )
 
     async def start(
@@ -232,22 +245,9 @@ class LocalRuntime:
         idempotency_key: str | None = None,
         timeout: float | None = None,
     ) -> SessionRef:
-        spec.check()
-        validate_capabilities(await self.capabilities(), spec.requires)
-        if idempotency_key is not None and not idempotency_key.strip():
-            raise UsageError("an idempotency key must not be empty")
+        _check_key(idempotency_key)
         self._ensure_running()
-        self._check_code(spec)
-        self._core.mcp.check(spec.mcp, self.tenant)  # names only: the servers start in a worker
-        spec = capped(spec, self.quota)
-        model, tools = self._build(spec.model, spec.tools)
-        self._check_endpoint(spec.model, model)
-        # Every sub-agent's model is resolved and checked as the main one is, here and
-        # again by the worker; the tree is built once to refuse what could not run.
-        offered = subagent_tools(spec.agents, self._build_agent, spec.settings)
-        # Two tools of one name, or settings the model cannot honour, are refused now.
-        check_settings(spec.settings, model, Toolbox([*tools, *offered]).specs)
-        created = created_event(spec, model, [*tools, *offered], self.tenant, idempotency_key)
+        spec, created = await self._prepare(spec, self.tenant, idempotency_key)
         async with (
             asyncio.timeout(timeout),
             self._core.admission.start(self.tenant, self.quota) as admit,
@@ -266,6 +266,107 @@ class LocalRuntime:
         if self._core.worker is not None:
             self._core.worker.wake()
         return SessionRef(sid)
+
+    async def _prepare(
+        self, spec: SessionSpec, tenant: str | None, key: str | None
+    ) -> tuple[SessionSpec, SessionCreated]:
+        """Check `spec` as every session this runtime makes is checked (a start's, a
+        fork's), and say what its first event records: the spec within the tenant's quota's
+        caps, and its `session.created`."""
+        spec.check()
+        validate_capabilities(await self.capabilities(), spec.requires)
+        self._check_code(spec)
+        self._core.mcp.check(spec.mcp, self.tenant)  # names only: the servers start in a worker
+        spec = capped(spec, self.quota)
+        model, tools = self._build(spec.model, spec.tools)
+        self._check_endpoint(spec.model, model)
+        # Every sub-agent's model is resolved and checked as the main one is, here and
+        # again by the worker; the tree is built once to refuse what could not run.
+        offered = subagent_tools(spec.agents, self._build_agent, spec.settings)
+        # Two tools of one name, or settings the model cannot honour, are refused now.
+        check_settings(spec.settings, model, Toolbox([*tools, *offered]).specs)
+        return spec, created_event(spec, model, [*tools, *offered], tenant, key)
+
+    async def fork(
+        self,
+        ref: SessionRef,
+        *,
+        at: ForkPoint | None = None,
+        changes: SpecChanges | None = None,
+        message: str | None = None,
+        kind: ForkKind = "fork",
+        open_calls: OpenCalls = "refuse",
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Forked:
+        """`Runtime.fork` over `session.fork.fork`: the child's spec is the parent's recorded
+        one with `changes` (`forked_spec`), checked as a start's is; its `metadata.runner`
+        lets any worker run it. A child with a turn to run counts against the tenant's
+        running sessions (`Admission.fork`) and is marked runnable."""
+        changes = changes or SpecChanges()
+        point = at or ForkPoint()
+        if message is not None and not message.strip():
+            raise UsageError("a fork's message must not be empty (leave it out for none)")
+        if kind not in FORK_KINDS or open_calls not in ("refuse", "cancel"):
+            raise UsageError(
+                f"kind must be one of {', '.join(FORK_KINDS)} and open_calls refuse or cancel, "
+                f"not {kind!r} and {open_calls!r}"
+            )
+        _check_key(idempotency_key)
+        self._ensure_running()
+        store = self._core.store
+        async with asyncio.timeout(timeout):
+            row = await store.catalog_row(ref.session_id)
+            if row is None or (self.tenant is not None and row.tenant != self.tenant):
+                raise SessionNotFound(ref.session_id)
+            config = await config_of(store, ref.session_id)
+            task = message or row.task or "(fork)"  # `check` wants one; the fork records none
+            _, created = await self._prepare(
+                forked_spec(ref.session_id, config, changes, task), row.tenant or None, None
+            )
+            digest = fork_fingerprint(ref.session_id, point, changes, message, kind, open_calls)
+            # The child's metadata is what its spec records: a key of the parent's it lacks goes.
+            metadata: JSONObject = {k: None for k in config.metadata if k not in created.metadata}
+            metadata.update(created.metadata)
+            child = None
+            if idempotency_key is not None:
+                child = session_id_for(self.tenant, idempotency_key)
+                metadata["idempotency"] = {"key": idempotency_key, "fingerprint": digest}
+
+            async def admit(state: str) -> None:
+                if state != "idle":  # born with a turn to run: one more running session
+                    await self._core.admission.fork(self.tenant, self.quota)
+
+            try:
+                forked = await fork(
+                    store,
+                    ref.session_id,
+                    point,
+                    changes=ForkChanges(
+                        created.model, created.system, created.tools, created.limits, metadata
+                    ),
+                    message=message,
+                    kind=kind,
+                    open_calls=open_calls,
+                    tenant=self.tenant,
+                    session_id=child,
+                    admit=admit,
+                )
+            except SessionNotFound:
+                raise SessionNotFound(ref.session_id) from None
+            except Conflict:
+                if child is None or idempotency_key is None:
+                    raise
+                forked = await forked_again(store, child, idempotency_key, digest)
+            except IdempotencyConflict:
+                raise
+            except UsageError as exc:  # the point is not one the parent has, or not a commit point
+                raise InvalidForkPoint(str(exc)) from None
+            if forked.state != "idle":
+                await store.mark_runnable(forked.session_id)
+        if forked.state != "idle" and self._core.worker is not None:
+            self._core.worker.wake()
+        return forked
 
     def _check_code(self, spec: SessionSpec) -> None:
         """Refuse, before importing any, a `python:` model or tools, the session's or any

@@ -47,7 +47,14 @@ from tether.runtime.base import CapabilityRefused, SessionSpec
 from tether.runtime.spend import DAY, SpendWindow
 from tether.state import State
 from tether.store.base import Store
-from tether.store.catalog import RESTING, RUNNING_RETRY_AFTER, Admit, CatalogQuery, sort_key
+from tether.store.catalog import (
+    RESTING,
+    RUNNING_RETRY_AFTER,
+    Admit,
+    CatalogQuery,
+    refusal,
+    sort_key,
+)
 
 # The states of a session with an open turn: what `max_running` and `max_threads` count.
 RUNNING_STATES = frozenset(get_args(State)) - RESTING
@@ -265,6 +272,21 @@ class Admission:
             raise
         finally:
             load.reserved[tenant] -= 1
+
+    async def fork(self, tenant: str | None, quota: Quota) -> None:
+        """Admit a fork born with a turn to run, as a start is (`start`: threads, spending,
+        starts per minute), or raise `QuotaExceeded`. `Store.fork` carries no `Admit`, so
+        `max_running` is counted from the catalog here, just before the fork is stored: two
+        forks of one tenant at the same moment may both take its last place."""
+        async with self.start(tenant, quota) as admit:
+            if admit is None:
+                return
+            counts = await self.store.catalog_counts(
+                CatalogQuery(tenant=admit.tenant, states=RUNNING_STATES)
+            )
+            running = sum(counts.get(s, 0) for s in RUNNING_STATES)
+            if running >= admit.max_running:
+                raise QuotaExceeded(refusal(admit, running), RUNNING_RETRY_AFTER)
 
     async def turn(self, tenant: str | None, quota: Quota, folder: Folder) -> Admit | None:
         """A message to an idle session opens a turn: it runs again, so it counts against

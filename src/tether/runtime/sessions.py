@@ -19,15 +19,25 @@ from typing import TYPE_CHECKING
 from tether.agent import Agent, resolve_model
 from tether.bounded import ByteLRU, approx_size
 from tether.errors import Conflict, IdempotencyConflict, KeyMissing, TetherError, UsageError
-from tether.events import Event, SessionCreated, UserMessage, format_time
+from tether.events import (
+    Event,
+    SessionCreated,
+    SessionForked,
+    ToolFinished,
+    UserMessage,
+    format_time,
+)
 from tether.fold import Folder
 from tether.limits import Limits
 from tether.messages import JSONObject, JSONValue, canonical_json, user
 from tether.providers.base import Model
 from tether.published import Published, unavailable
 from tether.runtime.base import (
+    KEEP,
+    RESERVED_METADATA,
     AgentSpec,
     SessionSpec,
+    SpecChanges,
     agent_json,
     agents_from_json,
     check_agents,
@@ -37,6 +47,7 @@ from tether.runtime.gateways import priority_of
 from tether.scheduler.queue import Priority
 from tether.session import snapshots
 from tether.session.control import KEYED, Known
+from tether.session.fork import NOT_INHERITED, Forked, ForkPoint, config_of
 from tether.session.log import new_event_id, new_session_id
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
 from tether.settings import ModelSettings, check_settings, inherited
@@ -67,7 +78,7 @@ class Runner:
     settings: JSONObject | None = None  # `metadata.model_settings`: read by `model_settings`
 
     @staticmethod
-    def from_created(created: SessionCreated) -> Runner | None:
+    def from_created(created: SessionCreated | SessionForked) -> Runner | None:
         """None for a session no runtime started (and that no worker should take)."""
         recorded = created.metadata.get("runner") or created.metadata.get("cli")
         if not isinstance(recorded, dict) or not isinstance(recorded.get("model"), str):
@@ -299,6 +310,113 @@ async def create_session(
             ) from None
     await store.mark_runnable(session_id)
     return session_id
+
+
+def forked_spec(
+    parent: str, config: SessionCreated | SessionForked, changes: SpecChanges, task: str
+) -> SessionSpec:
+    """The spec a fork of a runtime session runs: the parent's, as its first event recorded
+    it (`metadata.runner`, the system prompt, the limits, the settings, the caller's
+    metadata), with `changes`; `task` only satisfies `SessionSpec.check` (a fork records
+    none). `UsageError` for a session no runtime started: no worker could run its fork."""
+    runner = Runner.from_created(config) if "runner" in config.metadata else None
+    if runner is None:
+        raise UsageError(
+            f"session {parent} was not started by a runtime (its first event has no "
+            "metadata.runner): fork it with Agent.fork or `tether sessions fork`"
+        )
+    metadata = {
+        k: v for k, v in config.metadata.items() if k not in RESERVED_METADATA | NOT_INHERITED
+    }
+    for key, value in changes.metadata.items():
+        if value is None:
+            metadata.pop(key, None)
+        else:
+            metadata[key] = value
+    return SessionSpec(
+        model=changes.model or runner.model,
+        task=task,
+        tools=runner.tools if changes.tools is None else changes.tools,
+        system=config.system if changes.system is KEEP else changes.system,
+        limits=runner.build_limits() if changes.limits is None else changes.limits,
+        metadata=metadata,
+        end_after_turn=runner.end_after_turn,
+        priority=runner.priority,
+        agents=runner.sub_agents(),
+        max_depth=runner.max_depth,
+        max_threads=runner.max_threads,
+        mcp=runner.mcp,
+        settings=runner.model_settings() if changes.settings is None else changes.settings,
+    )
+
+
+def fork_fingerprint(
+    parent: str,
+    point: ForkPoint,
+    changes: SpecChanges,
+    message: str | None,
+    kind: str,
+    open_calls: str,
+) -> str:
+    """What a fork asked for, as its idempotency key's record holds it: a retry with the
+    same key must ask for the same."""
+    asked = {
+        "parent": parent,
+        "at": [point.seq, point.turn, point.after_turn],
+        "changes": changes.to_json(),
+        "message": message,
+        "kind": kind,
+        "open_calls": open_calls,
+    }
+    return hashlib.sha256(canonical_json(asked).encode()).hexdigest()[:32]
+
+
+async def forked_again(store: Store, child: str, key: str, digest: str) -> Forked:
+    """The fork an idempotency key made already (its id is taken): the same child when the
+    same fork was asked (`fingerprint`), else `IdempotencyConflict`. Its state is the
+    child's now; `parent_last_seq` the parent's now."""
+    link = await store.fork_link(child)
+    config = await config_of(store, child) if link is not None else None
+    recorded = config.metadata.get("idempotency") if isinstance(config, SessionForked) else None
+    if (
+        link is None
+        or not isinstance(config, SessionForked)
+        or not isinstance(recorded, dict)
+        or recorded.get("fingerprint") != digest
+    ):
+        raise IdempotencyConflict(
+            f"idempotency key {key!r} was already used for a different request"
+        ) from None
+    row = await store.catalog_row(child)
+    parent_row = await store.catalog_row(link.parent)
+    answered: list[str] = []
+    after = link.at + 1  # the calls the fork answered follow its session.forked
+    while True:
+        page = await store.read(child, after, limit=PAGE)
+        finished = [e.payload for e in page if isinstance(e.payload, ToolFinished)]
+        answered += [p.call_id for p in finished[: _leading(page)]]
+        if _leading(page) < len(page) or len(page) < PAGE:
+            break
+        after = page[-1].seq
+    return Forked(
+        child,
+        link.parent,
+        link.at,
+        link.at if parent_row is None else parent_row.last_seq,
+        "idle" if row is None else row.state,
+        config.kind,
+        tuple(answered),
+    )
+
+
+def _leading(page: Sequence[Event]) -> int:
+    """How many events at the page's start are `tool.finished`."""
+    count = 0
+    for event in page:
+        if not isinstance(event.payload, ToolFinished):
+            break
+        count += 1
+    return count
 
 
 # Events a view reads from the store at once: folding a long log for the first time holds

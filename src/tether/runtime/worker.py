@@ -21,8 +21,16 @@ from typing import TYPE_CHECKING, Any
 from tether.agent import SessionDeltaObserver
 from tether.bounded import ByteLRU
 from tether.context import make_context
-from tether.errors import HandedOver, LeaseHeld, LeaseLost, Parked, StoreError, UsageError
-from tether.events import Event, SessionCreated, parse_time
+from tether.errors import (
+    HandedOver,
+    LeaseHeld,
+    LeaseLost,
+    Parked,
+    SessionNotFound,
+    StoreError,
+    UsageError,
+)
+from tether.events import Event, parse_time
 from tether.fold import Folder
 from tether.loop import Engine
 from tether.providers.base import Caller, Model
@@ -36,6 +44,7 @@ from tether.runtime.quotas import Admission
 from tether.runtime.sessions import Runner, build_runner, subagent_tools
 from tether.scheduler import GatewayConfig
 from tether.session import blips, control
+from tether.session.fork import config_of
 from tether.session.lease import holding, worker_id
 from tether.session.log import SessionLog
 from tether.session.run import Runs, run_session
@@ -322,9 +331,11 @@ class Worker:
         """Run the session's turn; with `lease`, under that lease (claimed with the wakeup);
         `watch`: more observers of its events."""
         sid = wakeup.session_id
-        first = await self.store.read(sid, 0, limit=1)  # session.created: what to run
-        created = first[0].payload if first else None
-        runner = Runner.from_created(created) if isinstance(created, SessionCreated) else None
+        try:  # session.created (a fork's own session.forked): what to run
+            created = await config_of(self.store, sid)
+        except SessionNotFound:
+            created = None
+        runner = None if created is None else Runner.from_created(created)
         if runner is None:
             # Not a runtime session (or gone): nothing here can run it.
             await self.store.clear_runnable(wakeup)

@@ -26,6 +26,7 @@ from starlette.routing import BaseRoute, Match, Route
 from tether.errors import CorruptLog, UsageError
 from tether.events import Event
 from tether.providers.base import Delta
+from tether.runtime import wire
 from tether.runtime.base import SessionRef
 from tether.runtime.listing import MAX_LIMIT
 from tether.runtime.local import LocalRuntime
@@ -46,6 +47,7 @@ from tether.server.params import (
 from tether.server.schemas import (
     AnswerBody,
     DecisionBody,
+    ForkBody,
     MessageBody,
     StartBody,
     StopBody,
@@ -65,7 +67,7 @@ WEB_VIEW = ("/", *ASSETS)
 # `GET /v1/sessions`: paging, filters, sort, counts (`listquery`; documented in `schemas`).
 LIST_QUERY = (
     "limit", "cursor", "state", "id_prefix", "q", "stop_reason", "model", "created_after",
-    "created_before", "metadata", "sort", "counts",
+    "created_before", "metadata", "sort", "counts", "parent",
 )  # fmt: skip
 READY_TIMEOUT = 5.0  # seconds the store has to take /readyz's write and read
 
@@ -177,6 +179,33 @@ class Api:
 
     async def poll(self, request: Request, rt: LocalRuntime) -> Response:
         return JSONResponse((await rt.poll(session_ref(request))).to_json())
+
+    async def fork(self, request: Request, rt: LocalRuntime) -> Response:
+        """`Runtime.fork`: 201 with the child (`Forked`), as the tenant's own session."""
+        ref = session_ref(request)
+        limits = self.limits
+        body = await parse(
+            request,
+            ForkBody,
+            required=False,
+            max_body=limits.body_bytes,
+            check=limits.check_start_json,
+        )
+        for where, text in (("message", body.message), ("system", body.system)):
+            if text is not None:
+                limits.check_text(where, text)
+        forked = await rt.fork(
+            ref,
+            at=body.point(),
+            changes=body.to_changes(),
+            message=body.message,
+            kind=body.kind,
+            open_calls=body.open_calls,
+            idempotency_key=idempotency_key(request),
+        )
+        return JSONResponse(
+            wire.to_json(forked), 201, headers={"Location": f"/v1/sessions/{forked.session_id}"}
+        )
 
     async def cancel(self, request: Request, rt: LocalRuntime) -> Response:
         return await self._stop(request, rt, "session")
@@ -389,6 +418,7 @@ def create_app(
                 f"/v1/sessions/{{session_id}}/{verb}", r(name, handler), methods=["POST"], name=name
             )
             for verb, name, handler in (
+                ("fork", "fork", api.fork),
                 ("cancel", "cancel", api.cancel),
                 ("interrupt", "interrupt", api.interrupt),
                 ("messages", "send", api.send),

@@ -18,7 +18,7 @@ from tether.errors import (
     StoreError,
     UsageError,
 )
-from tether.runtime.base import CapabilityRefused, StateConflict
+from tether.runtime.base import CapabilityRefused, InvalidForkPoint, StateConflict
 
 log = logging.getLogger("tether.server")
 # code -> (HTTP status, what it means)
@@ -27,6 +27,10 @@ CODES: dict[str, tuple[int, str]] = {
     "invalid_request": (422, "a field or parameter is missing, of the wrong type or out of range"),
     "invalid_spec": (422, "the session spec cannot be run (unknown model, tools that do not load)"),
     "capability_refused": (422, "the spec asks for more than this runtime declares"),
+    "invalid_fork_point": (
+        422,
+        "the fork point is not a commit point, or the session has none such",
+    ),
     "unauthorized": (401, "no bearer token, or one no tenant holds"),
     "host_not_allowed": (403, "without authentication, only a loopback Host is served"),
     "cross_origin": (403, "without authentication, changes come only from the server's own pages"),
@@ -81,6 +85,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return "quota_exceeded", str(exc)
     if isinstance(exc, SessionNotFound):
         return "session_not_found", f"no session {exc.session_id!r}"
+    if isinstance(exc, InvalidForkPoint):
+        return "invalid_fork_point", str(exc)
     if isinstance(exc, CapabilityRefused):
         return "capability_refused", str(exc)
     if isinstance(exc, IdempotencyConflict):

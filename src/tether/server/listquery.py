@@ -14,7 +14,7 @@ from tether.server.errors import ApiError
 # The parameters passed on as they are written (a comma-separated list stays one string).
 TEXTS = (
     "cursor", "state", "stop_reason", "model", "id_prefix", "q", "created_after",
-    "created_before", "sort",
+    "created_before", "sort", "parent",
 )  # fmt: skip
 
 

@@ -12,7 +12,15 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 
 from tether.errors import UsageError
 from tether.events import ApprovalDecided
@@ -20,6 +28,7 @@ from tether.experiment.records import METRICS as CHART_METRICS
 from tether.limits import Limits
 from tether.messages import JSONValue, Usage
 from tether.runtime.base import (
+    KEEP,
     MAX_MCP,
     MCP_NAME,
     AgentSpec,
@@ -27,10 +36,12 @@ from tether.runtime.base import (
     SessionSpec,
     SessionStatus,
     SessionSummary,
+    SpecChanges,
     Waiting,
     check_mcp_names,
 )
 from tether.runtime.wire import adapter
+from tether.session.fork import Forked, ForkPoint
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
 from tether.settings import ModelSettings
 from tether.state import SessionView
@@ -171,6 +182,54 @@ class StartBody(_Body):
         )
 
 
+class ForkAtBody(_Body):
+    """Where to fork: one of `seq` (an exact seq), `turn` (the start of turn N, after the
+    message that opened it) and `after_turn` (the end of turn N)."""
+
+    seq: int | None = Field(None, ge=1, le=10**15 - 1)
+    turn: int | None = Field(None, ge=1, le=10**15 - 1)
+    after_turn: int | None = Field(None, ge=1, le=10**15 - 1)
+
+    @model_validator(mode="after")
+    def _one(self) -> ForkAtBody:
+        given = [v for v in (self.seq, self.turn, self.after_turn) if v is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of seq, turn and after_turn")
+        return self
+
+
+class ForkBody(_Body):
+    """A fork of the session (see `Runtime.fork`): where (`at`; default: the session's end),
+    a message that opens the child's first turn, and what the child runs differently (each
+    left out: the parent's; `system: null`: no system prompt; `limits` replace the
+    parent's; `metadata` is merged over the parent's, a null value removing a key)."""
+
+    at: ForkAtBody | None = None
+    message: str | None = Field(None, min_length=1, max_length=MAX_TEXT)
+    kind: Literal["fork", "rewind"] = "fork"
+    open_calls: Literal["refuse", "cancel"] = "refuse"
+    model: str | None = Field(None, min_length=1, max_length=500)
+    system: str | None = Field(None, max_length=MAX_TEXT)
+    tools: list[str] | None = Field(None, max_length=100)
+    settings: SettingsBody | None = None
+    limits: LimitsBody | None = None
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+    def point(self) -> ForkPoint:
+        at = self.at
+        return ForkPoint() if at is None else ForkPoint(at.seq, at.turn, at.after_turn)
+
+    def to_changes(self) -> SpecChanges:
+        return SpecChanges(
+            model=self.model,
+            system=self.system if "system" in self.model_fields_set else KEEP,
+            tools=None if self.tools is None else tuple(self.tools),
+            settings=None if self.settings is None else self.settings.to_settings(),
+            limits=None if self.limits is None else Limits(**self.limits.model_dump()),
+            metadata=dict(self.metadata),
+        )
+
+
 class MessageBody(_Body):
     text: str = Text
 
@@ -277,11 +336,11 @@ class HealthModel(BaseModel):
 
 
 MODELS: list[type[BaseModel]] = [
-    StartBody, MessageBody, DecisionBody, AnswerBody, StopBody, ErrorBody, DoneModel, EventPage,
+    StartBody, ForkBody, MessageBody, DecisionBody, AnswerBody, StopBody, ErrorBody, DoneModel, EventPage,
     HealthModel, TranscriptPage,
 ]  # fmt: skip
 # The runtime's shapes in the answers (a status is its view's fields and what it waits for).
-SHAPES: list[type] = [Capabilities, SessionSummary, SessionView, Waiting]
+SHAPES: list[type] = [Capabilities, SessionSummary, SessionView, Waiting, Forked]
 
 
 def _ref(shape: type | str) -> dict[str, str]:
@@ -320,6 +379,13 @@ def components() -> dict[str, Any]:
     _as_written(defs["Capabilities"], Capabilities().to_json())
     _as_written(defs["Usage"], Usage().to_json())
     _as_written(defs["Waiting"], Waiting("queued", "").to_json())
+    defs["Forked"]["description"] = (
+        "A fork made: the child (session_id), its parent, the parent's seq it shares up to "
+        "(at), the parent's last seq then (parent_last_seq), the child's state (pending: a "
+        "turn to run, which a worker takes; idle: it waits for a message), the kind, and the "
+        "open calls the fork answered (open_calls=cancel)"
+    )
+    defs["Forked"]["required"] = list(defs["Forked"]["properties"])
     view = defs.pop("SessionView")
     view["properties"] |= {
         "waiting_reason": {"anyOf": [{"type": "string"}, {"type": "null"}]},
@@ -480,6 +546,7 @@ LIST_PARAMETERS = [
                    "cost: the most first (an unknown cost last)",
            {"type": "string", "enum": ["updated", "newest", "oldest", "tokens", "cost"],
             "default": "updated"}),
+    _query("parent", "only the forks of this session (its id)", {"type": "string", "maxLength": 200}),
     _query("counts", "also counts per state of the sessions every filter but state lets through",
            {"type": "string", "enum": ["true", "false", "1", "0"]}),
 ]  # fmt: skip
@@ -552,6 +619,12 @@ def openapi() -> dict[str, Any]:
         },
         "/v1/sessions/{session_id}": {"get": _op(
             "poll a session", 200, SessionStatus, 404, parameters=session)},
+        "/v1/sessions/{session_id}/fork": {"post": _op(
+            "fork the session: a new session whose log is this one's up to `at` (default: its "
+            "end), then its own; 422 invalid_fork_point at a point that is not a commit point "
+            "(a call without its result, a sub-agent running, the session's end)",
+            201, Forked, 400, 404, 409, 413, 415, 422, 429,
+            parameters=[SESSION_ID, IDEMPOTENCY_KEY], requestBody=_body(ForkBody, required=False))},
         "/v1/sessions/{session_id}/cancel": {"post": _op(
             "end the session (an ended session: nothing to do)", 200, DoneModel, 400, 404, 413, 415, 422,
             parameters=session, requestBody=_body(StopBody, required=False))},

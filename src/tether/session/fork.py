@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -148,12 +149,15 @@ async def fork(
     tenant: str | None = None,
     session_id: str | None = None,
     now: float | None = None,
+    admit: Callable[[str], Awaitable[None]] | None = None,
 ) -> Forked:
     """Fork `parent` at `point` into a new session (`session_id`, or a new id). `tenant`: the
     caller's, when it has one: another tenant's session is not found (`SessionNotFound`), as
     one that does not exist. `message`: a user message that opens the child's first turn (or
     joins the open turn of a fork made mid-turn). Refused with `UsageError`, saying why and
-    storing nothing, at a point that is not a commit point."""
+    storing nothing, at a point that is not a commit point. `admit`: called with the child's
+    state (`pending`: it has a turn to run) before anything is stored; what it raises (a
+    tenant's quota refusing another running session) refuses the fork."""
     row = await store.catalog_row(parent)
     if row is None or (tenant is not None and row.tenant != tenant):
         raise SessionNotFound(f"no session {parent}")
@@ -181,7 +185,7 @@ async def fork(
             "every call has its result (for instance after a turn), or have the fork answer "
             "them (open_calls='cancel', --answer-open)"
         )
-    config = await _config(store, parent)
+    config = await config_of(store, parent)
     model, system, tools, limits, metadata = changes.apply(config)
     child = session_id or new_session_id()
     stamp = format_time(time.time() if now is None else now)
@@ -216,6 +220,8 @@ async def fork(
     ]
     folder.session_id = child  # the window was read as the parent's
     folder.apply_all(events)
+    if admit is not None:
+        await admit(folder.state)
     new_row = catalog.row_of(folder, parent=parent)
     if not from_start:  # the window began mid-log: the task is the parent's first message's
         new_row = dataclasses.replace(new_row, task=row.task)
@@ -239,9 +245,12 @@ def prefix_digest(parent: str, last: Event) -> str:
     return hashlib.sha256(f"{parent}\n{last.seq}\n{body}".encode()).hexdigest()
 
 
-async def _config(store: Store, session_id: str) -> SessionCreated | SessionForked:
-    """The session's configuration: its own first event (after the prefix, for a fork)."""
-    link = await store.fork_link(session_id)
+async def config_of(store: Store, session_id: str) -> SessionCreated | SessionForked:
+    """The session's configuration: its own first event (after the prefix, for a fork), as
+    whoever runs or continues it must read it (a fork's first event is its parent's). Its
+    catalog row says whether it is a fork at all: only then is its link read."""
+    row = await store.catalog_row(session_id)
+    link = await store.fork_link(session_id) if row is not None and row.parent else None
     first = await store.read(session_id, 0 if link is None else link.at, limit=1)
     payload = first[0].payload if first else None
     if not isinstance(payload, SessionCreated | SessionForked):

@@ -449,4 +449,5 @@ def describe(row: CatalogRow) -> JSONObject:
         "tokens": row.tokens,
         "cost_usd": row.cost_usd,
         "metadata": {k: v[:OUTPUT] for k, v in row.metadata[:20]},
+        "parent": row.parent or None,
     }

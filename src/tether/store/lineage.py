@@ -16,12 +16,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tether.store.base import ForkLink
+from tether.errors import UsageError
+from tether.events import Event
+from tether.store.base import ForkLink, check_batch
+from tether.store.catalog import CatalogRow
 
 Chain = tuple[ForkLink, ...]
 
 # Past this many chains kept, forget them all: a server forking without end must not grow.
 _KEPT_MAX = 100_000
+
+
+def check_fork(session_id: str, link: ForkLink, events: Sequence[Event], row: CatalogRow) -> None:
+    """Refuse (`UsageError`) a fork's batch that is malformed whatever is stored: its events
+    not numbered from `at + 1`, or a row that is not of the child at its last seq."""
+    check_batch(session_id, events, link.at)
+    if row.session_id != session_id or row.last_seq != link.at + len(events):
+        raise UsageError(
+            f"session {session_id}: the catalog row handed in is session {row.session_id} "
+            f"at seq {row.last_seq}, not the fork's last seq {link.at + len(events)}"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,6 +123,11 @@ def where(query: CatalogQuery, *, states: bool = True) -> tuple[str, list[object
             params.append(query.experiment)
         clauses.append("c.experiment = %s")
         params.append(query.experiment)
+    if query.parent is not None:
+        if query.parent:  # through the parent index (over forks' rows only)
+            clauses.append("c.parent <> ''")
+        clauses.append("c.parent = %s")
+        params.append(query.parent)
     return (" AND ".join(clauses) or "true"), params
 
 

@@ -14,7 +14,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from tether.errors import ConfigError
-from tether.store import pg_backfill
+from tether.store import pg_backfill, pg_forks
 
 log = logging.getLogger("tether.store.postgres")
 
@@ -631,6 +631,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "wakeups get a not-before time and its reason (parked, backoff)", _V2),
     Migration(3, "takeovers go to any worker, oldest expiry first; suspects only alone", _V3),
     Migration(4, "the session catalog (rows, metadata pairs, search text), fold snapshots", _V4),
+    Migration(5, "forks: a session's log begins with its parent's (tether_fork)", pg_forks.V5),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -26,17 +26,19 @@ from tether.errors import (
     LeaseHeld,
     LeaseLost,
     QuotaExceeded,
+    SessionNotFound,
     StoreError,
     StoreUnavailable,
     UsageError,
 )
 from tether.events import Event
-from tether.store import catalog, pg_catalog
+from tether.store import catalog, pg_catalog, pg_forks
 from tether.store.base import (
     READY_BLOB,
     UNDECODABLE,
     Claimed,
     DeferReason,
+    ForkLink,
     Lease,
     Queued,
     SessionInfo,
@@ -53,16 +55,12 @@ from tether.store.base import (
     unreadable,
 )
 from tether.store.catalog import Admit, CatalogQuery, CatalogRow, ExperimentEntry, UsageEntry
+from tether.store.lineage import check_fork
 from tether.store.pg_conn import Conn, News, Pool, Subscription
 
 DEFAULT_POOL_SIZE = 4
 # How long a cancelled append still waits for its statement's outcome before giving up.
 _APPEND_SETTLE = 30.0
-
-_SELECT_EVENTS = (
-    "SELECT session_id, seq, id, time, thread, type, data FROM tether_events "
-    "WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s"  # LIMIT NULL: no limit
-)
 
 # `Claimed` lives in store.base now; named here too for the modules that import it from here.
 __all__ = ["DEFAULT_POOL_SIZE", "Claimed", "PostgresStore", "parse_url"]
@@ -120,6 +118,7 @@ class PostgresStore:
         self.url = url
         self.pool = Pool(conninfo, pool_size or size, auto_migrate=auto_migrate)
         self._news = News(conninfo)
+        self._lineage = pg_forks.Lineage()  # every read of a log goes through it
 
     # -- the log ------------------------------------------------------------------------------
     async def append(
@@ -186,15 +185,41 @@ class PostgresStore:
     ) -> list[Event]:
         check_limit(limit)
 
-        async def body(conn: Conn) -> list[TupleRow]:
-            cur = await conn.execute(_SELECT_EVENTS, (session_id, after_seq, limit))
-            return await cur.fetchall()
-
-        rows = await self.pool.run(body)
+        rows = await self.pool.run(
+            lambda conn: self._lineage.rows(conn, session_id, after_seq, limit)
+        )
         try:
             return [event_from_row(r) for r in rows]
         except CorruptLog as exc:
             raise unreadable(session_id, UNDECODABLE, rows) from exc
+
+    async def fork(
+        self, session_id: str, link: ForkLink, events: Sequence[Event], *, row: CatalogRow
+    ) -> None:
+        check_fork(session_id, link, events, row)
+        params = (
+            session_id,
+            link.parent,
+            link.at,
+            [e.id for e in events],
+            [e.time for e in events],
+            [e.thread for e in events],
+            [e.type for e in events],
+            [payload_data(e.payload) for e in events],
+            pg_catalog.row_param(row),
+        )
+        found = await self.fetch_one(
+            "SELECT * FROM tether_fork(%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb)", params
+        )
+        status, actual = found if found is not None else ("missing", None)
+        if status == "conflict":
+            raise Conflict(session_id, 0, int(actual or 0))
+        if status == "missing":
+            raise SessionNotFound(f"session {link.parent} has no event at seq {link.at}")
+
+    async def fork_link(self, session_id: str) -> ForkLink | None:
+        chain = await self.pool.run(lambda conn: self._lineage.chain(conn, session_id))
+        return chain[0] if chain else None
 
     async def last_seq(self, session_id: str) -> int:
         row = await self.fetch_one(

@@ -15,12 +15,20 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from tether.errors import Conflict, SessionNotFound, UsageError
+from tether.errors import Conflict, SessionNotFound
 from tether.events import Event
 from tether.store import sqlite_catalog
-from tether.store.base import EventRow, ForkLink, check_batch, event_to_row, is_retry
+from tether.store.base import EventRow, ForkLink, event_to_row, is_retry
 from tether.store.catalog import CatalogRow
-from tether.store.lineage import CHAIN_QUERY, Chain, Chains, chain_of, needs_chain, plan
+from tether.store.lineage import (
+    CHAIN_QUERY,
+    Chain,
+    Chains,
+    chain_of,
+    check_fork,
+    needs_chain,
+    plan,
+)
 from tether.store.sqlite_format import EVENT_COLUMNS
 
 SCHEMA = """
@@ -43,12 +51,7 @@ def checked(
     session_id: str, link: ForkLink, events: Sequence[Event], row: CatalogRow
 ) -> list[EventRow]:
     """A fork's batch as rows, refused (`UsageError`) when malformed whatever is stored."""
-    check_batch(session_id, events, link.at)
-    if row.session_id != session_id or row.last_seq != link.at + len(events):
-        raise UsageError(
-            f"session {session_id}: the catalog row handed in is session {row.session_id} "
-            f"at seq {row.last_seq}, not the fork's last seq {link.at + len(events)}"
-        )
+    check_fork(session_id, link, events, row)
     return [event_to_row(e) for e in events]
 
 

@@ -1,6 +1,10 @@
 """What tests and demos need: the scripted model and the conformance suites."""
 
-from tether.testing.runtime_conformance import RUNTIME_CHECKS, run_runtime_conformance
+from tether.testing.runtime_conformance import (
+    FORK_CHECKS,
+    RUNTIME_CHECKS,
+    run_runtime_conformance,
+)
 from tether.testing.scripted import (
     Delay,
     Fail,
@@ -15,6 +19,7 @@ from tether.testing.scripted import (
 from tether.testing.store_conformance import STORE_CHECKS, run_store_conformance
 
 __all__ = [
+    "FORK_CHECKS",
     "RUNTIME_CHECKS",
     "STORE_CHECKS",
     "Delay",

@@ -19,12 +19,14 @@ from tether.providers.base import Delta
 from tether.runtime.base import (
     Capabilities,
     CapabilityRefused,
+    InvalidForkPoint,
     Runtime,
     SessionRef,
     SessionSpec,
     SessionStatus,
 )
-from tether.state import State, validate_observation
+from tether.session.fork import FORKED_BEFORE, ForkPoint
+from tether.state import ForkOrigin, State, validate_observation
 from tether.testing.runtime_fixtures import MODEL, TOOLS
 
 Check = Callable[[Runtime], Awaitable[None]]
@@ -492,9 +494,115 @@ RUNTIME_CHECKS: list[Check] = [
 ]
 
 
+async def turns(rt: Runtime, *tasks: str) -> tuple[SessionRef, Observer]:
+    """A session that ran one turn per task, settled after each."""
+    ref = await rt.start(spec(tasks[0]))
+    watch = Observer(rt, ref)
+    await watch.settled()
+    for number, task in enumerate(tasks[1:], start=2):
+        await rt.send(ref, task, timeout=WAIT)
+        await watch.until(f"turn {number}", lambda s, n=number: s.view.turns == n and s.settled)
+    return ref, watch
+
+
+def same_events(child: list[Event], parent: list[Event]) -> bool:
+    """The child's log holds the parent's events, named as its own."""
+    return [(e.seq, e.id, e.payload) for e in child] == [(e.seq, e.id, e.payload) for e in parent]
+
+
+async def a_fork_at_a_turn_runs_on_from_its_parents_log(rt: Runtime) -> None:
+    parent, _ = await turns(rt, "echo one", "note 2", "echo three", "echo four")
+    forked = await rt.fork(parent, at=ForkPoint(turn=2), timeout=WAIT)
+    assert forked.parent == parent.session_id and forked.state == "pending", forked
+    assert forked.kind == "fork" and forked.answered == () and forked.at < forked.parent_last_seq
+    child = SessionRef(forked.session_id)
+    status = await Observer(rt, child).settled()
+    # The child ran the parent's turn 2 again (the scripted model answers the same), alone.
+    assert status.last_output == "noted 2" and status.view.turns == 1, status.to_json()
+    assert status.view.forked == ForkOrigin(parent.session_id, forked.at, "fork")
+    assert (await rt.poll(parent, timeout=WAIT)).view.forked is None
+    theirs = await first_events(rt, parent, forked.at)
+    ours = await first_events(rt, child, status.last_seq)
+    assert same_events(ours[: forked.at], theirs[: forked.at])
+    assert all(e.session_id == child.session_id for e in ours)
+    assert ours[forked.at].type == "session.forked"
+    listed = await rt.sessions(parent=parent.session_id, timeout=WAIT)
+    assert [s.session_id for s in listed] == [child.session_id], listed
+    assert listed[0].parent == parent.session_id
+
+
+async def a_fork_with_a_message_is_run_and_one_without_waits(rt: Runtime) -> None:
+    parent, _ = await turns(rt, "echo one", "echo two")
+    idle = await rt.fork(parent, at=ForkPoint(after_turn=1), timeout=WAIT)
+    assert idle.state == "idle", idle
+    assert (await rt.poll(SessionRef(idle.session_id), timeout=WAIT)).view.turns == 0
+    led = await rt.fork(parent, at=ForkPoint(after_turn=1), message="echo other", timeout=WAIT)
+    assert led.state == "pending", led
+    status = await Observer(rt, SessionRef(led.session_id)).settled()
+    assert status.last_output == "echo: other" and status.view.turns == 1
+
+
+async def a_fork_with_an_idempotency_key_returns_the_same_child(rt: Runtime) -> None:
+    parent, _ = await turns(rt, "echo one")
+    key = f"fork-{secrets.token_hex(4)}"
+    first = await rt.fork(parent, message="echo again", idempotency_key=key, timeout=WAIT)
+    again = await rt.fork(parent, message="echo again", idempotency_key=key, timeout=WAIT)
+    assert again.session_id == first.session_id and again.at == first.at
+    try:
+        await rt.fork(parent, message="echo other", idempotency_key=key, timeout=WAIT)
+    except IdempotencyConflict as exc:
+        assert key in str(exc)
+    else:
+        raise AssertionError("an idempotency key was reused for another fork")
+    children = await rt.sessions(parent=parent.session_id, timeout=WAIT)
+    assert [s.session_id for s in children] == [first.session_id]
+
+
+async def a_fork_where_a_call_is_open_is_refused_or_answers_it(rt: Runtime) -> None:
+    parent = await rt.start(spec("guarded launch"))
+    status = await Observer(rt, parent).until(
+        "the approval", lambda s: s.state == "waiting_approval"
+    )
+    [call_id] = status.view.pending_approvals
+    try:
+        await rt.fork(parent, timeout=WAIT)
+    except InvalidForkPoint as exc:
+        assert call_id in str(exc) and "guarded" in str(exc), str(exc)
+    else:
+        raise AssertionError("a fork where a call has no result was accepted")
+    assert len(await rt.sessions(parent=parent.session_id, timeout=WAIT)) == 0
+    forked = await rt.fork(parent, open_calls="cancel", timeout=WAIT)
+    assert forked.answered == (call_id,), forked
+    child = await Observer(rt, SessionRef(forked.session_id)).settled()
+    # The call was never run: the child's model read the fork's answer instead.
+    assert child.last_output == f"guarded said: {FORKED_BEFORE}", child.last_output
+    assert child.view.open_calls == () and child.view.turns == 1
+    try:
+        await rt.fork(SessionRef("ses_nosuchsession00"), timeout=WAIT)
+    except SessionNotFound:
+        pass
+    else:
+        raise AssertionError("an unknown session was forked")
+
+
+# What a runtime that declares `fork` must do (`Runtime.fork`).
+FORK_CHECKS: list[Check] = [
+    a_fork_at_a_turn_runs_on_from_its_parents_log,
+    a_fork_with_a_message_is_run_and_one_without_waits,
+    a_fork_with_an_idempotency_key_returns_the_same_child,
+    a_fork_where_a_call_is_open_is_refused_or_answers_it,
+]
+
+
 async def run_runtime_conformance(factory: Callable[[], Awaitable[Runtime]]) -> None:
-    """Run every check, each on a fresh runtime from `factory`."""
-    for check in RUNTIME_CHECKS:
+    """Run every check, each on a fresh runtime from `factory`; the fork checks too when
+    the runtime declares `fork`."""
+    probe = await factory()
+    try:
+        forks = (await probe.capabilities(timeout=WAIT)).fork
+    finally:
+        await probe.close()
+    for check in [*RUNTIME_CHECKS, *(FORK_CHECKS if forks else [])]:
         runtime = await factory()
         try:
             await check(runtime)
