@@ -22,8 +22,7 @@ from tether.events import Event, ModelResponded, SessionForked, ToolStarted
 from tether.fold import Folder
 from tether.runtime import LocalRuntime
 from tether.runtime.base import SessionRef, SessionSpec
-from tether.session.fork import Forked, ForkPoint, fork
-from tether.store.open import open_store
+from tether.session.fork import Forked, ForkPoint
 
 from . import kit
 from .support import (
@@ -147,14 +146,10 @@ def run_parent(world: World) -> Base:
 
 
 async def _fork(url: str, parent: str, point: ForkPoint) -> Forked:
-    """Fork as a runtime does: the child, then its mark for the workers."""
-    store = open_store(url)
-    try:
-        forked = await fork(store, parent, point, message=FORK_MESSAGE)
-        await store.mark_runnable(forked.session_id)
-        return forked
-    finally:
-        await store.close()
+    """Fork through the runtime (no workers of its own): the child, its `metadata.runner`,
+    and its mark for the workers."""
+    async with LocalRuntime(url, workers=0) as runtime:
+        return await runtime.fork(SessionRef(parent), at=point, message=FORK_MESSAGE)
 
 
 def run_fork(base: Base, world: World, point: ForkPoint, kills: Sequence[dict[str, str]]) -> Run:

@@ -1,13 +1,14 @@
 """A forked session's worker is SIGKILLed right after the fork (it claimed the child and died
 before running anything of it) and again in the middle of the child's turn (after a commit
 of its own: its first, the answer asking for a write, each call's start, its last; or inside
-a tool call, before or after the effect); a fresh
-worker finishes the child each time. The parent was started through the runtime (its
-`metadata.runner` is what the workers rebuild it, and the child, from) and ran three turns
-of read, idempotent and write calls whose effects went to a ledger outside the log; the
-child is forked at the end of turn 2 with a message of its own and runs turn 3's script
-again as its own turn. Then the finished child is forked in turn, and that fork killed the
-same ways.
+a tool call, before or after the effect); a fresh worker finishes the child each time.
+
+The parent was started through the runtime and ran three turns of read, idempotent and
+write calls whose effects went to a ledger outside the log. The child is forked through the
+runtime (`LocalRuntime.fork`: its own `metadata.runner`, which the workers rebuild it from,
+and its mark) at the end of turn 2 with a message of its own, and runs turn 3's script again
+as its own turn. Then the finished child is forked in turn, and that fork killed the same
+ways.
 
 Afterwards: every earlier session's effects in the ledger are exactly what they were before
 the fork (nothing of the parent ran again) and its log is unchanged; each of the fork's
