@@ -4,8 +4,8 @@ file (or a store's URL), and can SIGKILL itself at a chosen commit point.
     python worker.py DB SCRIPT start            # a new session (SCRIPT: a key of SCRIPTS)
     python worker.py DB SCRIPT resume SESSION   # continue it, waiting out a dead lease
     python worker.py DB runtime work SESSION    # a runtime's worker (`runtime.worker`):
-        # claims what is runnable, rebuilds each runner from the log's `metadata.runner`,
-        # and exits once it has ended a turn of SESSION
+        # claims what is runnable, rebuilds each runner from what its log recorded
+        # (`metadata.runner`), and exits once it has ended a turn of SESSION
 
 Env: CRASH_AT_SEQ=N dies right after this process commits the event with seq N;
 CRASH_AFTER_APPENDS=K as its K-th append returns from the store (committed, but not yet
@@ -13,7 +13,9 @@ folded in or observed); CRASH_ON_CLAIM=1 as soon as it has claimed a session (le
 nothing of it run yet); CRASH_CALL (see kit) inside a tool.
 WORKER_TTL is the lease ttl (default 1.0 s). It prints JSON lines: {"prefix"} first (its
 event-id prefix), {"committed"} for each event it appends, then {"result"} (exit 0) or
-{"lease_lost"} (exit 3), both with the appends it tried and the ones refused.
+{"lease_lost"} (exit 3), both with the appends it tried and the ones refused; `work` prints
+{"claimed"} before it dies on a claim, and {"worked"} (exit 0) or {"gave_up"} (exit 4: no
+turn of SESSION ended in WORK_TIMEOUT seconds) at the end.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ SCRIPTS: dict[str, tuple[Callable[[], ScriptedModel], list[Tool]]] = {
 }
 TASK = "Read the notes, set the flags, and journal hello and world."
 OWN = f"ev_{_ID_PREFIX}_"
+WORK_TIMEOUT = 45.0  # within the test's own timeout for the process, so the failure says so
 
 
 def say(**fact: Any) -> None:
@@ -130,11 +133,16 @@ async def work(store: CountingStore, session_id: str) -> int:
         on_event=on_event,
     )
     running = asyncio.create_task(worker.run())
-    await ended.wait()
-    running.cancel()  # takes no more work; the turn's run settles and releases its lease
-    await asyncio.gather(running, return_exceptions=True)
-    await worker.stop(drain=30)
-    await store.close()
+    try:
+        await asyncio.wait_for(ended.wait(), WORK_TIMEOUT)
+    except TimeoutError:
+        say(gave_up=session_id, failures=worker.failures, turns_run=worker.turns_run)
+        return 4
+    finally:
+        running.cancel()  # takes no more work; the turn's run settles and lets its lease go
+        await asyncio.gather(running, return_exceptions=True)
+        await worker.stop(drain=30)
+        await store.close()
     say(worked=session_id, tried=store.tried, refused=store.refused)
     return 0
 
