@@ -23,6 +23,7 @@ from tether.fold import Folder
 from tether.runtime import LocalRuntime
 from tether.runtime.base import SessionRef, SessionSpec
 from tether.session.fork import Forked, ForkPoint
+from tether.store.open import open_store
 
 from . import kit
 from .support import (
@@ -41,7 +42,6 @@ from .support import (
 KILLED = -signal.SIGKILL
 Effects = dict[str, list[list[str]]]  # kind -> the ledger's lines: SESSION CALL KEY WHAT
 ON_CLAIM = {"CRASH_ON_CLAIM": "1"}  # the worker claims the fork and dies: nothing of it ran
-FORK_MESSAGE = "Now the fork's own line."
 MAX_WORKERS = 10  # per fork: a turn still open after this many is a failure
 
 
@@ -66,6 +66,10 @@ class World:
     def work(self, session_id: str, env: dict[str, str] | None = None) -> Proc:
         """A runtime's worker process, run until it has ended a turn of `session_id`."""
         return run_worker(self.url, "runtime", "work", session_id, env=env, effects=self.directory)
+
+    def runnable(self) -> list[str]:
+        """The sessions marked for the workers."""
+        return asyncio.run(_runnable(self.url))
 
     def copy(self, directory: Path) -> World:
         """A copy of this SQLite world (its file and its ledger) in `directory`."""
@@ -123,6 +127,14 @@ class Run:
         return Base(self.world, self.session_id, self.events)
 
 
+async def _runnable(url: str) -> list[str]:
+    store = open_store(url)
+    try:
+        return [w.session_id for w in await store.runnable()]
+    finally:
+        await store.close()
+
+
 async def _start(url: str) -> str:
     async with LocalRuntime(url, workers=0) as runtime:
         spec = SessionSpec("python:crash.kit:fork_model", kit.FORK_TASK, ("crash.kit:FORK_TOOLS",))
@@ -145,19 +157,27 @@ def run_parent(world: World) -> Base:
     return Base(world, session_id, world.read(session_id))
 
 
-async def _fork(url: str, parent: str, point: ForkPoint) -> Forked:
+async def _fork(url: str, parent: str, point: ForkPoint, key: str | None) -> Forked:
     """Fork through the runtime (no workers of its own): the child, its `metadata.runner`,
     and its mark for the workers."""
     async with LocalRuntime(url, workers=0) as runtime:
-        return await runtime.fork(SessionRef(parent), at=point, message=FORK_MESSAGE)
+        return await runtime.fork(
+            SessionRef(parent), at=point, message=kit.FORK_MESSAGE, idempotency_key=key
+        )
 
 
-def run_fork(base: Base, world: World, point: ForkPoint, kills: Sequence[dict[str, str]]) -> Run:
-    """Fork `base` at `point` in `world` (where it is, or a copy), then run the fork with a
-    worker per entry of `kills` (its env: where it dies), then fresh ones until its turn has
-    ended."""
+def run_fork(
+    base: Base,
+    world: World,
+    point: ForkPoint,
+    kills: Sequence[dict[str, str]],
+    key: str | None = None,
+) -> Run:
+    """Fork `base` at `point` in `world` (where it is, or a copy), with idempotency key `key`
+    if given, then run the fork with a worker per entry of `kills` (its env: where it dies),
+    then fresh ones until its turn has ended."""
     effects_before = world.effects()
-    forked = asyncio.run(_fork(world.url, base.session_id, point))
+    forked = asyncio.run(_fork(world.url, base.session_id, point, key))
     procs: list[Proc] = []
     events = world.read(forked.session_id)
     while Folder().apply_all(events).turn_open:

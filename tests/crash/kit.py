@@ -139,6 +139,7 @@ FORK_TOOLS: list[Tool] = [look, flag, journal]
 # turn 2 runs turn 3's replies again as its own turn, and a fork of that fork turn 4's.
 FORK_TASK = "Journal the first line."
 FORK_MESSAGES = ("Now the second.", "And the third.")
+FORK_MESSAGE = "Now the fork's own line."  # the message a fork of it starts its turn with
 
 
 def turn_answer(n: int) -> str:

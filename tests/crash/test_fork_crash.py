@@ -8,7 +8,8 @@ write calls whose effects went to a ledger outside the log. The child is forked 
 runtime (`LocalRuntime.fork`: its own `metadata.runner`, which the workers rebuild it from,
 and its mark) at the end of turn 2 with a message of its own, and runs turn 3's script again
 as its own turn. Then the finished child is forked in turn, and that fork killed the same
-ways.
+ways. And the process making a fork is killed right after the fork is stored, before it is
+marked runnable: the caller's retry with its idempotency key marks the same child.
 
 Afterwards: every earlier session's effects in the ledger are exactly what they were before
 the fork (nothing of the parent ran again) and its log is unchanged; each of the fork's
@@ -48,7 +49,7 @@ from .forking import (
     run_fork,
     run_parent,
 )
-from .support import crashed_write_calls
+from .support import Proc, crashed_write_calls, run_worker
 
 CHILD_AT = ForkPoint(after_turn=2)
 GRANDCHILD_AT = ForkPoint(after_turn=3)  # the end of the child's own turn
@@ -56,6 +57,7 @@ GRANDCHILD_AT = ForkPoint(after_turn=3)  # the end of the child's own turn
 IN_CHILD = ["call_6_0:before", "call_6_0:after", "call_7_1:before", "call_7_1:after"]
 # The grandchild's (turn 4): a write, then an idempotent call.
 IN_GRANDCHILD = ["call_9_0:after", "call_10_0:after"]
+FORK_KEY = "fork-once"
 
 
 @dataclass
@@ -65,6 +67,7 @@ class Runs:
     grandchild: Run  # crash-free
     children: dict[str, Future[Run]]  # by where the second worker died ("": no second)
     grandchildren: dict[str, Future[Run]]
+    unmarked: Future[tuple[Proc, list[str], Run]]  # see `fork_made_by_a_dead_process`
 
 
 def kill_points(child: Run) -> list[int]:
@@ -74,6 +77,18 @@ def kill_points(child: Run) -> list[int]:
     own = child.outcome().events
     starts = [e.seq for e in own if isinstance(e.payload, ToolStarted)]
     return [own[0].seq, own[1].seq, *starts, own[-1].seq]
+
+
+def fork_made_by_a_dead_process(parent: Base, world: World) -> tuple[Proc, list[str], Run]:
+    """A process forks `parent` through the runtime with an idempotency key and is killed
+    as soon as the fork is stored; what the store marks runnable then; and the fork the
+    caller's retry with the same key gets, run by workers (the first killed on its claim)."""
+    env = {"CRASH_AFTER_FORK": "1", "FORK_KEY": FORK_KEY, "FORK_AFTER_TURN": "2"}
+    forker = run_worker(
+        world.url, "runtime", "fork", parent.session_id, env=env, effects=world.directory
+    )
+    marked = world.runnable()
+    return forker, marked, run_fork(parent, world, CHILD_AT, [ON_CLAIM], key=FORK_KEY)
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +122,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             grandchild,
             forks(parent, "child", CHILD_AT, mid_child),
             forks(child.as_base(), "grandchild", GRANDCHILD_AT, mid_grandchild),
+            pool.submit(fork_made_by_a_dead_process, parent, parent.world.copy(tmp / "unmarked")),
         )
         pool.shutdown(cancel_futures=True)
 
@@ -185,3 +201,15 @@ def test_a_fork_of_a_fork_killed_inside_a_call_never_repeats_a_write(runs: Runs,
     assert_claimed_and_killed(run)
     assert_killed_in_call(run, spec)
     check(run, runs.grandchild, 4)
+
+
+def test_a_fork_whose_maker_died_before_marking_it_runs_once_the_caller_retries(
+    runs: Runs,
+) -> None:
+    forker, marked, run = runs.unmarked.result()
+    assert forker.returncode == KILLED, forker.stderr[-2000:]
+    # Stored, but marked for no worker: until the retry, nothing would run it.
+    assert forker.last("forked")["forked"] == run.session_id
+    assert marked == []
+    assert_claimed_and_killed(run)
+    check(run, runs.child, 3)

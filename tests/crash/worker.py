@@ -6,16 +6,20 @@ file (or a store's URL), and can SIGKILL itself at a chosen commit point.
     python worker.py DB runtime work SESSION    # a runtime's worker (`runtime.worker`):
         # claims what is runnable, rebuilds each runner from what its log recorded
         # (`metadata.runner`), and exits once it has ended a turn of SESSION
+    python worker.py DB runtime fork SESSION    # fork SESSION through the runtime at the end
+        # of turn FORK_AFTER_TURN, with kit.FORK_MESSAGE and idempotency key FORK_KEY
 
 Env: CRASH_AT_SEQ=N dies right after this process commits the event with seq N;
 CRASH_AFTER_APPENDS=K as its K-th append returns from the store (committed, but not yet
 folded in or observed); CRASH_ON_CLAIM=1 as soon as it has claimed a session (leased to it,
-nothing of it run yet); CRASH_CALL (see kit) inside a tool.
+nothing of it run yet); CRASH_AFTER_FORK=1 as soon as a fork it made is stored (not yet
+marked runnable); CRASH_CALL (see kit) inside a tool.
 WORKER_TTL is the lease ttl (default 1.0 s). It prints JSON lines: {"prefix"} first (its
 event-id prefix), {"committed"} for each event it appends, then {"result"} (exit 0) or
 {"lease_lost"} (exit 3), both with the appends it tried and the ones refused; `work` prints
 {"claimed"} before it dies on a claim, and {"worked"} (exit 0) or {"gave_up"} (exit 4: no
-turn of SESSION ended in WORK_TIMEOUT seconds) at the end.
+turn of SESSION ended in WORK_TIMEOUT seconds) at the end; `fork` prints {"forked"} with the
+child's id.
 """
 
 from __future__ import annotations
@@ -31,9 +35,12 @@ from crash import kit
 from tether import Agent, Event
 from tether.errors import LeaseLost
 from tether.events import TurnEnded
+from tether.runtime import LocalRuntime
+from tether.runtime.base import SessionRef
 from tether.runtime.worker import Worker
+from tether.session.fork import ForkPoint
 from tether.session.log import _ID_PREFIX
-from tether.store.base import Claimed, Lease, Store
+from tether.store.base import CatalogRow, Claimed, ForkLink, Lease, Store
 from tether.store.open import open_store
 from tether.testing import ScriptedModel
 from tether.tools import Tool
@@ -58,12 +65,13 @@ def say(**fact: Any) -> None:
 class CountingStore:
     """The real store, counting the appends this process tries and those refused."""
 
-    def __init__(self, inner: Store, die_after: int = 0, die_on_claim: bool = False) -> None:
+    def __init__(self, inner: Store) -> None:
         self.inner = inner
         self.tried = 0
         self.refused = 0
-        self.die_after = die_after
-        self.die_on_claim = die_on_claim
+        self.die_after = int(os.environ.get("CRASH_AFTER_APPENDS", "0"))
+        self.die_on_claim = os.environ.get("CRASH_ON_CLAIM") == "1"
+        self.die_after_fork = os.environ.get("CRASH_AFTER_FORK") == "1"
 
     async def append(
         self,
@@ -90,6 +98,14 @@ class CountingStore:
             say(claimed=[c.lease.session_id for c in claimed])
             kit.die()
         return claimed
+
+    async def fork(
+        self, session_id: str, link: ForkLink, events: Sequence[Event], *, row: CatalogRow
+    ) -> None:
+        await self.inner.fork(session_id, link, events, row=row)
+        if self.die_after_fork:
+            say(forked=session_id)
+            kit.die()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -147,15 +163,25 @@ async def work(store: CountingStore, session_id: str) -> int:
     return 0
 
 
+async def fork(store: CountingStore, parent: str) -> int:
+    """Fork `parent` as a runtime's caller does (`LocalRuntime.fork`, no workers here)."""
+    async with LocalRuntime(cast(Store, store), workers=0) as runtime:
+        forked = await runtime.fork(
+            SessionRef(parent),
+            at=ForkPoint(after_turn=int(os.environ["FORK_AFTER_TURN"])),
+            message=kit.FORK_MESSAGE,
+            idempotency_key=os.environ["FORK_KEY"],
+        )
+    await store.close()
+    say(forked=forked.session_id)
+    return 0
+
+
 async def main(db: str, script: str, command: str, session_id: str | None) -> int:
-    store = CountingStore(
-        open_store(db),
-        int(os.environ.get("CRASH_AFTER_APPENDS", "0")),
-        os.environ.get("CRASH_ON_CLAIM") == "1",
-    )
-    if command == "work":
+    store = CountingStore(open_store(db))
+    if command in ("work", "fork"):
         assert session_id is not None
-        return await work(store, session_id)
+        return await (work if command == "work" else fork)(store, session_id)
     model, tools = SCRIPTS[script]
     agent = Agent(
         model(),
