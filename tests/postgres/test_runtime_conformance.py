@@ -1,4 +1,5 @@
-"""LocalRuntime on a PostgreSQL store passes the runtime conformance suite."""
+"""LocalRuntime on a PostgreSQL store passes the runtime conformance suite, its fork checks
+too."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from tether.runtime import LocalRuntime
 from tether.runtime.base import Runtime
 from tether.store.postgres import PostgresStore
-from tether.testing import RUNTIME_CHECKS
+from tether.testing import FORK_CHECKS, RUNTIME_CHECKS
 
 
 @pytest.fixture
@@ -20,7 +21,7 @@ async def runtime(pg_url: str) -> AsyncIterator[LocalRuntime]:
     await store.close()
 
 
-@pytest.mark.parametrize("check", RUNTIME_CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("check", [*RUNTIME_CHECKS, *FORK_CHECKS], ids=lambda c: c.__name__)
 async def test_local_runtime_conformance_on_postgres(
     runtime: LocalRuntime, check: Callable[[Runtime], Awaitable[None]]
 ) -> None:

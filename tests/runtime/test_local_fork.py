@@ -1,11 +1,10 @@
-"""`LocalRuntime.fork`: the runtime conformance suite's fork checks, on every store that forks,
-and what only an in-process runtime shows (the child's runner rebuilt from its own
+"""`LocalRuntime.fork`: the runtime conformance suite's fork checks on memory and SQLite (on
+PostgreSQL: `tests/postgres/test_runtime_conformance.py`), and what only an in-process runtime shows (the child's runner rebuilt from its own
 `session.forked`; the tenant's quota of running sessions)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -17,26 +16,15 @@ from tether.runtime.quotas import Quota
 from tether.runtime.sessions import Runner
 from tether.session.fork import ForkPoint, config_of
 from tether.store import Store
-from tether.store.memory import MemoryStore
 from tether.testing import FORK_CHECKS
 from tether.testing.runtime_conformance import Observer, spec, turns
 
 TWIN_B = "python:tether.testing.runtime_fixtures:twin_b"
-FORK_STORES = ["memory"]
-
-
-@pytest.fixture(params=FORK_STORES)
-async def forking_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made: Store = MemoryStore()
-    yield made
-    await made.close()
 
 
 @pytest.fixture
-async def runtime(forking_store: Store) -> AsyncIterator[LocalRuntime]:
-    async with LocalRuntime(
-        forking_store, workers=4, poll_interval=0.05, watch_interval=0.05
-    ) as rt:
+async def runtime(store: Store) -> AsyncIterator[LocalRuntime]:
+    async with LocalRuntime(store, workers=4, poll_interval=0.05, watch_interval=0.05) as rt:
         yield rt
 
 

@@ -21,7 +21,7 @@ from tether.testing.runtime_conformance import Observer, spec, turns
 from tether.testing.runtime_fixtures import MODEL, TOOLS
 
 TWIN_B = "python:tether.testing.runtime_fixtures:twin_b"
-FORK_STORES = ["memory"]
+FORK_STORES = ["memory", "sqlite"]
 
 
 @pytest.fixture(scope="module", params=FORK_STORES)

@@ -16,7 +16,7 @@ from tether.errors import TetherError
 from tether.events import ForkKind, ModelResponded, TurnEnded, UserMessage
 from tether.messages import JSONObject
 from tether.runtime.base import KEEP, SpecChanges
-from tether.session.fork import ForkChanges, Forked, ForkPoint, config_of, fork
+from tether.session.fork import ForkChanges, Forked, ForkPoint, OpenCalls, config_of, fork
 from tether.store.base import Store
 from tether.store.catalog import CatalogQuery
 
@@ -104,7 +104,7 @@ async def _fork(store: Store, args: argparse.Namespace, point: ForkPoint, kind: 
     from tether.runtime.local import LocalRuntime
 
     config = await config_of(store, args.id)
-    open_calls = "cancel" if args.answer_open else "refuse"
+    open_calls: OpenCalls = "cancel" if args.answer_open else "refuse"
     if "runner" in config.metadata:
         changes = SpecChanges(model=args.model, system=KEEP if args.system is None else args.system)
         async with LocalRuntime(store, workers=0) as runtime:

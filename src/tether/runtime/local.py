@@ -319,54 +319,74 @@ class LocalRuntime:
             row = await store.catalog_row(ref.session_id)
             if row is None or (self.tenant is not None and row.tenant != self.tenant):
                 raise SessionNotFound(ref.session_id)
-            config = await config_of(store, ref.session_id)
-            task = message or row.task or "(fork)"  # `check` wants one; the fork records none
-            _, created = await self._prepare(
-                forked_spec(ref.session_id, config, changes, task), row.tenant or None, None
-            )
             digest = fork_fingerprint(ref.session_id, point, changes, message, kind, open_calls)
-            # The child's metadata is what its spec records: a key of the parent's it lacks goes.
-            metadata: JSONObject = {k: None for k in config.metadata if k not in created.metadata}
-            metadata.update(created.metadata)
-            child = None
-            if idempotency_key is not None:
-                child = session_id_for(self.tenant, idempotency_key)
-                metadata["idempotency"] = {"key": idempotency_key, "fingerprint": digest}
-
-            async def admit(state: str) -> None:
-                if state != "idle":  # born with a turn to run: one more running session
-                    await self._core.admission.fork(self.tenant, self.quota)
-
-            try:
-                forked = await fork(
-                    store,
-                    ref.session_id,
-                    point,
-                    changes=ForkChanges(
-                        created.model, created.system, created.tools, created.limits, metadata
-                    ),
-                    message=message,
-                    kind=kind,
-                    open_calls=open_calls,
-                    tenant=self.tenant,
-                    session_id=child,
-                    admit=admit,
-                )
-            except SessionNotFound:
-                raise SessionNotFound(ref.session_id) from None
-            except Conflict:
-                if child is None or idempotency_key is None:
-                    raise
+            child = (
+                None if idempotency_key is None else session_id_for(self.tenant, idempotency_key)
+            )
+            if child is not None and idempotency_key is not None and await store.last_seq(child):
+                # A retry: the same child, whatever the parent has done since.
                 forked = await forked_again(store, child, idempotency_key, digest)
-            except IdempotencyConflict:
-                raise
-            except UsageError as exc:  # the point is not one the parent has, or not a commit point
-                raise InvalidForkPoint(str(exc)) from None
+            else:
+                forked = await self._fork(ref, row.task, point, changes, message, kind,
+                                          open_calls, child, idempotency_key, digest)  # fmt: skip
             if forked.state != "idle":
                 await store.mark_runnable(forked.session_id)
         if forked.state != "idle" and self._core.worker is not None:
             self._core.worker.wake()
         return forked
+
+    async def _fork(
+        self,
+        ref: SessionRef,
+        task: str,
+        point: ForkPoint,
+        changes: SpecChanges,
+        message: str | None,
+        kind: ForkKind,
+        open_calls: OpenCalls,
+        child: str | None,
+        key: str | None,
+        digest: str,
+    ) -> Forked:
+        """The fork itself: the child's spec checked, its configuration, the store's fork."""
+        store = self._core.store
+        config = await config_of(store, ref.session_id)
+        spec = forked_spec(ref.session_id, config, changes, message or task or "(fork)")
+        tenant = config.metadata.get("tenant")  # the parent's, the child's too
+        _, created = await self._prepare(spec, tenant if isinstance(tenant, str) else None, None)
+        # The child's metadata is what its spec records: a key of the parent's it lacks goes.
+        metadata: JSONObject = {k: None for k in config.metadata if k not in created.metadata}
+        metadata.update(created.metadata)
+        if key is not None:
+            metadata["idempotency"] = {"key": key, "fingerprint": digest}
+
+        async def admit(state: str) -> None:
+            if state != "idle":  # born with a turn to run: one more running session
+                await self._core.admission.fork(self.tenant, self.quota)
+
+        try:
+            return await fork(
+                store,
+                ref.session_id,
+                point,
+                changes=ForkChanges(
+                    created.model, created.system, created.tools, created.limits, metadata
+                ),
+                message=message,
+                kind=kind,
+                open_calls=open_calls,
+                tenant=self.tenant,
+                session_id=child,
+                admit=admit,
+            )
+        except SessionNotFound:
+            raise SessionNotFound(ref.session_id) from None
+        except Conflict:
+            if child is None or key is None:
+                raise
+            return await forked_again(store, child, key, digest)  # the same fork, just made
+        except UsageError as exc:  # the point is not one the parent has, or not a commit point
+            raise InvalidForkPoint(str(exc)) from None
 
     def _check_code(self, spec: SessionSpec) -> None:
         """Refuse, before importing any, a `python:` model or tools, the session's or any

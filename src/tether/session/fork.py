@@ -293,7 +293,10 @@ async def _turn_seq(store: Store, parent: str, point: ForkPoint) -> int:
         if len(page) < PAGE:
             break
         after = page[-1].seq
-    raise UsageError(f"session {parent} has no {point.describe()}: it has {ended} finished turn(s)")
+    raise UsageError(
+        f"session {parent} has no turn {wanted} to fork at ({point.describe()}): it has "
+        f"{ended} finished turn(s)"
+    )
 
 
 async def _window(store: Store, parent: str, at: int) -> tuple[list[Event], bool]:

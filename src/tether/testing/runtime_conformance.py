@@ -9,6 +9,7 @@ against the one before with `validate_observation`. A runtime's tests run them a
 from __future__ import annotations
 
 import asyncio
+import functools
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any, get_args
@@ -501,8 +502,12 @@ async def turns(rt: Runtime, *tasks: str) -> tuple[SessionRef, Observer]:
     await watch.settled()
     for number, task in enumerate(tasks[1:], start=2):
         await rt.send(ref, task, timeout=WAIT)
-        await watch.until(f"turn {number}", lambda s, n=number: s.view.turns == n and s.settled)
+        await watch.until(f"turn {number}", functools.partial(_turns_done, number))
     return ref, watch
+
+
+def _turns_done(number: int, status: SessionStatus) -> bool:
+    return status.view.turns == number and status.settled
 
 
 def same_events(child: list[Event], parent: list[Event]) -> bool:
@@ -543,9 +548,13 @@ async def a_fork_with_a_message_is_run_and_one_without_waits(rt: Runtime) -> Non
 
 
 async def a_fork_with_an_idempotency_key_returns_the_same_child(rt: Runtime) -> None:
-    parent, _ = await turns(rt, "echo one")
+    parent, watch = await turns(rt, "echo one")
     key = f"fork-{secrets.token_hex(4)}"
     first = await rt.fork(parent, message="echo again", idempotency_key=key, timeout=WAIT)
+    # The parent goes on, to a call that waits for approval: the retry is still the fork
+    # the key made (at the end the parent had then), not refused at its end now.
+    await rt.send(parent, "guarded launch", timeout=WAIT)
+    await watch.until("the approval", lambda s: s.state == "waiting_approval")
     again = await rt.fork(parent, message="echo again", idempotency_key=key, timeout=WAIT)
     assert again.session_id == first.session_id and again.at == first.at
     try:
