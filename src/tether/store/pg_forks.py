@@ -4,8 +4,11 @@ fork's prefix read from its ancestors' rows (`lineage.py`).
 
 A fork is one statement, as an append is: `tether_fork` writes the child's `tether_sessions`
 row (its `last_seq` at `at` plus its own events, so `tether_append` goes on from there), its
-link, its own events, its catalog row and a copy of the parent's snapshot when that is at
-`at` or before; refusals come before any write. Nothing of the parent's log is copied.
+link, its own events and its catalog row; refusals come before any write. Nothing of the
+parent's log is copied, nor its snapshot: the link names the snapshot the child starts from
+(the parent's when at `at` or before, else the one the parent was forked with), and
+`tether_put_snapshot` moves a snapshot that forks name to `tether_fork_snapshots` before it
+replaces it, once for all of them (sqlite_forks.py does the same).
 """
 
 from __future__ import annotations
@@ -21,8 +24,42 @@ V5 = """
 CREATE TABLE tether_forks (
     session_id text PRIMARY KEY,
     parent text NOT NULL,
-    at bigint NOT NULL
+    at bigint NOT NULL,
+    snap_session text,  -- the snapshot the fork starts from, if any
+    snap_seq bigint
 );
+CREATE INDEX tether_forks_snapshot ON tether_forks (snap_session, snap_seq)
+    WHERE snap_session IS NOT NULL;
+
+-- Snapshots that forks start from, kept when their session's was replaced by a newer one.
+CREATE TABLE tether_fork_snapshots (
+    session_id text NOT NULL,
+    seq bigint NOT NULL,
+    version text NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+
+-- A session's newest snapshot; the one it replaces moved aside first when forks start from
+-- it. The row lock waits out a fork that is naming it (`tether_fork` holds it shared).
+CREATE FUNCTION tether_put_snapshot(p_session text, p_seq bigint, p_version text, p_data bytea)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    old bigint;
+BEGIN
+    SELECT k.seq INTO old FROM tether_snapshots k WHERE k.session_id = p_session FOR UPDATE;
+    IF old < p_seq AND EXISTS (SELECT 1 FROM tether_forks f
+                               WHERE f.snap_session = p_session AND f.snap_seq = old) THEN
+        INSERT INTO tether_fork_snapshots
+            SELECT k.session_id, k.seq, k.version, k.data FROM tether_snapshots k
+            WHERE k.session_id = p_session
+            ON CONFLICT DO NOTHING;
+    END IF;
+    INSERT INTO tether_snapshots AS k VALUES (p_session, p_seq, p_version, p_data)
+        ON CONFLICT (session_id) DO UPDATE SET seq = EXCLUDED.seq,
+            version = EXCLUDED.version, data = EXCLUDED.data
+        WHERE k.seq <= EXCLUDED.seq;
+END $$;
 
 -- A session's forks, by the filter `CatalogQuery.parent`: over forks' rows only, so a step
 -- of a session that is not a fork never touches it.
@@ -42,6 +79,8 @@ DECLARE
     n integer := cardinality(p_ids);
     stored text[];
     linked boolean;
+    snap_s text;
+    snap_q bigint;
 BEGIN
     IF p_row IS NULL THEN
         RAISE EXCEPTION 'tether_fork needs the session''s catalog row';
@@ -57,15 +96,18 @@ BEGIN
             VALUES (p_session, p_at + n, p_types[n], p_times[1], p_times[n])
             ON CONFLICT (session_id) DO NOTHING;
         IF FOUND THEN
-            INSERT INTO tether_forks VALUES (p_session, p_parent, p_at);
+            SELECT k.session_id, k.seq INTO snap_s, snap_q FROM tether_snapshots k
+                WHERE k.session_id = p_parent AND k.seq <= p_at FOR SHARE;
+            IF snap_s IS NULL THEN
+                SELECT f.snap_session, f.snap_seq INTO snap_s, snap_q FROM tether_forks f
+                    WHERE f.session_id = p_parent AND f.snap_seq <= p_at;
+            END IF;
+            INSERT INTO tether_forks VALUES (p_session, p_parent, p_at, snap_s, snap_q);
             INSERT INTO tether_events
                 SELECT p_session, p_at + u.o, u.i, u.t, u.th, u.ty, u.d
                 FROM unnest(p_ids, p_times, p_threads, p_types, p_data) WITH ORDINALITY
                     AS u(i, t, th, ty, d, o);
             PERFORM tether_catalog_write(p_row);
-            INSERT INTO tether_snapshots
-                SELECT p_session, k.seq, k.version, k.data FROM tether_snapshots k
-                WHERE k.session_id = p_parent AND k.seq <= p_at;
             PERFORM pg_notify('tether_news', p_session);
             RETURN QUERY SELECT 'ok'::text, p_at + n;
             RETURN;
@@ -83,6 +125,19 @@ BEGIN
             (SELECT s.last_seq FROM tether_sessions s WHERE s.session_id = p_session);
     END IF;
 END $$;
+"""
+
+# The session's own snapshot, else the one it was forked with (kept aside, perhaps).
+GET_SNAPSHOT = """
+SELECT seq, version, data FROM (
+    SELECT 0 AS o, k.seq, k.version, k.data FROM tether_snapshots k WHERE k.session_id = %s
+    UNION ALL
+    SELECT 1, k.seq, k.version, k.data FROM tether_forks f JOIN tether_snapshots k
+        ON k.session_id = f.snap_session AND k.seq = f.snap_seq WHERE f.session_id = %s
+    UNION ALL
+    SELECT 2, k.seq, k.version, k.data FROM tether_forks f JOIN tether_fork_snapshots k
+        ON k.session_id = f.snap_session AND k.seq = f.snap_seq WHERE f.session_id = %s
+) found ORDER BY o LIMIT 1
 """
 
 _NO_END = 1 << 62  # past any seq: a stretch with no end

@@ -293,17 +293,12 @@ class PostgresStore:
     # -- fold snapshots -----------------------------------------------------------------------
     async def put_snapshot(self, snapshot: Snapshot) -> None:
         await self.execute(
-            "INSERT INTO tether_snapshots AS k VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (session_id) DO UPDATE SET seq = EXCLUDED.seq, "
-            "version = EXCLUDED.version, data = EXCLUDED.data WHERE k.seq <= EXCLUDED.seq",
+            "SELECT tether_put_snapshot(%s, %s, %s, %s)",
             (snapshot.session_id, snapshot.seq, snapshot.version, bytes(snapshot.data)),
         )
 
     async def get_snapshot(self, session_id: str) -> Snapshot | None:
-        row = await self.fetch_one(
-            "SELECT seq, version, data FROM tether_snapshots WHERE session_id = %s",
-            (session_id,),
-        )
+        row = await self.fetch_one(pg_forks.GET_SNAPSHOT, (session_id,) * 3)
         return None if row is None else Snapshot(session_id, int(row[0]), row[1], bytes(row[2]))
 
     # -- leases -------------------------------------------------------------------------------

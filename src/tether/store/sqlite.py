@@ -553,32 +553,12 @@ class SQLiteStore:
         )
         return int(found[0])
 
-    # -- snapshots: the newest fold kept per session ------------------------------------------
+    # -- snapshots: the newest fold kept per session; a fork's, its parent's (sqlite_forks) ---
     async def put_snapshot(self, snapshot: Snapshot) -> None:
-        values = (snapshot.session_id, snapshot.seq, snapshot.version, bytes(snapshot.data))
-        await self._submit(
-            lambda conn: conn.execute(
-                "INSERT INTO snapshots VALUES (?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE "
-                "SET seq = excluded.seq, version = excluded.version, data = excluded.data "
-                "WHERE excluded.seq >= snapshots.seq",
-                values,
-            ).close()
-        )
+        await self._submit(lambda conn: sqlite_forks.put_snapshot(conn, snapshot))
 
     async def get_snapshot(self, session_id: str) -> Snapshot | None:
-        found = await self._run(
-            lambda: (
-                self._read_db()
-                .execute(
-                    "SELECT seq, version, data FROM snapshots WHERE session_id = ?",
-                    (session_id,),
-                )
-                .fetchone()
-            )
-        )
-        if found is None:
-            return None
-        return Snapshot(session_id, int(found[0]), str(found[1]), bytes(found[2]))
+        return await self._run(sqlite_forks.get_snapshot, self._read_db(), session_id)
 
     # -- blobs: content-addressed, written in the group commit like events ------------------
     async def put_blob(self, data: bytes) -> str:

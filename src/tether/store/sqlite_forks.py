@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from tether.errors import Conflict, SessionNotFound
 from tether.events import Event
 from tether.store import sqlite_catalog
-from tether.store.base import EventRow, ForkLink, event_to_row, is_retry
+from tether.store.base import EventRow, ForkLink, Snapshot, event_to_row, is_retry
 from tether.store.catalog import CatalogRow
 from tether.store.lineage import (
     CHAIN_QUERY,
@@ -31,11 +31,24 @@ from tether.store.lineage import (
 )
 from tether.store.sqlite_format import EVENT_COLUMNS
 
+# `snap_session`, `snap_seq`: the snapshot the fork was made with (its parent's, or one its
+# parent had from its own parent), if any; NULL for none.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS forks (
     session_id TEXT PRIMARY KEY,
     parent TEXT NOT NULL,
-    at INTEGER NOT NULL
+    at INTEGER NOT NULL,
+    snap_session TEXT,
+    snap_seq INTEGER
+);
+CREATE INDEX IF NOT EXISTS forks_snapshot
+    ON forks (snap_session, snap_seq) WHERE snap_session IS NOT NULL;
+CREATE TABLE IF NOT EXISTS fork_snapshots (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    version TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (session_id, seq)
 );
 """
 
@@ -120,15 +133,77 @@ class Lineage:
             raise SessionNotFound(f"session {link.parent} has no event at seq {link.at}")
         conn.executemany(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
         conn.execute("INSERT INTO sessions VALUES (?, ?)", (session_id, rows[0][3]))
-        conn.execute("INSERT INTO forks VALUES (?, ?, ?)", (session_id, link.parent, link.at))
-        # The parent's fold as stored, when the child's log holds all it folded.
+        snap = _usable_snapshot(conn, link.parent, link.at)
         conn.execute(
-            "INSERT INTO snapshots (session_id, seq, version, data) "
-            "SELECT ?, seq, version, data FROM snapshots WHERE session_id = ? AND seq <= ?",
-            (session_id, link.parent, link.at),
+            "INSERT INTO forks VALUES (?, ?, ?, ?, ?)", (session_id, link.parent, link.at, *snap)
         )
         sqlite_catalog.rewrite(conn, row)
         return True  # its chain is kept when first read, once committed
+
+
+def _usable_snapshot(
+    conn: sqlite3.Connection, parent: str, at: int
+) -> tuple[str, int] | tuple[None, None]:
+    """The snapshot a fork of `parent` at `at` starts from: the parent's own when at `at` or
+    before, else the one it was forked with when that is; (None, None) for none."""
+    own = conn.execute(
+        "SELECT seq FROM snapshots WHERE session_id = ? AND seq <= ?", (parent, at)
+    ).fetchone()
+    if own is not None:
+        return parent, int(own[0])
+    inherited = conn.execute(
+        "SELECT snap_session, snap_seq FROM forks WHERE session_id = ? AND snap_seq <= ?",
+        (parent, at),
+    ).fetchone()
+    return (None, None) if inherited is None else (str(inherited[0]), int(inherited[1]))
+
+
+def put_snapshot(conn: sqlite3.Connection, snapshot: Snapshot) -> None:
+    """Keep `snapshot` as its session's newest unless a later one is kept. A snapshot it
+    replaces that forks were made with is moved to `fork_snapshots` first, once for all of
+    them: so a fork refers to its parent's snapshot rather than copying it (a 100,000-event
+    session's is megabytes), and keeps it when the parent moves on."""
+    old = conn.execute(
+        "SELECT seq FROM snapshots WHERE session_id = ?", (snapshot.session_id,)
+    ).fetchone()
+    if old is not None and int(old[0]) < snapshot.seq:
+        conn.execute(
+            "INSERT OR IGNORE INTO fork_snapshots SELECT session_id, seq, version, data "
+            "FROM snapshots k WHERE k.session_id = ?1 AND EXISTS (SELECT 1 FROM forks f "
+            "WHERE f.snap_session = ?1 AND f.snap_seq = k.seq)",
+            (snapshot.session_id,),
+        )
+    conn.execute(
+        "INSERT INTO snapshots VALUES (?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE "
+        "SET seq = excluded.seq, version = excluded.version, data = excluded.data "
+        "WHERE excluded.seq >= snapshots.seq",
+        (snapshot.session_id, snapshot.seq, snapshot.version, bytes(snapshot.data)),
+    )
+
+
+def get_snapshot(conn: sqlite3.Connection, session_id: str) -> Snapshot | None:
+    """The session's own newest snapshot; for a fork without one, the one it was forked with
+    (named with its id: its bytes are the ancestor's fold, which `snapshots.stored` takes)."""
+    found = conn.execute(
+        "SELECT seq, version, data FROM snapshots WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if found is None:
+        ref = conn.execute(
+            "SELECT snap_session, snap_seq FROM forks "
+            "WHERE session_id = ? AND snap_session IS NOT NULL",
+            (session_id,),
+        ).fetchone()
+        if ref is None:
+            return None
+        found = conn.execute(
+            "SELECT seq, version, data FROM snapshots WHERE session_id = ?1 AND seq = ?2 "
+            "UNION ALL SELECT seq, version, data FROM fork_snapshots "
+            "WHERE session_id = ?1 AND seq = ?2",
+            tuple(ref),
+        ).fetchone()
+        if found is None:
+            return None
+    return Snapshot(session_id, int(found[0]), str(found[1]), bytes(found[2]))
 
 
 def last_seqs(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:

@@ -204,8 +204,18 @@ async def a_parents_snapshot_is_carried_only_when_at_or_before_the_fork_point(
     assert await store.get_snapshot("at") == dataclasses.replace(kept, session_id="at")
     assert await store.get_snapshot("after") == dataclasses.replace(kept, session_id="after")
     assert await store.get_snapshot("before") is None
+    await _fork(store, "grand", "after", 5, tag="g")  # the one "after" was forked with
+    assert await store.get_snapshot("grand") == dataclasses.replace(kept, session_id="grand")
     await store.put_snapshot(Snapshot("p", 7, "v1", b"newer"))  # the parent's own, later
-    assert await store.get_snapshot("at") == dataclasses.replace(kept, session_id="at")
+    await store.put_snapshot(Snapshot("p", 8, "v1", b"newest"))
+    for child in ("at", "after", "grand"):  # each keeps the one it was forked with
+        assert await store.get_snapshot(child) == dataclasses.replace(kept, session_id=child)
+    await _fork(store, "late", "p", 5, tag="l")  # the parent's is past the point now
+    assert await store.get_snapshot("late") is None
+    own = Snapshot("at", 6, "v1", b"the child's own")
+    await store.put_snapshot(own)
+    assert await store.get_snapshot("at") == own
+    assert await store.get_snapshot("after") == dataclasses.replace(kept, session_id="after")
 
 
 async def a_rebuild_and_put_catalog_row_see_a_forks_own_last_seq(store: Store) -> None:
