@@ -20,6 +20,7 @@ from tether.events import (
     ModelResponded,
     SessionCreated,
     SessionEnded,
+    SessionForked,
     ThreadFinished,
     ThreadStarted,
     ToolFinished,
@@ -196,7 +197,9 @@ def _check_views(events: Sequence[Event], thread: str = "") -> None:
     for k, event in enumerate(events, start=1):
         folder.apply(event)
         current = folder.view()
-        if k > 1 and (not thread or previous.session_id):
+        # A fork's counters start from zero at its `session.forked`: its own work from there.
+        forked = isinstance(event.payload, SessionForked)
+        if k > 1 and (not thread or previous.session_id) and not forked:
             validate_observation(previous, current)
         if len(events) <= _FULL_PREFIX_FOLDS or k == len(events):
             transcript, view = fold(events[:k], thread)

@@ -51,15 +51,20 @@ def _maybe_die(call_id: str, when: str) -> None:
         die()
 
 
+def _effect(call_id: str, kind: str, line: str) -> None:
+    """One effect of a call, with the kill points around it (`$CRASH_CALL`)."""
+    _maybe_die(call_id, "before")
+    record(kind, line)
+    _maybe_die(call_id, "after")
+
+
 # -- the crash script: read, idempotent and write tools, one parallel turn -----------------
 
 
 @tool(effect="read")
 async def read_note(name: str, ctx: ToolContext) -> str:
     """Read a note."""
-    _maybe_die(ctx.call_id, "before")
-    record("read", ctx.call_id)
-    _maybe_die(ctx.call_id, "after")
+    _effect(ctx.call_id, "read", ctx.call_id)
     await asyncio.sleep(0)
     return f"note {name}: remember the milk"
 
@@ -67,18 +72,14 @@ async def read_note(name: str, ctx: ToolContext) -> str:
 @tool(effect="idempotent")
 def set_flag(key: str, value: int, ctx: ToolContext) -> str:
     """Set a flag; setting it twice with the same key is harmless."""
-    _maybe_die(ctx.call_id, "before")
-    record("idempotent", f"{ctx.call_id} {ctx.idempotency_key} {key}={value}")
-    _maybe_die(ctx.call_id, "after")
+    _effect(ctx.call_id, "idempotent", f"{ctx.call_id} {ctx.idempotency_key} {key}={value}")
     return f"flag {key} set to {value}"
 
 
 @tool  # effect="write", the default
 def append_line(text: str, ctx: ToolContext) -> str:
     """Append a line to the journal (not safe to repeat)."""
-    _maybe_die(ctx.call_id, "before")
-    record("write", f"{ctx.call_id} {text}")
-    _maybe_die(ctx.call_id, "after")
+    _effect(ctx.call_id, "write", f"{ctx.call_id} {text}")
     return f"appended {text!r}"
 
 
@@ -99,6 +100,72 @@ def crash_model() -> ScriptedModel:
                 call("append_line", text="world"),
             ],
             FINAL_ANSWER,
+        ]
+    )
+
+
+# -- the fork script: a runtime session over several turns, then forks of it ----------------
+# The same call ids come up in a parent and its forks (a scripted model numbers its calls by
+# the transcript), so each line of the ledger names its session: SESSION CALL KEY WHAT.
+
+
+def _ledger(ctx: ToolContext, kind: str, what: str) -> None:
+    _effect(ctx.call_id, kind, f"{ctx.session_id} {ctx.call_id} {ctx.idempotency_key} {what}")
+
+
+@tool(name="read_note", effect="read")
+def look(name: str, ctx: ToolContext) -> str:
+    """Read a note."""
+    _ledger(ctx, "read", name)
+    return f"note {name}: remember the milk"
+
+
+@tool(name="set_flag", effect="idempotent")
+def flag(key: str, value: int, ctx: ToolContext) -> str:
+    """Set a flag; setting it twice with the same key is harmless."""
+    _ledger(ctx, "idempotent", f"{key}={value}")
+    return f"flag {key} set to {value}"
+
+
+@tool(name="append_line")  # effect="write"
+def journal(text: str, ctx: ToolContext) -> str:
+    """Append a line to the journal (not safe to repeat)."""
+    _ledger(ctx, "write", text)
+    return f"appended {text!r}"
+
+
+FORK_TOOLS: list[Tool] = [look, flag, journal]
+# A parent runs three turns (the task, then each message); a fork made at the end of its
+# turn 2 runs turn 3's replies again as its own turn, and a fork of that fork turn 4's.
+FORK_TASK = "Journal the first line."
+FORK_MESSAGES = ("Now the second.", "And the third.")
+FORK_MESSAGE = "Now the fork's own line."  # the message a fork of it starts its turn with
+
+
+def turn_answer(n: int) -> str:
+    return f"turn {n} done"
+
+
+@model_factory
+def fork_model() -> ScriptedModel:
+    return ScriptedModel(
+        [
+            call("read_note", name="a"),
+            call("set_flag", key="x", value=1),
+            call("append_line", text="one"),
+            turn_answer(1),
+            [
+                call("read_note", name="b"),
+                call("set_flag", key="y", value=2),
+                call("append_line", text="two"),
+            ],
+            turn_answer(2),
+            call("append_line", text="three"),
+            [call("read_note", name="c"), call("set_flag", key="z", value=3)],
+            turn_answer(3),
+            call("append_line", text="four"),
+            call("set_flag", key="w", value=4),
+            turn_answer(4),
         ]
     )
 

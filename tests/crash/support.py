@@ -17,7 +17,7 @@ from typing import Any
 from tether.events import Event, ToolFinished, ToolStarted
 from tether.fold import Folder, Transcript
 from tether.recovery import UNKNOWN_EFFECT
-from tether.store import SQLiteStore
+from tether.store.open import open_store
 
 from . import kit
 
@@ -76,16 +76,19 @@ def parse_facts(stdout: str) -> list[dict[str, Any]]:
 
 
 def run_worker(
-    db: Path,
+    db: Path | str,
     script: str,
     command: str,
     session_id: str | None = None,
     env: dict[str, str] | None = None,
+    effects: Path | None = None,
 ) -> Proc:
+    """`db`: a SQLite file, or a store's URL with `effects` the directory of the ledger (by
+    default the file's)."""
     args = [str(db), script, command, *([session_id] if session_id else [])]
     out = subprocess.run(
         [sys.executable, str(WORKER), *args],
-        env=env_for(db.parent, env),
+        env=env_for(effects or Path(db).parent, env),
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -105,8 +108,8 @@ def tether(*args: str, cwd: Path, timeout: float = TIMEOUT) -> subprocess.Comple
     )
 
 
-async def _read(db: Path, session_id: str | None) -> tuple[str, list[Event]]:
-    store = SQLiteStore(str(db))
+async def _read(db: Path | str, session_id: str | None) -> tuple[str, list[Event]]:
+    store = open_store(str(db))
     try:
         if session_id is None:
             infos = await store.sessions()
@@ -118,7 +121,7 @@ async def _read(db: Path, session_id: str | None) -> tuple[str, list[Event]]:
 
 
 async def _session_ids(db: Path) -> list[str]:
-    store = SQLiteStore(str(db))
+    store = open_store(str(db))
     try:
         return [info.session_id for info in await store.sessions()]
     finally:
@@ -130,8 +133,9 @@ def session_ids(db: Path) -> list[str]:
     return asyncio.run(_session_ids(db)) if db.exists() else []
 
 
-def read_session(db: Path, session_id: str | None = None) -> tuple[str, list[Event]]:
-    """The one session in `db` (or the one named) and its events."""
+def read_session(db: Path | str, session_id: str | None = None) -> tuple[str, list[Event]]:
+    """The one session in `db` (a SQLite file or a store's URL), or the one named, and its
+    events."""
     return asyncio.run(_read(db, session_id))
 
 
