@@ -37,11 +37,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_turns import BATCH, turn  # a closed turn of tool steps
-from tether.events import Payload, SessionCreated
+from bench_turns import write_turns  # closed turns of tool steps, as a run writes them
 from tether.session import snapshots
 from tether.session.fork import fork
-from tether.session.log import SessionLog, new_session_id
 from tether.store import SQLiteStore, Store
 
 FORKS = 15
@@ -63,24 +61,8 @@ PG_TABLES = (
 
 async def build(store: Store, events: int) -> str:
     """A session of about `events` events in closed turns (a fork point must close every
-    call), appended in batches as a run commits them, its snapshots written as they come
-    due."""
-    log = SessionLog(store, new_session_id())
-    pending: list[Payload] = [SessionCreated(model="scripted")]
-    i = 0
-    while log.folder.last_seq + len(pending) < events:
-        pending += turn(i)
-        i += 1
-        if len(pending) >= BATCH:
-            await log.append(*pending)
-            pending = []
-            if log._snapshots is not None:
-                await log._snapshots.settle()  # a run's commits are spaced; these are not
-    if pending:
-        await log.append(*pending)
-    if log._snapshots is not None:
-        await log._snapshots.settle()
-    return log.session_id
+    call), written as a run writes them."""
+    return (await write_turns(store, events)).session_id
 
 
 async def timed(fn: Callable[[], Awaitable[object]]) -> float:

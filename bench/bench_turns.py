@@ -41,7 +41,7 @@ from tether.events import (
 from tether.messages import Message, Text, ToolCall, Usage, user
 from tether.providers.base import ModelRequest, ModelResponse
 from tether.session.log import SessionLog, new_session_id
-from tether.store import SQLiteStore
+from tether.store import SQLiteStore, Store
 from tether.testing import ScriptedModel
 
 STEPS_PER_TURN = 10
@@ -83,11 +83,9 @@ def turn(i: int) -> list[Payload]:
     return out
 
 
-async def build(path: str, events: int) -> tuple[str, int]:
-    """A session of about `events` events in closed turns, written as a run writes them (its
-    snapshots as they come due); the session's id and how many events came after its newest
-    snapshot."""
-    store = SQLiteStore(path)
+async def write_turns(store: Store, events: int) -> SessionLog:
+    """A session of about `events` events in closed turns, appended in batches as a run
+    commits them, its snapshots written as they come due."""
     log = SessionLog(store, new_session_id())
     pending: list[Payload] = [SessionCreated(model="scripted")]
     i = 0
@@ -103,6 +101,14 @@ async def build(path: str, events: int) -> tuple[str, int]:
         await log.append(*pending)
     if log._snapshots is not None:
         await log._snapshots.settle()
+    return log
+
+
+async def build(path: str, events: int) -> tuple[str, int]:
+    """A session of about `events` events written by `write_turns`; its id and how many
+    events came after its newest snapshot."""
+    store = SQLiteStore(path)
+    log = await write_turns(store, events)
     found = await store.get_snapshot(log.session_id)
     await store.close()
     return log.session_id, log.folder.last_seq - (0 if found is None else found.seq)
