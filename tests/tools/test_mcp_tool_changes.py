@@ -17,6 +17,7 @@ from tether.store import MemoryStore, open_store
 from tether.testing import ScriptedModel, call
 from tether.tools import tool
 from tether.tools.mcp import McpToolSource
+from tether.tools.mcp.connection import McpConnection
 
 try:
     from .mcp_servers.harness import CATALOG, PYTHON, catalog_stdio, no_orphan_servers
@@ -113,3 +114,20 @@ def test_tether_run_keeps_the_mcp_tools_current(
         ("ok", "added shiny"),
         ("ok", "I am shiny"),
     ]
+
+
+async def test_a_server_is_handed_out_only_once_its_listen_stream_is_acknowledged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `subscriptions/listen` stream set up late (a loaded machine) must not lose a change
+    the server announces at the run's first step: the connection waits for its ack."""
+    real = McpConnection._listen
+
+    async def late(self: McpConnection, client: object, listening: asyncio.Event) -> None:
+        await asyncio.sleep(0.3)  # the stream's request leaves late, as under load
+        await real(self, client, listening)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(McpConnection, "_listen", late)
+    model, finished = await run_growing(keep_current=True, protocol="auto")
+    assert "shiny" in model.offered[1]
+    assert [f.outcome for f in finished] == ["ok", "ok", "ok"]

@@ -349,11 +349,17 @@ class McpConnection:
     async def _supervise(self, live: _Live, ready: asyncio.Future[Client]) -> None:
         try:
             async with self._new_client(live) as client:
-                if not ready.done():
-                    ready.set_result(client)
                 listener = None
                 if _announces_tool_changes(client):
-                    listener = asyncio.create_task(self._listen(client))
+                    listening = asyncio.Event()
+                    listener = asyncio.create_task(self._listen(client, listening))
+                    # Handed out only once the server acknowledged the stream (or it failed):
+                    # a change announced after the tools are first listed is never missed.
+                    acked = asyncio.create_task(listening.wait())
+                    await asyncio.wait({listener, acked}, return_when=asyncio.FIRST_COMPLETED)
+                    acked.cancel()
+                if not ready.done():
+                    ready.set_result(client)
                 try:
                     await live.stop.wait()
                 finally:
@@ -422,10 +428,11 @@ class McpConnection:
         if isinstance(message, mcp_types.ToolListChangedNotification):
             self._tools, self.tools_changed = None, True
 
-    async def _listen(self, client: Client) -> None:
+    async def _listen(self, client: Client, listening: asyncio.Event) -> None:
         # 2026-07-28 servers announce list changes only to a `subscriptions/listen` stream.
         try:
             async with client.listen(tools_list_changed=True) as subscription:
+                listening.set()
                 async for _event in subscription:
                     self._tools, self.tools_changed = None, True
         except asyncio.CancelledError:
