@@ -8,7 +8,9 @@ from __future__ import annotations
 import gc
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -374,7 +376,9 @@ def test_the_golden_sub_agent_log_folds_its_threads_from_the_main_snapshot() -> 
     _assert_threads_from_the_main_snapshot(events)
 
 
-async def test_load_branch_reads_the_tail_for_a_thread_begun_after_the_snapshot() -> None:
+async def _thread_after_snapshot() -> tuple[MemoryStore, int, list[int], Callable[..., Any]]:
+    """A snapshotted session whose thread `a-1` began after its snapshot; the store, the
+    snapshot's seq, the `after_seq` of each read from now on, and the store's own read."""
     store = MemoryStore()
     log = await _session(store, 50)
     assert log._snapshots is not None
@@ -391,6 +395,11 @@ async def test_load_branch_reads_the_tail_for_a_thread_begun_after_the_snapshot(
         return await read(session_id, after_seq, limit)
 
     store.read = counted  # type: ignore[method-assign]
+    return store, since, reads, read
+
+
+async def test_load_branch_reads_the_tail_for_a_thread_begun_after_the_snapshot() -> None:
+    store, since, reads, read = await _thread_after_snapshot()
     branch = await (await SessionLog.load(store, "ses_x")).load_branch("a-1")
     assert reads == [since, since]  # the main fold's tail, then the branch's: no whole log
     _assert_same(branch.folder, Folder("a-1").apply_all(await read("ses_x")))
@@ -403,22 +412,7 @@ async def test_a_threads_transcript_fold_reads_the_tail_for_a_thread_begun_after
     the main snapshot as `load_branch` does: no read of the log from its start."""
     from tether.runtime import LocalRuntime, SessionRef
 
-    store = MemoryStore()
-    log = await _session(store, 50)
-    assert log._snapshots is not None
-    await log._snapshots.settle()
-    since = (await store.get_snapshot("ses_x")).seq  # type: ignore[union-attr]
-    await log.append(
-        ThreadStarted("a-1", "helper"), UserMessage(user("sub task")), threads=("a-1", "a-1")
-    )
-    reads: list[int] = []
-    read = store.read
-
-    async def counted(session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
-        reads.append(after_seq)
-        return await read(session_id, after_seq, limit)
-
-    store.read = counted  # type: ignore[method-assign]
+    store, since, reads, read = await _thread_after_snapshot()
     runtime = LocalRuntime(store, workers=0)
     try:
         folder = await runtime.folded(SessionRef("ses_x"), "a-1")

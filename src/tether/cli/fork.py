@@ -15,8 +15,8 @@ from tether.cli.common import CliError, existing_store
 from tether.errors import TetherError
 from tether.events import ForkKind, ModelResponded, TurnEnded, UserMessage
 from tether.messages import JSONObject
-from tether.runtime.base import KEEP, SpecChanges
-from tether.session.fork import ForkChanges, Forked, ForkPoint, OpenCalls, config_of, fork
+from tether.runtime.base import SpecChanges
+from tether.session.fork import KEEP, ForkChanges, Forked, ForkPoint, OpenCalls, config_of, fork
 from tether.store.base import Store
 from tether.store.catalog import CatalogQuery
 

@@ -26,8 +26,9 @@ from tether.experiment.records import (
 from tether.experiment.report import MatrixReport, ordered
 from tether.experiment.stats import check_confidence
 from tether.messages import JSONObject
+from tether.session.fork import KEEP
 from tether.session.origin import setup_in
-from tether.session.replay import SOURCE_SYSTEM, replay, source_point
+from tether.session.replay import replay, source_point
 from tether.store.base import Store
 
 Progress = Callable[[MatrixReport], None]
@@ -131,7 +132,7 @@ async def _run_cell(agent: Agent, task: Task, tenant: str | None) -> str:
     if task.source is None:
         return (await agent.run(task.prompt, end_session=True)).session_id
     source = task.source
-    system = SOURCE_SYSTEM if agent.system is None else agent.system
+    system = KEEP if agent.system is None else agent.system
     done = await replay(
         agent, source.session_id, source.at, system=system, live=source.live, tenant=tenant
     )

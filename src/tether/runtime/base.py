@@ -26,7 +26,7 @@ from tether.providers.base import Delta
 from tether.runtime import wire
 from tether.scheduler.queue import PRIORITIES, Priority
 from tether.scheduler.status import StatusKind
-from tether.session.fork import Forked, ForkPoint, OpenCalls
+from tether.session.fork import KEEP, Forked, ForkPoint, OpenCalls
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS, check_name
 from tether.settings import ModelSettings
 from tether.state import TERMINAL_STATES, SessionView
@@ -372,17 +372,6 @@ def check_mcp_names(names: Sequence[object]) -> None:
             )
     if len(set(names)) < len(names):
         raise UsageError("spec.mcp names one MCP server twice")
-
-
-class _Keep:
-    """A change not given: the parent's value stays (`SpecChanges.system`, where None is a
-    value: no system prompt)."""
-
-    def __repr__(self) -> str:
-        return "KEEP"
-
-
-KEEP: Any = _Keep()
 
 
 @dataclass(frozen=True, slots=True)

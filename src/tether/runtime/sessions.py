@@ -33,7 +33,6 @@ from tether.messages import JSONObject, JSONValue, canonical_json, user
 from tether.providers.base import Model
 from tether.published import Published, unavailable
 from tether.runtime.base import (
-    KEEP,
     RESERVED_METADATA,
     AgentSpec,
     SessionSpec,
@@ -47,7 +46,7 @@ from tether.runtime.gateways import priority_of
 from tether.scheduler.queue import Priority
 from tether.session import snapshots
 from tether.session.control import KEYED, Known
-from tether.session.fork import NOT_INHERITED, Forked, ForkPoint, config_of
+from tether.session.fork import KEEP, Forked, ForkPoint, config_of, merged
 from tether.session.log import new_event_id, new_session_id
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
 from tether.settings import ModelSettings, check_settings, inherited
@@ -325,14 +324,8 @@ def forked_spec(
             f"session {parent} was not started by a runtime (its first event has no "
             "metadata.runner): fork it with Agent.fork or `tether sessions fork`"
         )
-    metadata = {
-        k: v for k, v in config.metadata.items() if k not in RESERVED_METADATA | NOT_INHERITED
-    }
-    for key, value in changes.metadata.items():
-        if value is None:
-            metadata.pop(key, None)
-        else:
-            metadata[key] = value
+    kept = {k: v for k, v in config.metadata.items() if k not in RESERVED_METADATA}
+    metadata = merged(kept, changes.metadata)
     return SessionSpec(
         model=changes.model or runner.model,
         task=task,

@@ -28,7 +28,6 @@ from tether.experiment.records import METRICS as CHART_METRICS
 from tether.limits import Limits
 from tether.messages import JSONValue, Usage
 from tether.runtime.base import (
-    KEEP,
     MAX_MCP,
     MCP_NAME,
     AgentSpec,
@@ -41,7 +40,7 @@ from tether.runtime.base import (
     check_mcp_names,
 )
 from tether.runtime.wire import adapter
-from tether.session.fork import Forked, ForkPoint
+from tether.session.fork import KEEP, Forked, ForkPoint
 from tether.session.threads import DEFAULT_MAX_DEPTH, DEFAULT_MAX_THREADS
 from tether.settings import ModelSettings
 from tether.state import SessionView

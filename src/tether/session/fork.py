@@ -28,7 +28,7 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from tether.errors import SessionNotFound, UsageError
 from tether.events import (
@@ -93,7 +93,27 @@ class ForkPoint:
         return "its end"
 
 
-_KEEP = object()  # a change not given: the parent's value stays
+class _Keep:
+    """A change not given: the parent's value stays (`system`, where None is a value: no
+    system prompt)."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
+
+
+def merged(metadata: JSONObject, changes: JSONObject) -> JSONObject:
+    """The parent's metadata less what a fork never inherits, with `changes` merged over it
+    (a None value removes a key)."""
+    out = {k: v for k, v in metadata.items() if k not in NOT_INHERITED}
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +123,7 @@ class ForkChanges:
     key)."""
 
     model: str | None = None
-    system: str | None | object = _KEEP
+    system: str | None = KEEP
     tools: JSONObject | None = None  # tool name -> schema hash, as `session.created` holds
     limits: JSONObject | None = None
     metadata: JSONObject | None = None
@@ -111,16 +131,10 @@ class ForkChanges:
     def apply(
         self, config: SessionCreated | SessionForked
     ) -> tuple[str, str | None, JSONObject, JSONObject, JSONObject]:
-        metadata = {k: v for k, v in config.metadata.items() if k not in NOT_INHERITED}
-        for key, value in (self.metadata or {}).items():
-            if value is None:
-                metadata.pop(key, None)
-            else:
-                metadata[key] = value
-        system = config.system if self.system is _KEEP else self.system
+        metadata = merged(config.metadata, self.metadata or {})
         return (
             self.model or config.model,
-            system if isinstance(system, str) or system is None else config.system,
+            config.system if self.system is KEEP else self.system,
             dict(config.tools if self.tools is None else self.tools),
             dict(config.limits if self.limits is None else self.limits),
             metadata,

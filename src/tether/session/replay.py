@@ -17,14 +17,13 @@ from tether.errors import SessionNotFound, UsageError
 from tether.events import Event, SessionEnded, SessionForked, ToolFinished, TurnEnded, UserMessage
 from tether.fold import Folder
 from tether.messages import JSONObject, Message
-from tether.session.fork import ForkChanges, ForkPoint, fork, locate
+from tether.session.fork import KEEP, ForkChanges, ForkPoint, fork, locate
 from tether.settings import ModelSettings, check_settings, merged
 from tether.state import session_outcome
 from tether.store.base import Store
 from tether.tools.cassette import Live, ToolCassette, check_live, recorded_calls
 
 PAGE = 500  # events of the source read at once
-SOURCE_SYSTEM = object()  # `system` not given: the source's prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +48,7 @@ async def replay(
     source: str,
     at: ForkPoint,
     *,
-    system: str | None | object = SOURCE_SYSTEM,
+    system: str | None = KEEP,  # left out: the source's prompt
     settings: ModelSettings | None = None,
     live: Live = "reads",
     tenant: str | None = None,
@@ -81,9 +80,8 @@ async def replay(
         tools={t.name: t.schema_hash for t in agent.toolbox},
         limits=agent.limits.to_json(),
         metadata=_metadata(agent, settings, live, last),
+        system=system,
     )
-    if system is not SOURCE_SYSTEM:
-        changes = dataclasses.replace(changes, system=system)
     forked = await fork(
         store,
         source,
